@@ -1,0 +1,3 @@
+from electra.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,174 @@
+"""Typed configuration: the model shape and the ELECTRA objective.
+
+Every config is a dataclass validated on construction. ``from_dict`` rejects unknown keys
+with the list of valid ones, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+from electra.errors import UserError
+
+T = TypeVar("T")
+
+
+def config_from_dict(cls: type[T], values: dict[str, Any], where: str = "") -> T:
+    """Build dataclass ``cls`` from ``values``, rejecting keys it does not have.
+
+    Args:
+        cls: a config dataclass.
+        values: field name -> value.
+        where: how the user names this section (e.g. ``"[model]"``), used in messages.
+    """
+    valid = [f.name for f in fields(cls)]
+    unknown = sorted(set(values) - set(valid))
+    if unknown:
+        section = f" in {where}" if where else ""
+        raise UserError(
+            f"unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+            f"{section}; valid keys: {', '.join(valid)}"
+        )
+    return cls(**values)
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise UserError(message)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of one ELECTRA transformer (the discriminator; the generator is derived)."""
+
+    vocab_size: int = 30522
+    """Rows of the word-embedding table (set from the tokenizer)."""
+    embedding_size: int = 128
+    """Width of the embeddings; projected to ``hidden_size`` when different."""
+    hidden_size: int = 256
+    """Width of the transformer blocks."""
+    num_layers: int = 12
+    """Number of transformer blocks."""
+    num_heads: int = 4
+    """Attention heads per block; must divide ``hidden_size``."""
+    intermediate_size: int = 1024
+    """Width of the feed-forward layer."""
+    max_position_embeddings: int = 512
+    """Longest sequence the position table holds."""
+    type_vocab_size: int = 2
+    """Number of token types (segments A and B)."""
+    hidden_dropout: float = 0.1
+    """Dropout on embeddings and block outputs."""
+    attention_dropout: float = 0.1
+    """Dropout on attention probabilities."""
+    layer_norm_eps: float = 1e-12
+    """LayerNorm epsilon (BERT's value)."""
+    initializer_range: float = 0.02
+    """Standard deviation of the normal initialisation."""
+    pad_token_id: int = 0
+    """Id of [PAD]; its embedding row starts at zero and receives no gradient."""
+    generator_size: float = 0.25
+    """Generator width as a fraction of this model's (hidden, FFN and heads scaled)."""
+    share_embeddings: bool = True
+    """Generator and discriminator share one embedding module (word, position, type, LN)."""
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and value > 0,
+                   f"model.{name} must be a positive integer, got {value!r}")
+        _check(self.hidden_size % self.num_heads == 0,
+               f"model.hidden_size={self.hidden_size} is not divisible by "
+               f"model.num_heads={self.num_heads}; choose heads that divide the width")
+        for name in ("hidden_dropout", "attention_dropout"):
+            value = getattr(self, name)
+            _check(0.0 <= value < 1.0, f"model.{name} must be in [0, 1), got {value!r}")
+        _check(0.0 < self.generator_size <= 1.0,
+               f"model.generator_size must be in (0, 1], got {self.generator_size!r}")
+        _check(0 <= self.pad_token_id < self.vocab_size,
+               f"model.pad_token_id={self.pad_token_id} is outside the vocabulary "
+               f"(size {self.vocab_size})")
+
+    def generator_config(self) -> ModelConfig:
+        """The generator: same depth and embeddings; hidden, FFN, heads scaled by generator_size."""
+        m = self.generator_size
+        heads = max(1, round(self.num_heads * m))
+        hidden = max(heads, round(self.hidden_size * m))
+        hidden -= hidden % heads
+        return dataclasses.replace(
+            self, hidden_size=hidden, num_heads=heads,
+            intermediate_size=max(1, round(self.intermediate_size * m)), generator_size=1.0,
+        )
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with ``changes`` applied (unknown keys rejected)."""
+        return config_from_dict(ModelConfig, {**dataclasses.asdict(self), **changes}, "[model]")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+MODEL_PRESETS: dict[str, ModelConfig] = {
+    # For tests and the demo: a few minutes of CPU pretraining show it learning.
+    "tiny": ModelConfig(embedding_size=128, hidden_size=128, num_layers=4, num_heads=2,
+                        intermediate_size=512, max_position_embeddings=512),
+    # The paper's sizes (Table 6): ELECTRA-Small, -Base, -Large.
+    "small": ModelConfig(embedding_size=128, hidden_size=256, num_layers=12, num_heads=4,
+                         intermediate_size=1024, generator_size=0.25),
+    "base": ModelConfig(embedding_size=768, hidden_size=768, num_layers=12, num_heads=12,
+                        intermediate_size=3072, generator_size=1 / 3),
+    "large": ModelConfig(embedding_size=1024, hidden_size=1024, num_layers=24, num_heads=16,
+                         intermediate_size=4096, generator_size=0.25),
+}
+
+
+def model_preset(name: str, **overrides: Any) -> ModelConfig:
+    """A named preset (``tiny``, ``small``, ``base``, ``large``) with ``overrides`` applied."""
+    if name not in MODEL_PRESETS:
+        raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(MODEL_PRESETS)}")
+    return MODEL_PRESETS[name].replace(**overrides)
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    """The replaced-token-detection objective (ELECTRA paper, section 2)."""
+
+    mask_prob: float = 0.15
+    """Fraction of candidate tokens chosen per sequence for the generator to predict."""
+    max_predictions: int = 19
+    """Most positions chosen per sequence (the original uses int((0.15+0.005)*128) = 19)."""
+    mask_token_prob: float = 0.85
+    """Of the chosen positions, the fraction replaced by [MASK] in the generator's input."""
+    random_token_prob: float = 0.0
+    """Of the chosen positions, the fraction replaced by a random token (BERT: 0.1)."""
+    disc_weight: float = 50.0
+    """λ in L = L_MLM + λ·L_disc."""
+    temperature: float = 1.0
+    """Sampling temperature: replacements are drawn from softmax(logits / temperature)."""
+    sampling: str = "gumbel"
+    """How replacements are drawn: "gumbel" (Gumbel-max) or "inverse_cdf" (same distribution)."""
+
+    def __post_init__(self) -> None:
+        _check(0.0 < self.mask_prob < 1.0,
+               f"objective.mask_prob must be in (0, 1), got {self.mask_prob!r}")
+        _check(isinstance(self.max_predictions, int) and self.max_predictions >= 1,
+               f"objective.max_predictions must be a positive integer, got "
+               f"{self.max_predictions!r}")
+        _check(0.0 <= self.mask_token_prob <= 1.0 and 0.0 <= self.random_token_prob <= 1.0
+               and self.mask_token_prob + self.random_token_prob <= 1.0 + 1e-9,
+               f"objective.mask_token_prob={self.mask_token_prob} and "
+               f"objective.random_token_prob={self.random_token_prob} must be in [0, 1] and "
+               f"sum to at most 1 (the rest keep the original token); BERT uses 0.8 and 0.1")
+        _check(self.disc_weight >= 0.0,
+               f"objective.disc_weight (λ) must be >= 0, got {self.disc_weight!r}; "
+               f"the paper uses 50")
+        _check(self.temperature > 0.0,
+               f"objective.temperature must be > 0, got {self.temperature!r}")
+        _check(self.sampling in ("gumbel", "inverse_cdf"),
+               f"objective.sampling must be 'gumbel' or 'inverse_cdf', got {self.sampling!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -1,0 +1,192 @@
+"""The ELECTRA model: a BERT-style encoder, the generator and the discriminator.
+
+Single-device and free of training machinery: autocast, compile and DDP are applied from
+outside. Parameters map one-to-one onto transformers' ``ElectraForMaskedLM`` (generator)
+and ``ElectraForPreTraining`` (discriminator); ``electra.hf`` holds that key table.
+
+Shapes: B batch, T sequence length, P predicted positions per sequence, E embedding size,
+H hidden size, nh heads, hs head size (H / nh), V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from electra.config import ModelConfig
+
+
+class Embeddings(nn.Module):
+    """Word + position + token-type embeddings, LayerNorm, dropout. Shareable between models."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.embedding_size,
+                                            padding_idx=cfg.pad_token_id)
+        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.embedding_size)
+        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.embedding_size)
+        self.layer_norm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        T = input_ids.shape[1]
+        x = (self.word_embeddings(input_ids)
+             + self.position_embeddings.weight[:T]  # (T, E), broadcast over B
+             + self.token_type_embeddings(token_type_ids))
+        return self.dropout(self.layer_norm(x))  # (B, T, E)
+
+
+class Block(nn.Module):
+    """Post-LN transformer block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), as in BERT."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        H = cfg.hidden_size
+        self.num_heads = cfg.num_heads
+        self.attention_dropout = cfg.attention_dropout
+        self.query = nn.Linear(H, H)
+        self.key = nn.Linear(H, H)
+        self.value = nn.Linear(H, H)
+        self.attention_out = nn.Linear(H, H)
+        self.attention_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
+        self.ffn_in = nn.Linear(H, cfg.intermediate_size)
+        self.ffn_out = nn.Linear(cfg.intermediate_size, H)
+        self.ffn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        B, T, H = x.shape
+        nh = self.num_heads
+
+        def heads(t: torch.Tensor) -> torch.Tensor:
+            return t.view(B, T, nh, H // nh).transpose(1, 2)  # (B, nh, T, hs)
+
+        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+        a = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask,
+            dropout_p=self.attention_dropout if self.training else 0.0,
+        )  # (B, nh, T, hs)
+        a = a.transpose(1, 2).reshape(B, T, H)
+        x = self.attention_norm(x + self.dropout(self.attention_out(a)))
+        h = self.ffn_out(F.gelu(self.ffn_in(x)))
+        return self.ffn_norm(x + self.dropout(h))  # (B, T, H)
+
+
+class Encoder(nn.Module):
+    """Embeddings (owned or shared), an optional E->H projection, and the blocks."""
+
+    def __init__(self, cfg: ModelConfig, embeddings: Embeddings | None = None) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embeddings = embeddings if embeddings is not None else Embeddings(cfg)
+        E = self.embeddings.word_embeddings.embedding_dim
+        # The projection exists exactly when transformers' ElectraModel has `embeddings_project`.
+        self.embeddings_project = nn.Linear(E, cfg.hidden_size) if cfg.hidden_size != E else None
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Hidden states (B, T, H). ``attention_mask`` (B, T) is 1/True on real tokens."""
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.embeddings(input_ids, token_type_ids)
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)
+        attn_mask = None
+        if attention_mask is not None:
+            attn_mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T): keys to attend
+        for layer in self.layers:
+            x = layer(x, attn_mask)
+        return x
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm, zero pad row."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=std)
+            if m.padding_idx is not None:
+                with torch.no_grad():
+                    m.weight[m.padding_idx].zero_()
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+class Discriminator(nn.Module):
+    """Encoder + dense -> GELU -> dense: one logit per token, > 0 meaning "replaced"."""
+
+    def __init__(self, cfg: ModelConfig, embeddings: Embeddings | None = None) -> None:
+        super().__init__()
+        self.config = cfg
+        self.encoder = Encoder(cfg, embeddings)
+        self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.head_out = nn.Linear(cfg.hidden_size, 1)
+        init_weights(self, cfg.initializer_range)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        h = self.encoder(input_ids, token_type_ids, attention_mask)
+        return self.head_out(F.gelu(self.head_dense(h))).squeeze(-1)  # (B, T)
+
+
+class Generator(nn.Module):
+    """Encoder + dense -> GELU -> LayerNorm -> output layer tied to the word table (+ bias).
+
+    Logits are computed only at the positions asked for, so the V-way head costs P, not T,
+    rows per sequence.
+    """
+
+    def __init__(self, cfg: ModelConfig, embeddings: Embeddings | None = None) -> None:
+        super().__init__()
+        self.config = cfg
+        self.encoder = Encoder(cfg, embeddings)
+        E = self.encoder.embeddings.word_embeddings.embedding_dim
+        self.head_dense = nn.Linear(cfg.hidden_size, E)
+        self.head_norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps)
+        self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        init_weights(self, cfg.initializer_range)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits (B, P, V) at ``positions`` (B, P), or (B, T, V) when ``positions`` is None."""
+        h = self.encoder(input_ids, token_type_ids, attention_mask)  # (B, T, H)
+        if positions is not None:
+            h = torch.gather(h, 1, positions[..., None].expand(-1, -1, h.shape[-1]))  # (B, P, H)
+        h = self.head_norm(F.gelu(self.head_dense(h)))  # (B, P, E)
+        # Read the (possibly shared) word table at call time: the tie can never go stale.
+        return F.linear(h, self.encoder.embeddings.word_embeddings.weight, self.output_bias)
+
+
+class ElectraPretrainingModel(nn.Module):
+    """Generator and discriminator trained together; embeddings shared unless turned off."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.discriminator = Discriminator(cfg)
+        shared = self.discriminator.encoder.embeddings if cfg.share_embeddings else None
+        self.generator = Generator(cfg.generator_config(), shared)
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Trainable parameters, each shared tensor counted once."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)

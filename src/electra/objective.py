@@ -1,0 +1,196 @@
+"""The ELECTRA objective (Clark et al., 2020, section 2), readable line by line.
+
+    1. choose positions M: ~15% of each sequence's candidate tokens (no specials, no padding)
+    2. x_masked:   most chosen positions become [MASK] (the rest keep the token, or BERT's
+                   random token), the generator predicts the originals there:
+                   L_MLM = mean_{i in M} -log p_G(x_i | x_masked)
+    3. x_corrupt:  chosen positions take a *sample* from p_G (no gradient through sampling)
+    4. labels:     replaced_i = [x_corrupt_i != x_i]  (a sample equal to the original is
+                   labelled original)
+    5. L_disc:     mean over non-pad tokens of BCE(D(x_corrupt)_i, replaced_i)
+    6. L = L_MLM + λ·L_disc, one joint update.
+
+Nothing here calls ``.item()``: no host-device sync inside a step. Randomness comes from an
+explicit ``torch.Generator`` so that masking and sampling are reproducible and resumable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from electra.config import ObjectiveConfig
+from electra.model import ElectraPretrainingModel
+from electra.tokenizer import SpecialTokens
+
+
+@dataclass
+class Masked:
+    """The generator's task: which positions to predict, and its input."""
+
+    input_ids: torch.Tensor  # (B, T) x_masked
+    positions: torch.Tensor  # (B, P) long, distinct per row
+    weights: torch.Tensor  # (B, P) bool, True where the slot is a chosen position
+    targets: torch.Tensor  # (B, P) long, the original tokens at ``positions``
+
+
+def candidate_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   special: SpecialTokens) -> torch.Tensor:
+    """(B, T) bool: tokens that may be chosen (not padding, not a special token)."""
+    ok = attention_mask.bool()
+    for token_id in special.ids():
+        ok &= input_ids != token_id
+    return ok
+
+
+def choose_positions(candidates: torch.Tensor, cfg: ObjectiveConfig,
+                     rng: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Choose ``max(1, min(max_predictions, round(mask_prob * n)))`` of each row's n candidates.
+
+    Uniformly at random without replacement (top-k of random scores), with a fixed number P
+    of slots per row so that shapes are static and no sync is needed.
+
+    Returns:
+        positions (B, P) long, distinct within a row; weights (B, P) bool, True for the
+        chosen slots. Unused slots point at other (unchosen) positions of the row.
+    """
+    B, T = candidates.shape
+    P = min(cfg.max_predictions, T)
+    n = candidates.sum(1)  # (B,)
+    # torch.round rounds half to even, like Python's round() in the original data code.
+    k = torch.round(n.to(torch.float64) * cfg.mask_prob).long().clamp(1, P).minimum(n)  # (B,)
+    scores = torch.rand(B, T, generator=rng, device=candidates.device)
+    scores = scores.masked_fill(~candidates, -1.0)  # non-candidates sort last
+    positions = scores.topk(P, dim=1).indices  # (B, P), candidates first, in random order
+    weights = torch.arange(P, device=candidates.device)[None, :] < k[:, None]
+    return positions, weights
+
+
+def mask_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, special: SpecialTokens,
+                vocab_size: int, cfg: ObjectiveConfig,
+                rng: torch.Generator | None = None) -> Masked:
+    """Steps 1-2: choose positions and build the generator's input x_masked."""
+    positions, weights = choose_positions(
+        candidate_mask(input_ids, attention_mask, special), cfg, rng)
+    targets = torch.gather(input_ids, 1, positions)
+    u = torch.rand(positions.shape, generator=rng, device=input_ids.device)
+    use_mask = weights & (u < cfg.mask_token_prob)
+    use_random = weights & (u >= cfg.mask_token_prob) & (
+        u < cfg.mask_token_prob + cfg.random_token_prob)
+    random_ids = torch.randint(vocab_size, positions.shape, generator=rng,
+                               device=input_ids.device)
+    new = torch.where(use_mask, special.mask, torch.where(use_random, random_ids, targets))
+    return Masked(input_ids=input_ids.scatter(1, positions, new), positions=positions,
+                  weights=weights, targets=targets)
+
+
+@torch.no_grad()
+def sample(logits: torch.Tensor, temperature: float = 1.0, method: str = "gumbel",
+           rng: torch.Generator | None = None) -> torch.Tensor:
+    """Step 3: draw one token per row of ``logits`` (..., V) from softmax(logits / temperature).
+
+    Always in fp32 and without gradient. ``gumbel`` is Gumbel-max (argmax of logits plus
+    Gumbel noise); ``inverse_cdf`` draws the same distribution from the fp32 softmax by one
+    uniform per row and a binary search in the cumulative sum, which is much cheaper.
+    """
+    z = logits.detach().float() / temperature
+    if method == "gumbel":
+        u = torch.rand(z.shape, generator=rng, device=z.device)
+        # -log(-log u) with u clamped away from 0 and 1 so the noise stays finite.
+        g = -torch.log(-torch.log(u.clamp_(1e-20, 1.0 - 1e-7)))
+        return (z + g).argmax(-1)
+    if method == "inverse_cdf":
+        cdf = torch.softmax(z, -1).cumsum(-1)  # (..., V)
+        u = torch.rand((*z.shape[:-1], 1), generator=rng, device=z.device) * cdf[..., -1:]
+        return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=z.shape[-1] - 1)
+    raise ValueError(f"unknown sampling method {method!r}; use 'gumbel' or 'inverse_cdf'")
+
+
+def corrupt(input_ids: torch.Tensor, positions: torch.Tensor, weights: torch.Tensor,
+            sampled: torch.Tensor) -> torch.Tensor:
+    """x_corrupt: the original with only the chosen positions replaced by the samples."""
+    original = torch.gather(input_ids, 1, positions)
+    return input_ids.scatter(1, positions, torch.where(weights, sampled, original))
+
+
+def generator_loss(logits: torch.Tensor, targets: torch.Tensor,
+                   weights: torch.Tensor) -> torch.Tensor:
+    """L_MLM: cross-entropy (fp32) averaged over the chosen slots only."""
+    ce = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
+    w = weights.flatten().float()
+    return (ce * w).sum() / w.sum().clamp(min=1.0)
+
+
+def discriminator_loss(logits: torch.Tensor, labels: torch.Tensor,
+                       attention_mask: torch.Tensor) -> torch.Tensor:
+    """L_disc: BCE-with-logits (fp32) averaged over non-pad tokens; label 1 = replaced."""
+    bce = F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction="none")
+    m = attention_mask.float()
+    return (bce * m).sum() / m.sum().clamp(min=1.0)
+
+
+@dataclass
+class ElectraOutput:
+    """Losses (with gradient) and detached statistics of one ELECTRA forward pass."""
+
+    loss: torch.Tensor
+    gen_loss: torch.Tensor
+    disc_loss: torch.Tensor
+    stats: dict[str, torch.Tensor]
+    corrupted_ids: torch.Tensor  # (B, T)
+    labels: torch.Tensor  # (B, T) bool, True = replaced
+    disc_logits: torch.Tensor  # (B, T)
+
+
+def electra_forward(
+    model: ElectraPretrainingModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    token_type_ids: torch.Tensor | None,
+    special: SpecialTokens,
+    cfg: ObjectiveConfig,
+    rng: torch.Generator | None = None,
+) -> ElectraOutput:
+    """One pass of the whole objective: masking, generator, sampling, discriminator, losses."""
+    gen = model.generator
+    masked = mask_inputs(input_ids, attention_mask, special, gen.config.vocab_size, cfg, rng)
+    gen_logits = gen(masked.input_ids, token_type_ids, attention_mask,
+                     masked.positions)  # (B, P, V)
+    gen_loss = generator_loss(gen_logits, masked.targets, masked.weights)
+
+    sampled = sample(gen_logits, cfg.temperature, cfg.sampling, rng)  # (B, P), no gradient
+    corrupted = corrupt(input_ids, masked.positions, masked.weights, sampled)
+    labels = corrupted != input_ids  # a sample equal to the original is "original"
+
+    disc_logits = model.discriminator(corrupted, token_type_ids, attention_mask)  # (B, T)
+    disc_loss = discriminator_loss(disc_logits, labels, attention_mask)
+    loss = gen_loss + cfg.disc_weight * disc_loss
+
+    stats = statistics(gen_logits, masked, sampled, disc_logits, labels, attention_mask)
+    return ElectraOutput(loss=loss, gen_loss=gen_loss, disc_loss=disc_loss, stats=stats,
+                         corrupted_ids=corrupted, labels=labels, disc_logits=disc_logits)
+
+
+@torch.no_grad()
+def statistics(gen_logits: torch.Tensor, masked: Masked, sampled: torch.Tensor,
+               disc_logits: torch.Tensor, labels: torch.Tensor,
+               attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Detached 0-d tensors (no sync): accuracies, precision/recall, chosen/replaced fractions."""
+    w = masked.weights
+    n_chosen = w.sum().clamp(min=1)
+    real = attention_mask.bool()
+    n_real = real.sum().clamp(min=1)
+    pred = disc_logits.detach() > 0
+    tp = (pred & labels & real).sum()
+    return {
+        "gen_acc": ((gen_logits.detach().argmax(-1) == masked.targets) & w).sum() / n_chosen,
+        "disc_acc": ((pred == labels) & real).sum() / n_real,
+        "disc_precision": tp / (pred & real).sum().clamp(min=1),
+        "disc_recall": tp / (labels & real).sum().clamp(min=1),
+        "masked_frac": w.sum() / n_real,
+        "replaced_frac": (labels & real).sum() / n_real,
+        "sampled_original_frac": ((sampled == masked.targets) & w).sum() / n_chosen,
+        "n_tokens": real.sum(),
+    }

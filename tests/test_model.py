@@ -1,0 +1,143 @@
+"""The model: shapes, sharing, tying, and equality with transformers' ELECTRA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import make_batch, tiny_config
+
+from electra.config import ModelConfig, ObjectiveConfig, model_preset
+from electra.errors import UserError
+from electra.hf import from_hf_state_dict, to_hf_config, to_hf_state_dict
+from electra.model import Discriminator, ElectraPretrainingModel, count_parameters
+from electra.tokenizer import SpecialTokens
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("preset, expected", [
+    ("small", 13_549_057), ("base", 109_483_009), ("large", 335_142_913)])
+def test_discriminator_parameter_counts(preset, expected):
+    cfg = model_preset(preset)
+    ours = count_parameters(Discriminator(cfg))
+    theirs = count_parameters(transformers.ElectraForPreTraining(to_hf_config(cfg)))
+    assert ours == theirs == expected
+
+
+@pytest.mark.parametrize("preset, gen", [
+    ("small", (64, 1, 256)), ("base", (256, 4, 1024)), ("large", (256, 4, 1024))])
+def test_generator_derived_by_multiplier(preset, gen):
+    g = model_preset(preset).generator_config()
+    assert (g.hidden_size, g.num_heads, g.intermediate_size) == gen
+    assert g.num_layers == model_preset(preset).num_layers
+
+
+def test_shared_embeddings_are_one_module_counted_once():
+    cfg = tiny_config()
+    m = ElectraPretrainingModel(cfg)
+    emb = m.discriminator.encoder.embeddings
+    assert m.generator.encoder.embeddings is emb
+    n_emb = count_parameters(emb)
+    assert count_parameters(m) == (count_parameters(m.discriminator)
+                                   + count_parameters(m.generator) - n_emb)
+    unshared = ElectraPretrainingModel(cfg.replace(share_embeddings=False))
+    assert unshared.generator.encoder.embeddings is not unshared.discriminator.encoder.embeddings
+    assert count_parameters(unshared) == (count_parameters(unshared.discriminator)
+                                          + count_parameters(unshared.generator))
+
+
+def test_tied_output_layer_follows_the_word_table_after_an_update():
+    torch.manual_seed(0)
+    m = ElectraPretrainingModel(tiny_config())
+    ids, mask, types = make_batch([20, 32], 32)
+    from electra.objective import electra_forward
+
+    opt = torch.optim.SGD(m.parameters(), lr=1.0)
+    out = electra_forward(m, ids, mask, types, SpecialTokens(0, 1, 2, 3, 4), ObjectiveConfig())
+    out.loss.backward()
+    opt.step()
+    g = m.generator
+    h = g.encoder(ids, types, mask)
+    h = g.head_norm(torch.nn.functional.gelu(g.head_dense(h)))
+    expected = h @ m.discriminator.encoder.embeddings.word_embeddings.weight.T + g.output_bias
+    torch.testing.assert_close(g(ids, types, mask), expected)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small"])
+def test_logits_equal_transformers_with_padding(preset):
+    torch.manual_seed(0)
+    cfg = model_preset(preset, vocab_size=500)
+    m = ElectraPretrainingModel(cfg).eval()
+    hf_d = transformers.ElectraForPreTraining(to_hf_config(cfg)).eval()
+    hf_g = transformers.ElectraForMaskedLM(to_hf_config(cfg.generator_config())).eval()
+    hf_d.load_state_dict(to_hf_state_dict(m.discriminator.state_dict(), "discriminator"))
+    hf_g.load_state_dict(to_hf_state_dict(m.generator.state_dict(), "generator"))
+    ids, mask, types = make_batch([40, 17, 64], 64, vocab_size=500)
+    types[:, 20:] = 1
+    real = mask.bool()
+    with torch.no_grad():
+        ours = m.discriminator(ids, types, mask)
+        theirs = hf_d(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+        torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=1e-5)
+        positions = torch.tensor([[1, 5, 9], [2, 3, 15], [60, 7, 30]])
+        ours_g = m.generator(ids, types, mask, positions)
+        theirs_g = hf_g(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+        torch.testing.assert_close(
+            ours_g, torch.gather(theirs_g, 1, positions[..., None].expand(-1, -1, 500)),
+            atol=1e-5, rtol=1e-5)
+
+
+def test_key_table_round_trip_is_bitwise():
+    m = ElectraPretrainingModel(tiny_config())
+    for kind, module in (("discriminator", m.discriminator), ("generator", m.generator)):
+        state = module.state_dict()
+        back = from_hf_state_dict(to_hf_state_dict(state, kind), kind)
+        assert back.keys() == state.keys()
+        assert all(torch.equal(back[k], state[k]) for k in state)
+
+
+def test_padding_does_not_change_real_token_outputs():
+    torch.manual_seed(0)
+    d = Discriminator(tiny_config()).eval()
+    ids, mask, _ = make_batch([20], 20)
+    padded = torch.cat([ids, torch.zeros(1, 12, dtype=torch.long)], 1)
+    pmask = torch.cat([mask, torch.zeros(1, 12, dtype=torch.long)], 1)
+    with torch.no_grad():
+        torch.testing.assert_close(d(ids, None, mask), d(padded, None, pmask)[:, :20])
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"hidden_sise": 3}, ["hidden_sise", "valid keys", "hidden_size"]),
+    ({"hidden_size": 100, "num_heads": 3}, ["hidden_size=100", "num_heads=3"]),
+    ({"hidden_dropout": 1.5}, ["hidden_dropout", "1.5"]),
+])
+def test_bad_model_config_names_the_value(kwargs, words):
+    with pytest.raises(ValueError) as err:
+        model_preset("tiny", **kwargs)
+    assert all(w in str(err.value) for w in words), str(err.value)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"mask_prob": 0.0}, ["mask_prob", "(0, 1)"]),
+    ({"mask_prob": 1.2}, ["mask_prob", "1.2"]),
+    ({"disc_weight": -1.0}, ["disc_weight", "-1.0"]),
+    ({"sampling": "beam"}, ["sampling", "gumbel", "beam"]),
+])
+def test_bad_objective_config_names_the_value(kwargs, words):
+    with pytest.raises(ValueError) as err:
+        ObjectiveConfig(**kwargs)
+    assert all(w in str(err.value) for w in words), str(err.value)
+
+
+def test_vocab_without_special_tokens_is_refused():
+    with pytest.raises(UserError, match=r"\[MASK\].*electra tokenizer train"):
+        SpecialTokens.from_vocab({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "a": 4})
+
+
+def test_unknown_preset_lists_valid_ones():
+    with pytest.raises(UserError, match="tiny, small, base, large"):
+        model_preset("huge")
+
+
+def test_default_config_is_small():
+    assert ModelConfig() == model_preset("small")

@@ -1,0 +1,218 @@
+"""The ELECTRA objective checked against hand-computed values and its defining properties."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import SPECIAL, make_batch, tiny_config
+
+from electra.config import ObjectiveConfig
+from electra.model import ElectraPretrainingModel
+from electra.objective import (
+    candidate_mask,
+    choose_positions,
+    corrupt,
+    discriminator_loss,
+    electra_forward,
+    generator_loss,
+    mask_inputs,
+    sample,
+)
+
+
+def test_hand_computed_case():
+    # Generator: two chosen slots and one unused slot, vocabulary of 3.
+    logits = torch.tensor([[[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [9.0, -9.0, 5.0]]])
+    targets = torch.tensor([[0, 2, 1]])
+    weights = torch.tensor([[True, True, False]])
+    expected_gen = ((math.log(math.exp(2) + 2) - 2) + math.log(math.e + 2)) / 2
+    assert generator_loss(logits, targets, weights).item() == pytest.approx(expected_gen, 1e-6)
+
+    # Corruption: x = [CLS 10 11 12 SEP], positions 1 and 3 chosen (slot 2 unused -> pos 2).
+    x = torch.tensor([[2, 10, 11, 12, 3]])
+    positions = torch.tensor([[1, 3, 2]])
+    sampled = torch.tensor([[10, 40, 99]])  # slot 0 samples the original; slot 2 is unused
+    corrupted = corrupt(x, positions, torch.tensor([[True, True, False]]), sampled)
+    assert corrupted.tolist() == [[2, 10, 11, 40, 3]]
+    labels = corrupted != x
+    assert labels.tolist() == [[False, False, False, True, False]]  # sampled original -> 0
+
+    # Discriminator: mean BCE over the non-pad tokens only.
+    d_logits = torch.tensor([[0.0, 2.0, -1.0, 3.0]])
+    d_labels = torch.tensor([[False, True, True, False]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    expected_disc = (math.log(2) + math.log(1 + math.exp(-2)) + math.log(1 + math.exp(1))) / 3
+    got = discriminator_loss(d_logits, d_labels, mask).item()
+    assert got == pytest.approx(expected_disc, 1e-6)
+
+
+def test_total_is_gen_plus_lambda_disc():
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(tiny_config())
+    ids, mask, types = make_batch([20, 13, 30], 32)
+    cfg = ObjectiveConfig(disc_weight=37.0)
+    out = electra_forward(model, ids, mask, types, SPECIAL, cfg, torch.Generator().manual_seed(1))
+    assert torch.allclose(out.loss, out.gen_loss + 37.0 * out.disc_loss)
+    # The discriminator sees the sampled tokens, never [MASK], and labels equal the difference.
+    assert not (out.corrupted_ids == SPECIAL.mask).any()
+    assert torch.equal(out.labels, out.corrupted_ids != ids)
+
+
+@pytest.mark.parametrize("lengths", [[5, 9, 40, 64], [3, 64, 17, 33, 12]])
+def test_chosen_count_follows_formula(lengths):
+    ids, mask, _ = make_batch(lengths, 64)
+    cfg = ObjectiveConfig(mask_prob=0.15, max_predictions=7)
+    for seed in range(5):
+        cand = candidate_mask(ids, mask, SPECIAL)
+        positions, weights = choose_positions(cand, cfg, torch.Generator().manual_seed(seed))
+        for r, n_tokens in enumerate(lengths):
+            n = n_tokens - 2  # [CLS] and [SEP] are not candidates
+            expected = min(n, max(1, min(7, round(0.15 * n))))
+            assert int(weights[r].sum()) == expected
+            chosen = positions[r][weights[r]]
+            assert len(set(chosen.tolist())) == expected  # distinct
+            assert cand[r, chosen].all()  # never padding, never a special token
+
+
+def test_padding_never_chosen_nor_scored():
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(tiny_config())
+    ids, mask, types = make_batch([10, 32], 32)
+    cfg = ObjectiveConfig()
+    out = electra_forward(model, ids, mask, types, SPECIAL, cfg, torch.Generator().manual_seed(3))
+    assert not out.labels[mask == 0].any()
+    assert torch.equal(out.corrupted_ids[mask == 0], ids[mask == 0])
+    # Changing the discriminator's logits at padding leaves its loss unchanged.
+    noisy = out.disc_logits.detach().clone()
+    noisy[mask == 0] = 123.0
+    assert torch.equal(discriminator_loss(noisy, out.labels, mask),
+                       discriminator_loss(out.disc_logits.detach(), out.labels, mask))
+
+
+def test_generator_always_original_gives_no_replaced_labels():
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(tiny_config())
+    ids, mask, types = make_batch([30, 25, 32, 18], 32, seed=5)
+
+    class Oracle(torch.nn.Module):
+        """A generator that puts all probability on the original token."""
+
+        config = model.generator.config
+
+        def forward(self, masked_ids, token_type_ids, attention_mask, positions):
+            target = torch.gather(ids, 1, positions)
+            return F.one_hot(target, self.config.vocab_size).float() * 1e4
+
+    model.generator = Oracle()
+    opt = torch.optim.SGD(model.discriminator.parameters(), lr=0.5)
+    cfg = ObjectiveConfig()
+    means = []
+    for step in range(5):
+        out = electra_forward(model, ids, mask, types, SPECIAL, cfg,
+                              torch.Generator().manual_seed(step))
+        assert not out.labels.any()
+        assert out.stats["replaced_frac"].item() == 0.0
+        assert out.stats["sampled_original_frac"].item() == 1.0
+        means.append(out.disc_logits[mask.bool()].mean().item())
+        opt.zero_grad()
+        out.disc_loss.backward()
+        opt.step()
+    assert means[-1] < means[0] - 0.5  # pushed toward "original" (negative logits)
+
+
+def test_no_gradient_from_disc_loss_into_generator():
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(tiny_config())
+    ids, mask, types = make_batch([30, 25], 32)
+    out = electra_forward(model, ids, mask, types, SPECIAL, ObjectiveConfig(), None)
+    out.disc_loss.backward()
+    shared = {id(p) for p in model.discriminator.encoder.embeddings.parameters()}
+    for name, p in model.generator.named_parameters():
+        if id(p) in shared:
+            continue  # the shared embeddings learn from both losses, as in the paper
+        assert p.grad is None or not p.grad.any(), name
+    # And the generator's loss never reaches the discriminator's own layers.
+    model.zero_grad(set_to_none=True)
+    out = electra_forward(model, ids, mask, types, SPECIAL, ObjectiveConfig(), None)
+    out.gen_loss.backward()
+    for name, p in model.discriminator.named_parameters():
+        if id(p) in shared:
+            continue
+        assert p.grad is None or not p.grad.any(), name
+
+
+def test_gathered_loss_equals_full_vocabulary_loss():
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(tiny_config())
+    model.eval()
+    ids, mask, types = make_batch([30, 12, 32], 32)
+    m = mask_inputs(ids, mask, SPECIAL, 101, ObjectiveConfig(), torch.Generator().manual_seed(0))
+    gathered = generator_loss(model.generator(m.input_ids, types, mask, m.positions),
+                              m.targets, m.weights)
+    full_logits = model.generator(m.input_ids, types, mask)  # (B, T, V) at every position
+    labels = torch.full_like(ids, -100)
+    for r in range(ids.shape[0]):
+        chosen = m.positions[r][m.weights[r]]
+        labels[r, chosen] = ids[r, chosen]
+    full = F.cross_entropy(full_logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    torch.testing.assert_close(gathered, full)
+
+
+@pytest.mark.parametrize("mask_p, random_p", [(0.85, 0.0), (0.8, 0.1)])
+def test_mask_random_keep_proportions(mask_p, random_p):
+    ids, mask, _ = make_batch([64] * 400, 64, vocab_size=101)
+    cfg = ObjectiveConfig(mask_token_prob=mask_p, random_token_prob=random_p,
+                          max_predictions=10)
+    m = mask_inputs(ids, mask, SPECIAL, 101, cfg, torch.Generator().manual_seed(0))
+    now = torch.gather(m.input_ids, 1, m.positions)[m.weights]
+    orig = m.targets[m.weights]
+    n = orig.numel()
+    frac_mask = (now == SPECIAL.mask).sum().item() / n
+    frac_keep = (now == orig).sum().item() / n
+    assert frac_mask == pytest.approx(mask_p, abs=0.02)
+    # A random token may equal the original (1 in 101), so "keep" absorbs a little of it.
+    assert frac_keep == pytest.approx(1 - mask_p - random_p + random_p / 101, abs=0.02)
+    # Unchosen positions are untouched.
+    untouched = m.input_ids.clone().scatter_(1, m.positions, 0) == ids.clone().scatter_(
+        1, m.positions, 0)
+    assert untouched.all()
+
+
+@pytest.mark.parametrize("method", ["gumbel", "inverse_cdf"])
+def test_samplers_draw_from_softmax(method):
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -30.0]).repeat(200_000, 1)
+    draws = sample(logits, temperature=2.0, method=method, rng=torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=5).double() / len(draws)
+    expected = torch.softmax(logits[0].double() / 2.0, 0)
+    assert torch.allclose(freq, expected, atol=4e-3), (freq, expected)
+    again = sample(logits[:100], 2.0, method, torch.Generator().manual_seed(0))
+    assert torch.equal(again, draws[:100])  # deterministic for a given generator state
+
+
+def test_forward_is_deterministic_for_a_seed():
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(tiny_config(hidden_dropout=0.1, attention_dropout=0.1))
+    ids, mask, types = make_batch([30, 25], 32)
+    outs = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        outs.append(electra_forward(model, ids, mask, types, SPECIAL, ObjectiveConfig(),
+                                    torch.Generator().manual_seed(11)))
+    assert torch.equal(outs[0].loss, outs[1].loss)
+    assert torch.equal(outs[0].corrupted_ids, outs[1].corrupted_ids)
+
+
+def test_statistics_match_their_definitions():
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(tiny_config())
+    ids, mask, types = make_batch([30, 25, 32], 32)
+    out = electra_forward(model, ids, mask, types, SPECIAL, ObjectiveConfig(), None)
+    real = mask.bool()
+    pred = out.disc_logits > 0
+    acc = (pred == out.labels)[real].float().mean()
+    torch.testing.assert_close(out.stats["disc_acc"], acc)
+    torch.testing.assert_close(out.stats["replaced_frac"], out.labels[real].float().mean())
+    assert 0.0 <= out.stats["masked_frac"].item() <= 0.2
