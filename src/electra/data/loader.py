@@ -1,0 +1,156 @@
+"""Reading prepared shards: memory-mapped, seeded shuffled order, resumable, rank-aware.
+
+The order is a permutation of the examples per epoch, drawn from ``(seed, epoch)``. Each
+step consumes one *global* batch from it; a process of a distributed run takes its own
+contiguous slice of that batch, so ranks read disjoint examples and the position in the
+data (epoch, examples consumed) means the same thing at any world size.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from electra.data.prepare import FORMAT_VERSION
+from electra.errors import UserError
+from electra.tokenizer import SpecialTokens
+
+
+class ShardDataset:
+    """One split (``train`` or ``val``) of a prepared folder, memory-mapped."""
+
+    def __init__(self, folder: str | Path, split: str = "train") -> None:
+        self.folder = Path(folder)
+        meta_path = self.folder / "meta.json"
+        if not meta_path.is_file():
+            hint = (" (an interrupted `electra prepare` left it incomplete; run it again)"
+                    if self.folder.name.endswith(".partial") or
+                    self.folder.with_name(self.folder.name + ".partial").exists() else "")
+            raise UserError(f"--data {folder}: no meta.json, so this is not prepared data"
+                            f"{hint}; make it with `electra prepare`")
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise UserError(f"--data {folder}: format version {meta.get('format_version')} "
+                            f"but this electra reads {FORMAT_VERSION}; prepare the data again")
+        if split not in meta["splits"]:
+            raise UserError(f"--data {folder}: no {split!r} split (it has "
+                            f"{', '.join(meta['splits'])}); prepare with --val-fraction or "
+                            f"--val-input for a validation split")
+        self.meta = meta
+        self.split = split
+        self.seq_len: int = meta["seq_len"]
+        self.special = SpecialTokens(**meta["special_tokens"])
+        n = meta["splits"][split]["examples"]
+        d = self.folder / split
+        expected = n * self.seq_len * np.dtype(meta["dtype"]).itemsize
+        if not (d / "ids.bin").is_file() or (d / "ids.bin").stat().st_size != expected:
+            raise UserError(f"--data {folder}: {split}/ids.bin is missing or not "
+                            f"{expected} bytes as meta.json says; prepare the data again")
+        self.ids = np.memmap(d / "ids.bin", dtype=meta["dtype"], mode="r",
+                             shape=(n, self.seq_len))
+        self.segments = np.memmap(d / "segments.bin", dtype=np.uint16, mode="r", shape=(n, 2))
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.meta["vocab_size"])
+
+    def check_tokenizer(self, sha256: str | None, vocab_size: int, what: str = "the model") -> None:
+        """Refuse data made with another tokenizer or vocabulary size than ``what`` uses."""
+        if vocab_size != self.vocab_size:
+            raise UserError(f"--data {self.folder}: prepared with a vocabulary of "
+                            f"{self.vocab_size} tokens but {what} has {vocab_size}; prepare "
+                            f"the data with the model's tokenizer")
+        if sha256 is not None and sha256 != self.meta["tokenizer_sha256"]:
+            raise UserError(f"--data {self.folder}: prepared with another tokenizer than "
+                            f"{what} uses (tokenizer checksums differ); prepare it again with "
+                            f"the model's tokenizer")
+
+    def batch(self, index: np.ndarray) -> dict[str, torch.Tensor]:
+        """Examples ``index`` as tensors: input_ids, attention_mask, token_type_ids (B, T)."""
+        order = np.argsort(index, kind="stable")  # read the memmap in increasing order
+        ids = np.empty((len(index), self.seq_len), dtype=np.int64)
+        ids[order] = self.ids[index[order]]
+        seg = self.segments[index].astype(np.int64)
+        pos = np.arange(self.seq_len)[None, :]
+        return {
+            "input_ids": torch.from_numpy(ids),
+            "attention_mask": torch.from_numpy(pos < seg[:, 1:2]).long(),
+            "token_type_ids": torch.from_numpy(
+                (pos >= seg[:, 0:1]) & (pos < seg[:, 1:2])).long(),
+        }
+
+
+@dataclass
+class LoaderState:
+    epoch: int = 0
+    position: int = 0  # examples of this epoch's order already consumed (globally)
+
+
+class BatchLoader:
+    """Endless iterator of batches in a seeded order that can be saved and restored.
+
+    Args:
+        dataset: the memory-mapped split.
+        batch_size: examples per batch *for this process*.
+        seed: the order's seed.
+        rank, world_size: this process's slice of each global batch.
+        shuffle: False reads in file order (validation).
+    """
+
+    def __init__(self, dataset: ShardDataset, batch_size: int, seed: int = 0, rank: int = 0,
+                 world_size: int = 1, shuffle: bool = True) -> None:
+        if batch_size < 1:
+            raise UserError(f"batch size {batch_size} must be at least 1")
+        global_batch = batch_size * world_size
+        if len(dataset) < global_batch:
+            raise UserError(f"--data {dataset.folder}: {len(dataset)} {dataset.split} examples "
+                            f"are fewer than one global batch of {global_batch}; prepare more "
+                            f"text or use a smaller batch")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.shuffle = shuffle
+        self.state = LoaderState()
+        self._order: np.ndarray | None = None
+        self._order_epoch = -1
+
+    def _epoch_order(self) -> np.ndarray:
+        if self._order_epoch != self.state.epoch:
+            n = len(self.dataset)
+            if self.shuffle:
+                self._order = np.random.default_rng([self.seed, self.state.epoch]).permutation(n)
+            else:
+                self._order = np.arange(n)
+            self._order_epoch = self.state.epoch
+        assert self._order is not None
+        return self._order
+
+    def __iter__(self) -> BatchLoader:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        global_batch = self.batch_size * self.world_size
+        if self.state.position + global_batch > len(self.dataset):  # drop the ragged tail
+            self.state = LoaderState(self.state.epoch + 1, 0)
+        order = self._epoch_order()
+        start = self.state.position + self.rank * self.batch_size
+        index = order[start : start + self.batch_size]
+        self.state.position += global_batch
+        return self.dataset.batch(index)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.state.epoch, "position": self.state.position, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seed = int(state["seed"])
+        self.state = LoaderState(int(state["epoch"]), int(state["position"]))

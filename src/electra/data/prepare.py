@@ -1,0 +1,421 @@
+"""Text -> packed ``[CLS] A [SEP] B [SEP]`` examples -> memory-mapped token shards.
+
+Packing follows the original ELECTRA ``ExampleBuilder`` (build_pretraining_dataset.py):
+sentences of one document accumulate until they reach the target length, then split at a
+sentence boundary into segment A (about half, or all of it 10% of the time) and segment B;
+5% of examples get a random shorter target length. Unlike the original, a sentence longer
+than an example is cut into pieces instead of losing its tail, the last partial example of a
+document is kept, sentences never move from B back into A (so both segments are contiguous
+text), and tokens beyond the length at the split are counted and reported.
+
+On disk (``OUT/``)::
+
+    meta.json            written last: what, from what, how many (format_version 1)
+    tokenizer.json       the tokenizer used, so the shards describe themselves
+    train/ids.bin        (N, seq_len) uint16 or uint32, [PAD]-filled
+    train/segments.bin   (N, 2) uint16: end of segment A (after its [SEP]), total length
+    val/...              the same for the validation split, if any
+
+Work is split into chunks of whole documents whose boundaries depend only on the text, and
+each chunk is packed with its own seeded RNG, so the output is identical for any --workers.
+A run writes into ``OUT.partial/`` and renames it at the end: an interrupted run leaves
+nothing that loads as complete, and an existing ``OUT`` is replaced only then.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import random
+import shutil
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from electra.data.text import Chunk, ReadStats, expand_inputs, read_chunks
+from electra.errors import UserError
+from electra.tokenizer import SpecialTokens, load_tokenizer, tokenizer_checksum
+
+FORMAT_VERSION = 1
+MAX_SEQ_LEN = 512  # the position table of every preset
+
+
+@dataclass
+class PrepareOptions:
+    """What `electra prepare` takes (see its --help)."""
+
+    inputs: list[str]
+    tokenizer: str
+    out: str
+    seq_len: int = 128
+    workers: int = 1
+    seed: int = 12345
+    val_inputs: list[str] | None = None
+    val_fraction: float | None = None
+    overwrite: bool = False
+    text_field: str = "text"
+    chunk_bytes: int = 1 << 20
+    quiet: bool = False
+
+
+@dataclass
+class Packed:
+    """Examples from one chunk, per split."""
+
+    ids: dict[str, np.ndarray]
+    segments: dict[str, np.ndarray]
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+class ExampleBuilder:
+    """The original ELECTRA example builder, working on (offset, length) spans of a flat array."""
+
+    def __init__(self, seq_len: int, rng: random.Random, special: SpecialTokens,
+                 dtype: np.dtype) -> None:
+        self.max_length = seq_len
+        self.target_length = seq_len
+        self.rng = rng
+        self.special = special
+        self.dtype = dtype
+        self.sentences: list[tuple[int, int]] = []  # spans into the chunk's flat ids
+        self.length = 0
+        self.examples: list[tuple[list[tuple[int, int]], list[tuple[int, int]]]] = []
+        self.dropped = 0  # tokens beyond the example length at a split
+
+    def add_sentence(self, start: int, n: int) -> None:
+        self.sentences.append((start, n))
+        self.length += n
+        if self.length >= self.target_length:
+            self.create_example()
+
+    def end_document(self) -> None:
+        if self.length:
+            self.create_example()
+
+    def create_example(self) -> None:
+        rng = self.rng
+        # Small chance of a single segment, as in classification tasks.
+        first_target = 100_000 if rng.random() < 0.1 else (self.target_length - 3) // 2
+        first: list[tuple[int, int]] = []
+        second: list[tuple[int, int]] = []
+        n_first = n_second = 0
+        for start, n in self.sentences:
+            # To A if A is empty, if it stays under its target, or half the time when it would
+            # go over; otherwise to B. Once B has begun, everything goes to B (the original
+            # let a later short sentence jump back into A, out of order).
+            if n_second == 0 and (n_first == 0 or n_first + n < first_target
+                                  or (n_first < first_target and rng.random() < 0.5)):
+                first.append((start, n))
+                n_first += n
+            else:
+                second.append((start, n))
+                n_second += n
+        # Trim to the length, leaving room for [CLS] A [SEP] (B [SEP]).
+        keep_first = min(n_first, self.max_length - 2)
+        keep_second = min(n_second, max(0, self.max_length - keep_first - 3))
+        self.dropped += n_first - keep_first + n_second - keep_second
+        self.examples.append((_cut(first, keep_first), _cut(second, keep_second)))
+        self.sentences = []
+        self.length = 0
+        # Small chance of a random shorter target for the next example.
+        if rng.random() < 0.05:
+            self.target_length = rng.randint(5, self.max_length)
+        else:
+            self.target_length = self.max_length
+
+    def to_arrays(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(N, seq_len) token ids and (N, 2) [end of A, total length] for the examples."""
+        s = self.special
+        ids = np.full((len(self.examples), self.max_length), s.pad, dtype=self.dtype)
+        seg = np.zeros((len(self.examples), 2), dtype=np.uint16)
+        for i, (first, second) in enumerate(self.examples):
+            row = ids[i]
+            row[0] = s.cls
+            pos = 1
+            for start, n in first:
+                row[pos : pos + n] = flat[start : start + n]
+                pos += n
+            row[pos] = s.sep
+            pos += 1
+            seg[i, 0] = pos
+            if second:
+                for start, n in second:
+                    row[pos : pos + n] = flat[start : start + n]
+                    pos += n
+                row[pos] = s.sep
+                pos += 1
+            seg[i, 1] = pos
+        return ids, seg
+
+
+def _cut(spans: list[tuple[int, int]], keep: int) -> list[tuple[int, int]]:
+    out = []
+    for start, n in spans:
+        if keep <= 0:
+            break
+        out.append((start, min(n, keep)))
+        keep -= n
+    return out
+
+
+# --- the worker side -------------------------------------------------------------------
+
+_TOKENIZER: Any = None
+_SETTINGS: dict[str, Any] = {}
+
+
+def _init_worker(tokenizer_json: str, settings: dict[str, Any]) -> None:
+    global _TOKENIZER, _SETTINGS
+    from tokenizers import Tokenizer
+
+    _TOKENIZER = Tokenizer.from_str(tokenizer_json)
+    _SETTINGS = settings
+
+
+def pack_chunk(chunk: Chunk) -> Packed:
+    """Encode one chunk's lines and pack them into examples (train/val by document)."""
+    st = _SETTINGS
+    seq_len: int = st["seq_len"]
+    special: SpecialTokens = st["special"]
+    dtype = np.dtype(st["dtype"])
+    lines = chunk.lines
+    text = [line for line in lines if line]
+    encs = _TOKENIZER.encode_batch(text, add_special_tokens=False) if text else []
+    ids_per_line = [e.ids for e in encs]
+    lens = [len(x) for x in ids_per_line]
+    flat = np.fromiter(chain.from_iterable(ids_per_line), dtype=dtype, count=sum(lens))
+
+    rng = random.Random(f"{st['seed']}/{st['split_name']}/{chunk.index}")
+    val_rng = random.Random(f"{st['seed']}/val/{chunk.index}")
+    val_fraction: float = st["val_fraction"] or 0.0
+    builders = {name: ExampleBuilder(seq_len, rng, special, dtype)
+                for name in ("train", "val")}
+    piece = seq_len - 2
+    split = st["split_name"]
+    if val_fraction:
+        split = "val" if val_rng.random() < val_fraction else "train"
+    builder = builders[split]
+    offset = 0
+    k = 0
+    long_lines = empty_lines = 0
+    for line in lines:
+        if not line:  # end of document
+            builder.end_document()
+            if val_fraction:
+                split = "val" if val_rng.random() < val_fraction else "train"
+            builder = builders[split]
+            continue
+        n = lens[k]
+        k += 1
+        if n == 0:
+            empty_lines += 1  # only characters the tokenizer drops
+        elif n > piece:  # a sentence longer than an example: cut into pieces, keep all
+            long_lines += 1
+            for start in range(offset, offset + n, piece):
+                builder.add_sentence(start, min(piece, offset + n - start))
+        else:
+            builder.add_sentence(offset, n)
+        offset += n
+    for b in builders.values():
+        b.end_document()
+    out = Packed(ids={}, segments={})
+    for name, b in builders.items():
+        out.ids[name], out.segments[name] = b.to_arrays(flat)
+    out.counts = {"tokens_in": int(flat.size), "tokens_dropped": sum(
+        b.dropped for b in builders.values()), "long_lines_cut": long_lines,
+        "lines": len(text), "lines_without_tokens": empty_lines}
+    return out
+
+
+# --- the driver ------------------------------------------------------------------------
+
+class _Writer:
+    """Appends one split's arrays to its files and counts what it wrote."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.ids = open(folder / "ids.bin", "wb")  # noqa: SIM115
+        self.segments = open(folder / "segments.bin", "wb")  # noqa: SIM115
+        self.examples = 0
+        self.tokens = 0
+
+    def write(self, ids: np.ndarray, seg: np.ndarray) -> None:
+        if len(ids):
+            self.ids.write(ids.tobytes())
+            self.segments.write(seg.tobytes())
+            self.examples += len(ids)
+            self.tokens += int(seg[:, 1].sum(dtype=np.int64))
+
+    def close(self) -> None:
+        for f in (self.ids, self.segments):
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+
+
+def _check_options(opt: PrepareOptions) -> None:
+    if not 8 <= opt.seq_len <= MAX_SEQ_LEN:
+        raise UserError(f"--seq-len {opt.seq_len} is out of range; use 8 to {MAX_SEQ_LEN} "
+                        f"(the models have {MAX_SEQ_LEN} positions; ELECTRA uses 128 or 512)")
+    if opt.workers < 1:
+        raise UserError(f"--workers {opt.workers} must be at least 1")
+    if opt.val_fraction is not None and not 0.0 < opt.val_fraction < 1.0:
+        raise UserError(f"--val-fraction {opt.val_fraction} must be between 0 and 1 "
+                        f"(for example 0.01)")
+    out = Path(opt.out)
+    if out.exists() and not opt.overwrite and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"--out {out} already holds data; pass --overwrite to replace it or "
+                        f"choose another folder")
+
+
+def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json: str,
+               settings: dict[str, Any], tmp: Path, writers: dict[str, _Writer],
+               stats: ReadStats, totals: dict[str, int]) -> None:
+    settings = {**settings, "split_name": split_name,
+                "val_fraction": opt.val_fraction if split_name == "train" else None}
+    chunks = read_chunks(files, opt.text_field, opt.chunk_bytes, stats)
+
+    def consume(p: Packed) -> None:
+        for name in ("train", "val"):
+            if len(p.ids[name]):
+                target = split_name if split_name == "val" else name
+                if target not in writers:
+                    writers[target] = _Writer(tmp / target)
+                writers[target].write(p.ids[name], p.segments[name])
+        for key, value in p.counts.items():
+            totals[key] = totals.get(key, 0) + value
+
+    if opt.workers == 1:
+        _init_worker(tok_json, settings)
+        for chunk in chunks:
+            consume(pack_chunk(chunk))
+        return
+    # Spawned workers, one tokenizer thread each; at most 2 chunks in flight per worker so
+    # memory stays bounded however large the corpus.
+    ctx = mp.get_context("spawn")
+    env_before = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        with ctx.Pool(opt.workers, initializer=_init_worker,
+                      initargs=(tok_json, settings)) as pool:
+            pending: deque[Any] = deque()
+            for chunk in chunks:
+                pending.append(pool.apply_async(pack_chunk, (chunk,)))
+                if len(pending) >= 2 * opt.workers:
+                    consume(pending.popleft().get())
+            while pending:
+                consume(pending.popleft().get())
+    finally:
+        if env_before is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = env_before
+
+
+def prepare(opt: PrepareOptions) -> dict[str, Any]:
+    """Run the whole preparation; returns the ``meta.json`` contents."""
+    _check_options(opt)
+    files = expand_inputs(opt.inputs)
+    val_files = expand_inputs(opt.val_inputs, "--val-input") if opt.val_inputs else []
+    tok = load_tokenizer(opt.tokenizer)
+    special = SpecialTokens.from_vocab(tok.get_vocab())
+    vocab_size = tok.get_vocab_size()
+    dtype = token_dtype(vocab_size)
+    out = Path(opt.out)
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    tok_json = tok.to_str()
+    settings = {"seq_len": opt.seq_len, "special": special, "dtype": dtype.str,
+                "seed": opt.seed}
+    t0 = time.perf_counter()
+    stats = ReadStats()
+    writers: dict[str, _Writer] = {}
+    totals: dict[str, int] = {}
+    try:
+        _run_split(files, "train", opt, tok_json, settings, tmp, writers, stats, totals)
+        if val_files:
+            _run_split(val_files, "val", opt, tok_json, settings, tmp, writers, stats, totals)
+    finally:
+        for w in writers.values():
+            w.close()
+    seconds = time.perf_counter() - t0
+    if "train" not in writers:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(f"--input {' '.join(opt.inputs)}: no text found (the files are empty "
+                        f"or hold only blank lines)")
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "seq_len": opt.seq_len,
+        "dtype": dtype.name,
+        "vocab_size": vocab_size,
+        "tokenizer_sha256": tokenizer_checksum(tok),
+        "special_tokens": special.to_dict(),
+        "seed": opt.seed,
+        "splits": {name: {"examples": w.examples, "tokens": w.tokens}
+                   for name, w in sorted(writers.items())},
+        "inputs": stats.files,
+        "documents": stats.docs,
+        "bytes": stats.bytes,
+        "bad_bytes_replaced": stats.bad_bytes,
+        "val_fraction": opt.val_fraction,
+        **totals,
+        "seconds": round(seconds, 2),
+    }
+    tok.save(str(tmp / "tokenizer.json"))
+    _write_json_atomic(tmp / "meta.json", meta)
+    # Only now replace what was there: the old output survives any failure before this.
+    if out.exists():
+        old = out.with_name(out.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(out)
+    if not opt.quiet:
+        _report(meta, out)
+    return meta
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    part = path.with_name(path.name + ".tmp")
+    with open(part, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    part.rename(path)
+
+
+def _report(meta: dict[str, Any], out: Path) -> None:
+    mb = meta["bytes"] / 1e6
+    s = max(meta["seconds"], 1e-9)
+    parts = [f"{name}: {v['examples']:,} examples, {v['tokens']:,} tokens"
+             for name, v in meta["splits"].items()]
+    print(f"wrote {out}: {'; '.join(parts)} ({mb:.1f} MB in {s:.1f}s, {mb / s:.2f} MB/s, "
+          f"{meta['tokens_in'] / s:,.0f} tokens/s)")
+    notes = []
+    if meta["bad_bytes_replaced"]:
+        notes.append(f"{meta['bad_bytes_replaced']:,} bytes that are not UTF-8 were replaced "
+                     f"by U+FFFD")
+    if meta["long_lines_cut"]:
+        notes.append(f"{meta['long_lines_cut']:,} lines longer than an example were cut into "
+                     f"pieces")
+    if meta["tokens_dropped"]:
+        pct = 100 * meta["tokens_dropped"] / max(1, meta["tokens_in"])
+        notes.append(f"{meta['tokens_dropped']:,} tokens ({pct:.1f}%) fell beyond the length "
+                     f"where examples split, as in the original packing")
+    for n in notes:
+        print(f"note: {n}", file=sys.stderr)

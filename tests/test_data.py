@@ -1,0 +1,277 @@
+"""Tokenizer training, packing into shards, and the loader, on a corpus the tests write."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from electra.cli import main
+from electra.data import prepare as prep
+from electra.data.loader import BatchLoader, ShardDataset
+from electra.data.prepare import PrepareOptions, prepare
+from electra.errors import UserError
+from electra.tokenizer import load_tokenizer, tokenizer_checksum, train_tokenizer
+
+LETTERS = "abcdefghij"
+
+
+def write_corpus(path: Path, n_docs: int = 40, seed: int = 0) -> list[list[str]]:
+    """Documents whose words use one letter each (doc k: letter k % 10), BERT format."""
+    rng = random.Random(seed)
+    docs = []
+    for k in range(n_docs):
+        c = LETTERS[k % len(LETTERS)]
+        lines = [" ".join(c * rng.randint(1, 6) for _ in range(rng.randint(3, 30)))
+                 for _ in range(rng.randint(1, 12))]
+        docs.append(lines)
+    path.write_text("\n\n".join("\n".join(d) for d in docs) + "\n", encoding="utf-8")
+    return docs
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("corpus")
+    text = root / "corpus.txt"
+    write_corpus(text)
+    tok_dir = root / "tok"
+    train_tokenizer([str(text)], vocab_size=120, out=tok_dir)
+    return text, tok_dir
+
+
+def run_prepare(corpus, out: Path, **kw) -> dict:
+    text, tok = corpus
+    opts = dict(inputs=[str(text)], tokenizer=str(tok), out=str(out), seq_len=32,
+                chunk_bytes=2000, quiet=True)
+    return prepare(PrepareOptions(**{**opts, **kw}))
+
+
+def test_tokenizer_has_special_tokens_first_and_round_trips(corpus):
+    _, tok_dir = corpus
+    tok = load_tokenizer(tok_dir)
+    vocab = tok.get_vocab()
+    assert [vocab[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")] == [0, 1, 2, 3, 4]
+    text = "aaa bb ccccc dd"
+    assert tok.decode(tok.encode(text).ids) == text
+    assert tok.encode("AAA").ids == tok.encode("aaa").ids  # lowercased
+    # vocab.txt alone loads to the same tokenization.
+    assert load_tokenizer(tok_dir / "vocab.txt").encode(text).ids == tok.encode(text).ids
+
+
+def test_examples_have_cls_a_sep_b_sep_structure(corpus, tmp_path):
+    meta = run_prepare(corpus, tmp_path / "out")
+    ds = ShardDataset(tmp_path / "out")
+    assert len(ds) == meta["splits"]["train"]["examples"] > 20
+    b = ds.batch(np.arange(len(ds)))
+    ids, types, mask = b["input_ids"], b["token_type_ids"], b["attention_mask"]
+    two_segments = 0
+    for i in range(len(ds)):
+        n = int(mask[i].sum())
+        row = ids[i, :n].tolist()
+        assert row[0] == 2 and row[-1] == 3  # [CLS] ... [SEP]
+        assert (ids[i, n:] == 0).all()  # [PAD] after
+        seps = [j for j, t in enumerate(row) if t == 3]
+        assert len(seps) in (1, 2)
+        assert 2 not in row[1:] and 4 not in row  # no stray [CLS] / [MASK]
+        end_a = seps[0] + 1
+        assert (types[i, :end_a] == 0).all() and (types[i, n:] == 0).all()
+        assert (types[i, end_a:n] == 1).all()
+        if len(seps) == 2:
+            two_segments += 1
+            assert seps[1] == n - 1 and end_a < n - 1
+        else:
+            assert end_a == n
+    assert 0 < two_segments < len(ds)  # both kinds occur (about 10% single-segment)
+
+
+def test_no_example_mixes_documents_and_tokens_keep_their_order(corpus, tmp_path):
+    run_prepare(corpus, tmp_path / "out")
+    tok = load_tokenizer(corpus[1])
+    id_to_letters = {i: set(t.replace("#", "")) for t, i in tok.get_vocab().items()
+                     if not t.startswith("[")}
+    ds = ShardDataset(tmp_path / "out")
+    for i in range(len(ds)):
+        n = int(ds.segments[i, 1])
+        letters = set().union(*(id_to_letters[int(t)] for t in ds.ids[i, :n]
+                                if int(t) > 4))
+        assert len(letters) == 1, letters
+
+
+def test_workers_do_not_change_the_output(corpus, tmp_path):
+    m1 = run_prepare(corpus, tmp_path / "w1", workers=1, val_fraction=0.2)
+    m2 = run_prepare(corpus, tmp_path / "w2", workers=2, val_fraction=0.2)
+    assert m1["splits"] == m2["splits"]
+    for split in ("train", "val"):
+        for name in ("ids.bin", "segments.bin"):
+            a = (tmp_path / "w1" / split / name).read_bytes()
+            assert a == (tmp_path / "w2" / split / name).read_bytes()
+    m3 = run_prepare(corpus, tmp_path / "s2", seed=99, val_fraction=0.2)
+    assert (tmp_path / "s2/train/ids.bin").read_bytes() != (
+        tmp_path / "w1/train/ids.bin").read_bytes()
+    assert m3["format_version"] == 1
+
+
+def test_jsonl_and_gzip_inputs_pack_like_plain_text(corpus, tmp_path):
+    text, _ = corpus
+    docs = [d.split("\n") for d in text.read_text().strip().split("\n\n")]
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": "\n".join(d)}) + "\n" for d in docs))
+    gz = tmp_path / "c.txt.gz"
+    gz.write_bytes(gzip.compress(text.read_bytes()))
+    run_prepare(corpus, tmp_path / "plain")
+    for src, name in ((jsonl, "j"), (gz, "g")):
+        run_prepare(corpus, tmp_path / name, inputs=[str(src)])
+        assert (tmp_path / name / "train/ids.bin").read_bytes() == (
+            tmp_path / "plain/train/ids.bin").read_bytes()
+
+
+def test_long_line_is_cut_into_pieces_not_lost(corpus, tmp_path):
+    long = tmp_path / "long.txt"
+    long.write_text(" ".join(["aaa"] * 500) + "\n")
+    meta = run_prepare(corpus, tmp_path / "out", inputs=[str(long)])
+    assert meta["long_lines_cut"] == 1
+    ds = ShardDataset(tmp_path / "out")
+    n_kept = int(ds.segments[:, 1].sum()) - 2 * len(ds) - int(
+        (ds.segments[:, 1] > ds.segments[:, 0]).sum())
+    assert n_kept + meta["tokens_dropped"] == meta["tokens_in"]
+
+
+def test_loader_resumes_mid_epoch_at_the_same_example(corpus, tmp_path):
+    run_prepare(corpus, tmp_path / "out")
+    ds = ShardDataset(tmp_path / "out")
+    a = BatchLoader(ds, batch_size=4, seed=3)
+    n_steps = len(ds) // 4 + 5  # runs into the second epoch
+    first = [next(a)["input_ids"] for _ in range(7)]
+    state = a.state_dict()
+    rest = [next(a)["input_ids"] for _ in range(n_steps)]
+    b = BatchLoader(ds, batch_size=4, seed=0)
+    b.load_state_dict(json.loads(json.dumps(state)))
+    for x in rest:
+        assert np.array_equal(next(b)["input_ids"], x)
+    assert not np.array_equal(first[0], rest[0])
+
+
+def test_ranks_read_disjoint_slices_of_the_global_batch(corpus, tmp_path):
+    run_prepare(corpus, tmp_path / "out")
+    ds = ShardDataset(tmp_path / "out")
+    one = BatchLoader(ds, batch_size=6, seed=1)
+    ranks = [BatchLoader(ds, batch_size=3, seed=1, rank=r, world_size=2) for r in range(2)]
+    for _ in range(4):
+        whole = next(one)["input_ids"]
+        parts = [next(r)["input_ids"] for r in ranks]
+        assert np.array_equal(np.concatenate(parts), whole)
+
+
+def test_changed_tokenizer_is_detected(corpus, tmp_path):
+    text, tok_dir = corpus
+    run_prepare(corpus, tmp_path / "out")
+    ds = ShardDataset(tmp_path / "out")
+    same = load_tokenizer(tok_dir)
+    ds.check_tokenizer(tokenizer_checksum(same), same.get_vocab_size())
+    other = train_tokenizer([str(text)], vocab_size=100, out=tmp_path / "tok2", lowercase=False)
+    with pytest.raises(UserError, match="vocabulary of"):
+        ds.check_tokenizer(tokenizer_checksum(same), same.get_vocab_size() + 7)
+    with pytest.raises(UserError, match="another tokenizer"):
+        ds.check_tokenizer(tokenizer_checksum(other), same.get_vocab_size())
+
+
+def test_interrupted_run_leaves_nothing_loadable_and_keeps_old_output(corpus, tmp_path,
+                                                                      monkeypatch):
+    out = tmp_path / "out"
+    run_prepare(corpus, out)
+    before = (out / "train/ids.bin").read_bytes()
+    calls = {"n": 0}
+    real = prep._Writer.write
+
+    def dying(self, ids, seg):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        real(self, ids, seg)
+
+    monkeypatch.setattr(prep._Writer, "write", dying)
+    with pytest.raises(KeyboardInterrupt):
+        run_prepare(corpus, out, overwrite=True, seed=5)
+    assert (out / "train/ids.bin").read_bytes() == before  # the old output is intact
+    with pytest.raises(UserError, match="interrupted"):
+        ShardDataset(tmp_path / "out.partial")
+
+
+def cli(*args: str) -> int:
+    return main(list(args))
+
+
+def test_bad_input_gives_one_line_and_exit_2(corpus, tmp_path, capsys):
+    text, tok = corpus
+    base = ["prepare", "--tokenizer", str(tok), "--out", str(tmp_path / "o")]
+    cases = [
+        (["--input", str(tmp_path / "missing.txt")], "no such file"),
+        (["--input", str(tmp_path / "*.nothing")], "matches no file"),
+        (["--input", str(text), "--seq-len", "4"], "--seq-len 4"),
+        (["--input", str(text), "--seq-len", "4096"], "--seq-len 4096"),
+    ]
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    cases.append((["--input", str(empty)], "no text found"))
+    for extra, words in cases:
+        assert cli(*base, *extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and words in err, err
+    # A vocabulary without [MASK].
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\na\n")
+    assert cli("prepare", "--input", str(text), "--tokenizer", str(vocab), "--out",
+               str(tmp_path / "o")) == 2
+    assert "[MASK]" in capsys.readouterr().err
+    # An output folder with other data is refused, then replaced with --overwrite.
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "keep.txt").write_text("mine")
+    assert cli("prepare", "--input", str(text), "--tokenizer", str(tok), "--out",
+               str(tmp_path / "busy")) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert (tmp_path / "busy" / "keep.txt").read_text() == "mine"
+
+
+def test_bytes_that_are_not_utf8_are_replaced_and_counted(corpus, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"aaa bbb \xff\xfe ccc\n\nddd \xc3 eee\n")
+    meta = run_prepare(corpus, tmp_path / "out", inputs=[str(bad)])
+    assert meta["bad_bytes_replaced"] == 3
+    assert meta["splits"]["train"]["examples"] == 2
+
+
+def test_tokenizer_cli_trains_and_refuses_existing_folder(corpus, tmp_path, capsys):
+    text, _ = corpus
+    out = tmp_path / "tok"
+    assert cli("tokenizer", "train", "--input", str(text), "--vocab-size", "90",
+               "--out", str(out), "--cased") == 0
+    assert (out / "vocab.txt").is_file() and (out / "tokenizer.json").is_file()
+    assert cli("tokenizer", "train", "--input", str(text), "--out", str(out)) == 2
+    assert "--overwrite" in capsys.readouterr().err
+
+
+def test_real_corpus_with_bert_vocab_round_trips(tmp_path):
+    from conftest import shared_data
+
+    text = shared_data("corpus/heldout/news.txt")
+    vocab = shared_data("vocab/bert-base-uncased-vocab.txt")
+    meta = prepare(PrepareOptions(inputs=[str(text)], tokenizer=str(vocab), out=str(
+        tmp_path / "out"), seq_len=128, quiet=True))
+    assert meta["special_tokens"] == {"pad": 0, "unk": 100, "cls": 101, "sep": 102,
+                                      "mask": 103}
+    ds = ShardDataset(tmp_path / "out")
+    tok = load_tokenizer(vocab)
+    lines = [x for x in text.read_text(encoding="utf-8").split("\n") if x.strip()]
+    stream = "," + ",".join(str(t) for e in tok.encode_batch(lines, add_special_tokens=False)
+                             for t in e.ids) + ","
+    for i in range(0, len(ds), max(1, len(ds) // 25)):
+        end_a, n = int(ds.segments[i, 0]), int(ds.segments[i, 1])
+        # Each segment is a contiguous run of the corpus's tokens, in order.
+        for lo, hi in ((1, end_a - 1), (end_a, n - 1)):
+            if hi > lo:
+                run = "," + ",".join(str(int(t)) for t in ds.ids[i, lo:hi]) + ","
+                assert run in stream
