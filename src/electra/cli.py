@@ -37,6 +37,46 @@ def _cmd_prepare(args: argparse.Namespace) -> None:
     ))
 
 
+def _cmd_pretrain(args: argparse.Namespace) -> None:
+    from electra.config import load_run_config
+    from electra.pretrain import PretrainOptions, pretrain
+
+    if args.preset is None and args.config is None and not args.resume:
+        raise UserError("give --preset NAME (tiny, small, base, large) or --config FILE.toml")
+    config = _resumed_config(args) if args.preset is None and args.config is None else (
+        load_run_config(args.preset, args.config, args.set))
+    pretrain(PretrainOptions(data=args.data, out=args.out, config=config, resume=args.resume,
+                             overwrite=args.overwrite, progress=not args.quiet,
+                             device=args.device))
+
+
+def _resumed_config(args: argparse.Namespace):
+    """`--resume` alone: the run's own config, with --set applied."""
+    import json
+    from pathlib import Path
+
+    from electra.config import RunConfig, apply_overrides
+
+    path = Path(args.out) / "config.json"
+    if not path.is_file():
+        raise UserError(f"--resume: {path} not found; give --preset or --config to start a run")
+    saved = json.loads(path.read_text())
+    return RunConfig.from_dict(apply_overrides(
+        {k: saved[k] for k in ("model", "objective", "train")}, args.set))
+
+
+def _cmd_plot(args: argparse.Namespace) -> None:
+    from electra.plot import plot_run
+
+    print(f"wrote {plot_run(args.run, args.out)}")
+
+
+def _cmd_demo(args: argparse.Namespace) -> None:
+    from electra.demo import run_demo
+
+    run_demo(args.out, steps=args.steps, overwrite=True, progress=not args.quiet)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="electra", description="ELECTRA pretraining (replaced-token detection) "
                 "and fine-tuning. Run `electra demo` for a short pretraining demo.")
@@ -78,6 +118,40 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--text-field", default="text", help="JSONL field holding the text")
     pr.add_argument("--overwrite", action="store_true", help="replace an existing output")
     pr.set_defaults(handler=_cmd_prepare)
+
+    pt = sub.add_parser("pretrain", help="pretrain generator + discriminator (ELECTRA)",
+                        description="Pretrain an ELECTRA generator and discriminator on "
+                        "prepared shards. Config: --preset or --config FILE.toml, then "
+                        "--set section.key=value (sections: model, objective, train).")
+    src = pt.add_mutually_exclusive_group()
+    src.add_argument("--preset", choices=["tiny", "small", "base", "large"],
+                     help="the paper's model size and pretraining hyperparameters")
+    src.add_argument("--config", metavar="FILE.toml", help="[model] [objective] [train] "
+                     "tables; `preset = \"small\"` at the top starts from a preset")
+    pt.add_argument("--data", required=True, help="a folder written by `electra prepare`")
+    pt.add_argument("--out", required=True, help="the run folder")
+    pt.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a setting, e.g. --set train.lr=1e-3 --set "
+                    "train.max_steps=5000 (repeatable)")
+    mode = pt.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true",
+                      help="continue from the run's latest checkpoint (a new run if none)")
+    mode.add_argument("--overwrite", action="store_true", help="delete the run and start again")
+    pt.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:1")
+    pt.add_argument("--quiet", action="store_true", help="no progress bar")
+    pt.set_defaults(handler=_cmd_pretrain)
+
+    pl = sub.add_parser("plot", help="plot a run's losses, accuracies and replaced fraction")
+    pl.add_argument("run", help="a pretraining run folder")
+    pl.add_argument("--out", help="PNG path (default: RUN/curves.png)")
+    pl.set_defaults(handler=_cmd_plot)
+
+    de = sub.add_parser("demo", help="a short pretraining demo on text that ships with Python")
+    de.add_argument("--out", default="runs/demo", help="where to write (default: runs/demo)")
+    de.add_argument("--steps", type=int, default=None, help="pretraining steps (default: "
+                    "the demo's own, about 3 minutes on 2 CPU cores)")
+    de.add_argument("--quiet", action="store_true", help="no progress bar")
+    de.set_defaults(handler=_cmd_demo)
     return p
 
 

@@ -172,3 +172,186 @@ class ObjectiveConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+PRECISIONS = ("bf16", "fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The pretraining loop: optimisation, precision, logging and checkpoints."""
+
+    lr: float = 5e-4
+    """Peak learning rate (ELECTRA-Small 5e-4, Base 2e-4, Large 2e-4)."""
+    batch_size: int = 128
+    """Examples per optimizer step, over all processes and accumulation steps."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step; must divide batch_size."""
+    warmup_steps: int = 10_000
+    """Linear warmup from 0 to lr, then linear decay to 0 at max_steps."""
+    max_steps: int = 1_000_000
+    """Optimizer steps in the whole run."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (none on LayerNorm weights and biases)."""
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-6
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 turns clipping off)."""
+    precision: str = "bf16"
+    """bf16 | fp16 | fp32 autocast; weights and optimizer stay fp32; sampling always fp32."""
+    seed: int = 0
+    """Seeds initialisation, data order, masking, sampling and dropout."""
+    log_every: int = 10
+    """Steps between lines in metrics.jsonl / TensorBoard."""
+    eval_every: int = 500
+    """Steps between validations on the held-out split (0: only at the end)."""
+    eval_batches: int = 20
+    """Batches per validation."""
+    save_every: int = 1000
+    """Steps between checkpoints (one is always written at the end)."""
+    keep_checkpoints: int = 3
+    """How many recent checkpoints to keep."""
+    max_nonfinite_skips: int = 0
+    """Batches with a non-finite loss to skip before stopping (0: stop at the first)."""
+    threads: int = 0
+    """CPU threads for torch (0: all cores)."""
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "grad_accum", "max_steps", "log_every", "eval_batches",
+                     "save_every", "keep_checkpoints"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and value >= 1,
+                   f"train.{name} must be a positive integer, got {value!r}")
+        _check(self.batch_size % self.grad_accum == 0,
+               f"train.batch_size={self.batch_size} is not divisible by "
+               f"train.grad_accum={self.grad_accum}; choose an accumulation that divides it")
+        _check(self.lr > 0, f"train.lr must be > 0, got {self.lr!r}")
+        _check(self.warmup_steps >= 0 and self.eval_every >= 0 and self.threads >= 0
+               and self.max_nonfinite_skips >= 0 and self.weight_decay >= 0
+               and self.grad_clip >= 0,
+               "train.warmup_steps, eval_every, threads, max_nonfinite_skips, weight_decay "
+               "and grad_clip must be >= 0")
+        _check(self.precision in PRECISIONS,
+               f"train.precision must be one of {', '.join(PRECISIONS)}, got "
+               f"{self.precision!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+TRAIN_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": {"lr": 1e-3, "batch_size": 32, "warmup_steps": 100, "max_steps": 2000},
+    # The paper's Table 6 (ELECTRA-Small uses seq 128, Base 512).
+    "small": {"lr": 5e-4, "batch_size": 128, "warmup_steps": 10_000, "max_steps": 1_000_000},
+    "base": {"lr": 2e-4, "batch_size": 256, "warmup_steps": 10_000, "max_steps": 766_000},
+    "large": {"lr": 2e-4, "batch_size": 2048, "warmup_steps": 10_000, "max_steps": 400_000},
+}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a pretraining run is: model, objective and loop."""
+
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    objective: ObjectiveConfig = dataclasses.field(default_factory=ObjectiveConfig)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model.to_dict(), "objective": self.objective.to_dict(),
+                "train": self.train.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
+        sections = {"model": ModelConfig, "objective": ObjectiveConfig, "train": TrainConfig}
+        unknown = sorted(set(d) - set(sections) - {"preset"})
+        if unknown:
+            raise UserError(f"unknown config section(s) {', '.join(map(repr, unknown))}; "
+                            f"valid sections: {', '.join(sections)} (and a top-level preset)")
+        preset = d.get("preset")
+        base = run_preset(preset) if preset else cls()
+        built = {}
+        for name, klass in sections.items():
+            values = {**getattr(base, name).to_dict(), **d.get(name, {})}
+            built[name] = config_from_dict(klass, values, f"[{name}]")
+        return cls(**built)
+
+
+def run_preset(name: str) -> RunConfig:
+    """A named preset: the paper's model size with its pretraining hyperparameters."""
+    model = model_preset(name)
+    return RunConfig(model=model, train=TrainConfig(**TRAIN_PRESETS[name]))
+
+
+def _parse_value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def apply_overrides(d: dict[str, Any], sets: list[str]) -> dict[str, Any]:
+    """Apply ``--set section.key=value`` (or ``key=value`` when the key is unambiguous)."""
+    sections = {"model": ModelConfig, "objective": ObjectiveConfig, "train": TrainConfig}
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in d.items()}
+    for item in sets:
+        if "=" not in item:
+            raise UserError(f"--set {item!r}: expected key=value, e.g. --set train.lr=1e-3")
+        key, value = item.split("=", 1)
+        key = key.strip()
+        if "." in key:
+            section, name = key.split(".", 1)
+        else:
+            owners = [s for s, k in sections.items() if name_in(k, key)]
+            if len(owners) != 1:
+                why = "several sections have" if owners else "no section has"
+                raise UserError(f"--set {key}: {why} that key; write it as section.key "
+                                f"(sections: {', '.join(sections)})")
+            section, name = owners[0], key
+        if section not in sections:
+            raise UserError(f"--set {key}: unknown section {section!r}; valid sections: "
+                            f"{', '.join(sections)}")
+        if not name_in(sections[section], name):
+            valid = ", ".join(f.name for f in fields(sections[section]))
+            raise UserError(f"--set {key}: unknown key {name!r} in [{section}]; valid keys: "
+                            f"{valid}")
+        out.setdefault(section, {})[name] = _parse_value(value.strip())
+    return out
+
+
+def name_in(klass: type, name: str) -> bool:
+    return any(f.name == name for f in fields(klass))
+
+
+def load_run_config(preset: str | None = None, config_file: str | None = None,
+                    sets: list[str] | None = None) -> RunConfig:
+    """Resolve ``--preset`` or ``--config FILE.toml``, then ``--set`` overrides."""
+    d: dict[str, Any] = {}
+    if preset and config_file:
+        raise UserError("give either --preset or --config, not both")
+    if preset:
+        if preset not in MODEL_PRESETS:
+            raise UserError(f"--preset {preset}: unknown; valid presets: "
+                            f"{', '.join(MODEL_PRESETS)}")
+        d["preset"] = preset
+    if config_file:
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib  # type: ignore[no-redef]
+        try:
+            with open(config_file, "rb") as f:
+                d = tomllib.load(f)
+        except FileNotFoundError:
+            raise UserError(f"--config {config_file}: no such file") from None
+        except tomllib.TOMLDecodeError as err:
+            raise UserError(f"--config {config_file}: not valid TOML ({err})") from None
+    try:
+        return RunConfig.from_dict(apply_overrides(d, sets or []))
+    except TypeError as err:  # a value of the wrong type reaching a dataclass
+        raise UserError(f"bad config value: {err}") from None

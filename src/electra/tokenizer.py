@@ -153,7 +153,8 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
     _bert_pipeline(tok, lowercase)
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                         special_tokens=list(SPECIAL_TOKENS),
-                                        continuing_subword_prefix="##")
+                                        continuing_subword_prefix="##",
+                                        show_progress=False)
 
     def lines() -> Iterator[list[str]]:
         for chunk in read_chunks(files):

@@ -1,0 +1,135 @@
+"""Checkpoints that describe themselves, are written atomically and verified when read.
+
+A checkpoint is a folder ``RUN/checkpoints/step-0000100/``::
+
+    model.safetensors   weights (shared tensors stored once)
+    state.pt            optimizer, scheduler, RNG and data-position state
+                        (plain tensors and containers: loads with weights_only=True)
+    config.json         the resolved run config, step, tokens, tokenizer checksum
+    manifest.json       written last: size and sha256 of each file above
+
+It is written into ``step-0000100.partial/`` and renamed when complete, so a crash or a full
+disk never leaves a half checkpoint that looks whole, and older checkpoints are pruned only
+after the new one is complete. Loading checks the manifest first and refuses a truncated or
+corrupted checkpoint before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+from electra.errors import UserError
+
+FILES = ("model.safetensors", "state.pt", "config.json")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync_write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"step-{step:07d}"
+
+
+def save_checkpoint(root: Path, step: int, model: nn.Module, state: dict[str, Any],
+                    config: dict[str, Any], keep: int) -> Path:
+    """Write checkpoint ``step`` under ``root`` atomically, then keep only the last ``keep``.
+
+    Raises:
+        UserError: when writing fails (a full disk, say); the previous checkpoints stay.
+    """
+    final = step_dir(root, step)
+    tmp = final.with_name(final.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        save_model(model, str(tmp / "model.safetensors"))
+        torch.save(state, tmp / "state.pt")
+        _fsync_write(tmp / "config.json", json.dumps(config, indent=2).encode())
+        manifest = {name: {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
+                    for name in FILES}
+        _fsync_write(tmp / "manifest.json", json.dumps(manifest, indent=2).encode())
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        prev = latest_checkpoint(root)
+        kept = f"; {prev.name} is intact" if prev else ""
+        raise UserError(f"could not write checkpoint {final} ({err.strerror or err}){kept}; "
+                        f"free disk space and rerun with --resume") from None
+    for old in list_checkpoints(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(root: Path) -> list[Path]:
+    """Complete checkpoint folders (a manifest present), oldest first."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")
+             and not p.name.endswith(".partial") and (p / "manifest.json").is_file()]
+    return sorted(found, key=lambda p: p.name)
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    found = list_checkpoints(root)
+    return found[-1] if found else None
+
+
+def verify_checkpoint(path: Path) -> dict[str, Any]:
+    """Check every file against the manifest; return the checkpoint's config.json.
+
+    Raises:
+        UserError: naming the file that is missing, truncated or corrupted.
+    """
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        raise UserError(f"checkpoint {path} has no readable manifest.json; it is incomplete "
+                        f"or corrupted: delete it to resume from an earlier one") from None
+    for name in FILES:
+        f = path / name
+        entry = manifest.get(name)
+        problem = None
+        if entry is None or not f.is_file():
+            problem = "is missing"
+        elif f.stat().st_size != entry["bytes"]:
+            problem = f"is truncated ({f.stat().st_size} of {entry['bytes']} bytes)"
+        elif _sha256(f) != entry["sha256"]:
+            problem = "is corrupted (checksum mismatch)"
+        if problem:
+            raise UserError(f"checkpoint {path}: {name} {problem}; nothing was loaded. Delete "
+                            f"{path} to resume from an earlier checkpoint")
+    return json.loads((path / "config.json").read_text())
+
+
+def load_checkpoint(path: Path, model: nn.Module) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Verify, then load weights into ``model``; returns (state, config)."""
+    config = verify_checkpoint(path)
+    state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+    missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
+    if missing or unexpected:
+        raise UserError(f"checkpoint {path} does not fit this model (missing "
+                        f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+    return state, config
