@@ -184,7 +184,9 @@ def test_mask_random_keep_proportions(mask_p, random_p):
 @pytest.mark.parametrize("method", ["gumbel", "inverse_cdf"])
 def test_samplers_draw_from_softmax(method):
     logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -30.0]).repeat(200_000, 1)
+    before = logits.clone()
     draws = sample(logits, temperature=2.0, method=method, rng=torch.Generator().manual_seed(0))
+    assert torch.equal(logits, before)  # the fp32 input is not overwritten
     freq = torch.bincount(draws, minlength=5).double() / len(draws)
     expected = torch.softmax(logits[0].double() / 2.0, 0)
     assert torch.allclose(freq, expected, atol=4e-3), (freq, expected)

@@ -148,8 +148,9 @@ class ObjectiveConfig:
     """λ in L = L_MLM + λ·L_disc."""
     temperature: float = 1.0
     """Sampling temperature: replacements are drawn from softmax(logits / temperature)."""
-    sampling: str = "gumbel"
-    """How replacements are drawn: "gumbel" (Gumbel-max) or "inverse_cdf" (same distribution)."""
+    sampling: str = "inverse_cdf"
+    """How replacements are drawn: "inverse_cdf" or "gumbel" (Gumbel-max); same distribution,
+    inverse_cdf is ~4x cheaper (see objective.sample)."""
 
     def __post_init__(self) -> None:
         _check(0.0 < self.mask_prob < 1.0,
@@ -167,8 +168,8 @@ class ObjectiveConfig:
                f"the paper uses 50")
         _check(self.temperature > 0.0,
                f"objective.temperature must be > 0, got {self.temperature!r}")
-        _check(self.sampling in ("gumbel", "inverse_cdf"),
-               f"objective.sampling must be 'gumbel' or 'inverse_cdf', got {self.sampling!r}")
+        _check(self.sampling in ("inverse_cdf", "gumbel"),
+               f"objective.sampling must be 'inverse_cdf' or 'gumbel', got {self.sampling!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -17,6 +17,35 @@ from torch import nn
 from electra.config import ModelConfig
 
 
+class Dropout(nn.Module):
+    """Dropout whose CPU masks are cut from 64-bit random words, four 16-bit lanes each.
+
+    Each element is dropped independently with probability round(p * 65536) / 65536
+    (0.1 -> 0.100006) and kept ones are scaled by 1 / (1 - that). One RNG draw serves four
+    elements, which makes masks ~7x cheaper than torch's Bernoulli ones; those cost ~1/10
+    of a CPU training step (bench/RESULTS.md). On GPU torch's fused dropout is used.
+    """
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+        self.threshold = round(p * 65536) - 32768  # keep where the int16 lane >= this
+        self.scale = 1.0 / (1.0 - round(p * 65536) / 65536) if p > 0 else 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if x.device.type != "cpu":
+            return F.dropout(x, self.p, True)
+        n = x.numel()
+        words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
+        keep = words.view(torch.int16)[:n].view(x.shape) >= self.threshold
+        return x.mul(keep).mul_(self.scale)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
 class Embeddings(nn.Module):
     """Word + position + token-type embeddings, LayerNorm, dropout. Shareable between models."""
 
@@ -27,7 +56,7 @@ class Embeddings(nn.Module):
         self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.embedding_size)
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.embedding_size)
         self.layer_norm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.hidden_dropout)
+        self.dropout = Dropout(cfg.hidden_dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         T = input_ids.shape[1]
@@ -53,7 +82,7 @@ class Block(nn.Module):
         self.ffn_in = nn.Linear(H, cfg.intermediate_size)
         self.ffn_out = nn.Linear(cfg.intermediate_size, H)
         self.ffn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.hidden_dropout)
+        self.dropout = Dropout(cfg.hidden_dropout)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
         B, T, H = x.shape

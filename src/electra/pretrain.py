@@ -276,11 +276,15 @@ def pretrain(opt: PretrainOptions, rank: int = 0, world_size: int = 1) -> dict[s
                                                               step + opt.stop_after)
     model.train()
 
+    # Data position and RNG streams as of the last completed step: a checkpoint written on
+    # Ctrl-C (mid-step) uses these, so --resume replays the interrupted step exactly.
+    boundary = {"loader": loader.state_dict(), "rng": _rng_state(masking_rng)}
+
     def checkpoint() -> None:
         if rank != 0:
             return
         state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                 "loader": loader.state_dict(), "rng": _rng_state(masking_rng),
+                 "loader": boundary["loader"], "rng": boundary["rng"],
                  "step": step, "tokens": tokens}
         if scaler is not None:
             state["scaler"] = scaler.state_dict()
@@ -333,6 +337,7 @@ def pretrain(opt: PretrainOptions, rank: int = 0, world_size: int = 1) -> dict[s
             tokens += step_tokens * world_size
             window_tokens += step_tokens * world_size
             window_steps += 1
+            boundary = {"loader": loader.state_dict(), "rng": _rng_state(masking_rng)}
             step_stats["grad_norm"] = grad_norm.detach().float()
             for key, value in step_stats.items():
                 window[key] = window[key] + value if key in window else value
@@ -364,6 +369,14 @@ def pretrain(opt: PretrainOptions, rank: int = 0, world_size: int = 1) -> dict[s
                 bar.update(1)
             if step % tc.save_every == 0 or step == stop_at:
                 checkpoint()
+    except KeyboardInterrupt:
+        if rank == 0 and step > 0:
+            if bar is not None:
+                bar.write(f"interrupted: saving a checkpoint at step {step} ...")
+            checkpoint()
+            print(f"electra: interrupted at step {step}; checkpoint saved, continue with "
+                  f"--resume", flush=True)
+        raise
     finally:
         if bar is not None:
             bar.close()

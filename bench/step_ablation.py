@@ -1,0 +1,148 @@
+"""What each CPU speed-up of the training step buys, as paired ratios measured in one run.
+
+    python bench/step_ablation.py [--data DIR] [--config configs/cpu-30min.toml] [--repeats 5]
+
+Variants of *our* step (same model, batch, data, seed), timed interleaved A B C A B C ...:
+
+    baseline     Gumbel-max sampling, torch's Bernoulli dropout, argmax for gen_acc
+    +icdf        inverse-CDF sampling (same distribution)
+    +lanes       + dropout masks from 16-bit lanes of 64-bit random words
+    current      what `electra pretrain` runs now
+
+Without --data it packs ../shared/data's held-out corpus with BERT's vocabulary (or, where
+that is absent, Python's own docs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import electra.model as model_mod
+import electra.objective as obj
+from electra.config import load_run_config
+from electra.data.loader import BatchLoader, ShardDataset
+from electra.model import ElectraPretrainingModel
+from electra.optim import build_optimizer
+from electra.pretrain import autocast
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def torch_dropout():
+    """Swap our lane dropout for torch's Bernoulli dropout."""
+    real = model_mod.Dropout.forward
+    model_mod.Dropout.forward = lambda self, x: F.dropout(x, self.p, self.training)
+    try:
+        yield
+    finally:
+        model_mod.Dropout.forward = real
+
+
+@contextlib.contextmanager
+def argmax_gen_acc():
+    """The older statistics path: a separate argmax over the generator logits."""
+    real = obj._sample_fp32
+
+    def with_argmax(z, temperature, method, rng):
+        z.argmax(-1)  # the pass the current code avoids
+        return real(z, temperature, method, rng)
+
+    obj._sample_fp32 = with_argmax
+    try:
+        yield
+    finally:
+        obj._sample_fp32 = real
+
+
+def default_data(tmp: str) -> str:
+    """The shared held-out corpus with BERT's 30,522-token vocabulary, where present;
+    otherwise Python's own docs with a vocabulary trained on them."""
+    from electra.data.prepare import PrepareOptions, prepare
+
+    shared = ROOT.parent / "shared/data"
+    if (shared / "corpus/heldout").is_dir():
+        text, tok = shared / "corpus/heldout", shared / "vocab/bert-base-uncased-vocab.txt"
+    else:
+        from electra.demo import write_corpus
+        from electra.tokenizer import train_tokenizer
+
+        text, _ = write_corpus(Path(tmp) / "corpus")
+        train_tokenizer([str(text)], 30522, Path(tmp) / "tok")
+        tok = Path(tmp) / "tok"
+    prepare(PrepareOptions(inputs=[str(text)], tokenizer=str(tok), out=f"{tmp}/data",
+                           quiet=True))
+    return f"{tmp}/data"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", help="prepared folder (default: ../shared/data's held-out "
+                    "corpus, or Python's docs where that is absent)")
+    ap.add_argument("--config", default=str(ROOT / "configs/cpu-30min.toml"))
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=4, help="timed steps per measurement")
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    tmp = tempfile.TemporaryDirectory()
+    data = ShardDataset(args.data or default_data(tmp.name))
+    cfg = load_run_config(config_file=args.config)
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(cfg.model.replace(vocab_size=data.vocab_size))
+    opt = build_optimizer(model, cfg.train)
+    loader = BatchLoader(data, args.batch, seed=0)
+    rng = torch.Generator().manual_seed(0)
+    dev = torch.device("cpu")
+
+    def step(sampling: str) -> int:
+        b = next(loader)
+        with autocast(dev, cfg.train.precision):
+            out = obj.electra_forward(model, b["input_ids"], b["attention_mask"],
+                                      b["token_type_ids"], data.special,
+                                      cfg.objective.__class__(**{**cfg.objective.to_dict(),
+                                                                 "sampling": sampling}), rng)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return int(b["attention_mask"].sum())
+
+    variants = {
+        "baseline": ("gumbel", [torch_dropout, argmax_gen_acc]),
+        "+icdf": ("inverse_cdf", [torch_dropout, argmax_gen_acc]),
+        "+lanes": ("inverse_cdf", [argmax_gen_acc]),
+        "current": ("inverse_cdf", []),
+    }
+    for _ in range(2):
+        step("inverse_cdf")  # warm up
+    results: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(args.repeats):
+        for name, (sampling, patches) in variants.items():
+            with contextlib.ExitStack() as stack:
+                for p in patches:
+                    stack.enter_context(p())
+                step(sampling)
+                t0 = time.perf_counter()
+                n = sum(step(sampling) for _ in range(args.steps))
+                results[name].append(n / (time.perf_counter() - t0))
+    print(f"config {args.config}, batch {args.batch}, {torch.get_num_threads()} threads, "
+          f"{cfg.train.precision}; tokens/s over {args.steps} steps, {args.repeats} repeats")
+    base = results["baseline"]
+    for name, v in results.items():
+        ratios = [a / b for a, b in zip(v, base, strict=True)]
+        print(f"{name:10s} min/med/max {min(v):7.0f} {statistics.median(v):7.0f} "
+              f"{max(v):7.0f}   x baseline (paired median) {statistics.median(ratios):.2f}")
+    print(json.dumps({k: round(statistics.median(v)) for k, v in results.items()}))
+
+
+if __name__ == "__main__":
+    main()
