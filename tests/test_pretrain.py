@@ -174,6 +174,53 @@ def test_nonfinite_loss_stops_with_the_step_or_is_skipped(data, tmp_path, monkey
     assert list(iter_metrics(tmp_path / "s"))[-1]["step"] == 12
 
 
+def docs_data(tmp_path: Path, vocab: int = 2000) -> Path:
+    """Python's own docs (always present) packed into 64-token examples, 20 docs held out."""
+    docs = python_docs_corpus(max_bytes=600_000)
+    text = tmp_path / "docs.txt"
+    text.write_text("\n\n".join("\n".join(d) for d in docs[20:]) + "\n")
+    held = tmp_path / "held.txt"
+    held.write_text("\n\n".join("\n".join(d) for d in docs[:20]) + "\n")
+    train_tokenizer([str(text)], vocab, tmp_path / "tok")
+    prepare(PrepareOptions(inputs=[str(text)], val_inputs=[str(held)], tokenizer=str(
+        tmp_path / "tok"), out=str(tmp_path / "data"), seq_len=64, quiet=True))
+    return tmp_path / "data"
+
+
+def test_fast_path_trains_like_the_reference_path(tmp_path, monkeypatch):
+    """bf16 + inverse-CDF sampling + lane dropout (what `electra pretrain` runs) against
+    fp32 + Gumbel-max + torch's Bernoulli dropout: over 200 steps on real text the losses
+    agree within what a change of seed moves them."""
+    import torch.nn.functional as F
+
+    import electra.model as model_mod
+
+    data = docs_data(tmp_path)
+
+    def losses(name: str, precision: str, sampling: str, seed: int) -> tuple[float, float]:
+        cfg = RunConfig(objective=ObjectiveConfig(sampling=sampling),
+                        model=small_model(embedding_size=64, hidden_size=64,
+                                          intermediate_size=256, hidden_dropout=0.1,
+                                          attention_dropout=0.1),
+                        train=TrainConfig(lr=2e-3, batch_size=32, warmup_steps=20,
+                                          max_steps=200, log_every=10, eval_every=0,
+                                          save_every=200, precision=precision, seed=seed))
+        run(data, tmp_path / name, cfg)
+        tail = list(iter_metrics(tmp_path / name))[-5:]  # the last 50 steps
+        return (sum(r["gen_loss"] for r in tail) / 5, sum(r["disc_loss"] for r in tail) / 5)
+
+    fast = losses("fast", "bf16", "inverse_cdf", seed=0)
+    other_seed = losses("seed", "bf16", "inverse_cdf", seed=1)
+    with monkeypatch.context() as mp:
+        mp.setattr(model_mod.Dropout, "forward",
+                   lambda self, x: F.dropout(x, self.p, self.training))
+        reference = losses("ref", "fp32", "gumbel", seed=0)
+    for i, name in enumerate(("gen_loss", "disc_loss")):
+        noise = abs(fast[i] - other_seed[i])
+        assert abs(fast[i] - reference[i]) < 3 * noise + 0.02 * reference[i], (
+            name, fast[i], reference[i], other_seed[i])
+
+
 def test_learns_on_real_text(tmp_path):
     """Python's own docs, 250 steps of a tiny model: the generator is far above chance on
     masked tokens and the discriminator beats the all-original guess.
@@ -183,14 +230,7 @@ def test_learns_on_real_text(tmp_path):
     context, which RTD learns slowly at this size; transformers' ELECTRA does the same, see
     README); flatter samples are detectable from the start, so the test can show the
     discriminator learning through the real trainer within seconds."""
-    docs = python_docs_corpus(max_bytes=600_000)
-    text = tmp_path / "docs.txt"
-    text.write_text("\n\n".join("\n".join(d) for d in docs[20:]) + "\n")
-    held = tmp_path / "held.txt"
-    held.write_text("\n\n".join("\n".join(d) for d in docs[:20]) + "\n")
-    train_tokenizer([str(text)], 2000, tmp_path / "tok")
-    prepare(PrepareOptions(inputs=[str(text)], val_inputs=[str(held)], tokenizer=str(
-        tmp_path / "tok"), out=str(tmp_path / "data"), seq_len=64, quiet=True))
+    data = docs_data(tmp_path)
     cfg = RunConfig(objective=ObjectiveConfig(temperature=3.0),
                     model=small_model(embedding_size=64, hidden_size=64, num_layers=2,
                                       num_heads=2, intermediate_size=256,
@@ -198,7 +238,7 @@ def test_learns_on_real_text(tmp_path):
                     train=TrainConfig(lr=2e-3, batch_size=32, warmup_steps=20, max_steps=250,
                                       log_every=25, eval_every=125, eval_batches=8,
                                       save_every=250, precision="bf16", seed=0))
-    last = run(tmp_path / "data", tmp_path / "run", cfg)
+    last = run(data, tmp_path / "run", cfg)
     rec = list(iter_metrics(tmp_path / "run"))
     assert rec[-1]["gen_loss"] < rec[0]["gen_loss"] - 1.5
     assert last["val_disc_acc"] > last["val_baseline_acc"] + 0.002

@@ -77,6 +77,18 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     run_demo(args.out, steps=args.steps, overwrite=True, progress=not args.quiet)
 
 
+def _cmd_bench(args: argparse.Namespace) -> None:
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "pretrain_step.py"
+    if not script.is_file():
+        raise UserError("electra bench runs bench/pretrain_step.py from a source checkout "
+                        "(pip install -e .); it is not part of an installed wheel")
+    sys.argv = [str(script), *args.bench_args]
+    runpy.run_path(str(script), run_name="__main__")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="electra", description="ELECTRA pretraining (replaced-token detection) "
                 "and fine-tuning. Run `electra demo` for a short pretraining demo.")
@@ -152,6 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "the demo's own, about 3 minutes on 2 CPU cores)")
     de.add_argument("--quiet", action="store_true", help="no progress bar")
     de.set_defaults(handler=_cmd_demo)
+
+    be = sub.add_parser("bench", help="benchmark our training step against the "
+                        "transformers-based one (bench/pretrain_step.py)",
+                        description="Runs bench/pretrain_step.py; arguments pass through "
+                        "(e.g. electra bench --batch 128 --repeats 3).")
+    be.add_argument("bench_args", nargs=argparse.REMAINDER, help="passed to the benchmark")
+    be.set_defaults(handler=_cmd_bench)
     return p
 
 
