@@ -46,6 +46,16 @@ def test_shared_embeddings_are_one_module_counted_once():
                                           + count_parameters(unshared.generator))
 
 
+def test_a_shared_embeddings_module_is_not_reinitialised():
+    from electra.model import Generator
+
+    d = Discriminator(tiny_config())
+    with torch.no_grad():
+        d.encoder.embeddings.word_embeddings.weight.fill_(0.5)
+    g = Generator(tiny_config().generator_config(), d.encoder.embeddings)
+    assert (g.encoder.embeddings.word_embeddings.weight == 0.5).all()
+
+
 def test_tied_output_layer_follows_the_word_table_after_an_update():
     torch.manual_seed(0)
     m = ElectraPretrainingModel(tiny_config())

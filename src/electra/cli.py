@@ -77,6 +77,18 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     run_demo(args.out, steps=args.steps, overwrite=True, progress=not args.quiet)
 
 
+def _cmd_export(args: argparse.Namespace) -> None:
+    from electra.interop import export_hf
+
+    export_hf(args.source, args.out, overwrite=args.overwrite)
+
+
+def _cmd_import(args: argparse.Namespace) -> None:
+    from electra.interop import import_hf
+
+    import_hf(args.hf_dir, args.out, gen_dir=args.generator, overwrite=args.overwrite)
+
+
 def _cmd_bench(args: argparse.Namespace) -> None:
     import runpy
     from pathlib import Path
@@ -164,6 +176,21 @@ def build_parser() -> argparse.ArgumentParser:
                     "the demo's own, about 3 minutes on 2 CPU cores)")
     de.add_argument("--quiet", action="store_true", help="no progress bar")
     de.set_defaults(handler=_cmd_demo)
+
+    ex = sub.add_parser("export", help="write transformers ELECTRA folders (needs transformers)")
+    ex.add_argument("source", help="a pretraining run folder or RUN/checkpoints/step-N")
+    ex.add_argument("--out", required=True, help="writes OUT/discriminator and OUT/generator")
+    ex.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    ex.set_defaults(handler=_cmd_export)
+
+    im = sub.add_parser("import", help="read transformers ELECTRA folders into a run folder")
+    im.add_argument("hf_dir", help="an ElectraForPreTraining folder (config.json + weights "
+                    "+ vocab.txt/tokenizer.json)")
+    im.add_argument("--generator", help="an ElectraForMaskedLM folder (default: a fresh "
+                    "generator sharing the discriminator's embeddings)")
+    im.add_argument("--out", required=True, help="writes OUT/discriminator and OUT/generator")
+    im.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    im.set_defaults(handler=_cmd_import)
 
     be = sub.add_parser("bench", help="benchmark our training step against the "
                         "transformers-based one (bench/pretrain_step.py)",

@@ -134,9 +134,15 @@ class Encoder(nn.Module):
         return x
 
 
-def init_weights(module: nn.Module, std: float) -> None:
-    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm, zero pad row."""
+def init_weights(module: nn.Module, std: float, skip: nn.Module | None = None) -> None:
+    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm, zero pad row.
+
+    ``skip`` (a shared embeddings module handed in) is left as it is.
+    """
+    skipped = set(skip.modules()) if skip is not None else set()
     for m in module.modules():
+        if m in skipped:
+            continue
         if isinstance(m, nn.Linear):
             nn.init.normal_(m.weight, std=std)
             if m.bias is not None:
@@ -160,7 +166,7 @@ class Discriminator(nn.Module):
         self.encoder = Encoder(cfg, embeddings)
         self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.head_out = nn.Linear(cfg.hidden_size, 1)
-        init_weights(self, cfg.initializer_range)
+        init_weights(self, cfg.initializer_range, skip=embeddings)
 
     def forward(
         self,
@@ -187,7 +193,7 @@ class Generator(nn.Module):
         self.head_dense = nn.Linear(cfg.hidden_size, E)
         self.head_norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps)
         self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
-        init_weights(self, cfg.initializer_range)
+        init_weights(self, cfg.initializer_range, skip=embeddings)
 
     def forward(
         self,

@@ -1,0 +1,146 @@
+"""Export to and import from transformers' ELECTRA folders (random weights, no download)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import make_batch
+from safetensors.torch import load_file
+from test_data import write_corpus
+
+from electra.cli import main
+from electra.config import model_preset
+from electra.model import ElectraPretrainingModel
+from electra.pretrained import load_pretrained, save_pretrained
+from electra.tokenizer import train_tokenizer
+
+transformers = pytest.importorskip("transformers")
+
+
+def make_run(tmp_path: Path, preset: str) -> tuple[Path, ElectraPretrainingModel]:
+    """A run folder with trained-looking (random, non-zero) weights and a real tokenizer."""
+    text = tmp_path / "c.txt"
+    write_corpus(text)
+    tok = train_tokenizer([str(text)], 120, tmp_path / "tok")
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(model_preset(preset, vocab_size=tok.get_vocab_size()))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)  # biases and LayerNorms away from their init
+    run = tmp_path / "run"
+    for kind in ("discriminator", "generator"):
+        save_pretrained(getattr(model, kind), kind, run / kind, tok.to_str())
+    return run, model.eval()
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small"])
+def test_export_loads_in_transformers_with_equal_logits(tmp_path, preset):
+    run, model = make_run(tmp_path, preset)
+    assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 0
+    disc, info = transformers.AutoModelForPreTraining.from_pretrained(
+        tmp_path / "hf/discriminator", output_loading_info=True)
+    assert not any(info.values()), info
+    gen, info = transformers.AutoModelForMaskedLM.from_pretrained(
+        tmp_path / "hf/generator", output_loading_info=True)
+    assert not any(info.values()), info
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf/discriminator")
+    assert tok("aaa bb")["input_ids"] == load_pretrained_tokenizer_ids(run, "aaa bb")
+    ids, mask, types = make_batch([40, 17, 64], 64, vocab_size=model.config.vocab_size)
+    types[:, 30:] = 1
+    real = mask.bool()
+    with torch.no_grad():
+        ours = model.discriminator(ids, types, mask)
+        theirs = disc.eval()(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+        torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=1e-5)
+        positions = torch.tensor([[1, 5, 9], [2, 3, 15], [60, 7, 30]])
+        ours_g = model.generator(ids, types, mask, positions)
+        theirs_g = gen.eval()(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+        V = model.config.vocab_size
+        torch.testing.assert_close(
+            ours_g, torch.gather(theirs_g, 1, positions[..., None].expand(-1, -1, V)),
+            atol=1e-5, rtol=1e-5)
+
+
+def load_pretrained_tokenizer_ids(run: Path, text: str) -> list[int]:
+    from electra.tokenizer import load_tokenizer
+
+    return load_tokenizer(run / "discriminator").encode(text).ids
+
+
+def test_export_then_import_is_bitwise(tmp_path):
+    run, _ = make_run(tmp_path, "tiny")
+    main(["export", str(run), "--out", str(tmp_path / "hf")])
+    assert main(["import", str(tmp_path / "hf/discriminator"), "--generator",
+                 str(tmp_path / "hf/generator"), "--out", str(tmp_path / "back")]) == 0
+    for kind in ("discriminator", "generator"):
+        a = load_file(run / kind / "model.safetensors")
+        b = load_file(tmp_path / "back" / kind / "model.safetensors")
+        assert a.keys() == b.keys()
+        assert all(torch.equal(a[k], b[k]) for k in a), kind
+
+
+def test_import_a_transformers_model_and_a_fresh_generator(tmp_path):
+    from electra.hf import to_hf_config
+
+    cfg = model_preset("tiny", vocab_size=120)
+    torch.manual_seed(1)
+    hf = transformers.ElectraForPreTraining(to_hf_config(cfg)).eval()
+    hf.save_pretrained(tmp_path / "hfd")
+    run, _ = make_run(tmp_path, "tiny")  # only for a vocab.txt of 120 tokens
+    (tmp_path / "hfd/vocab.txt").write_text((run / "discriminator/vocab.txt").read_text())
+    assert main(["import", str(tmp_path / "hfd"), "--out", str(tmp_path / "ours")]) == 0
+    disc = load_pretrained(tmp_path / "ours", "discriminator").eval()
+    gen = load_pretrained(tmp_path / "ours", "generator")
+    assert gen.config.hidden_size == cfg.hidden_size // 4
+    assert torch.equal(gen.encoder.embeddings.word_embeddings.weight,
+                       disc.encoder.embeddings.word_embeddings.weight)
+    ids, mask, types = make_batch([30, 12], 32, vocab_size=120)
+    with torch.no_grad():
+        torch.testing.assert_close(disc(ids, types, mask)[mask.bool()], hf(
+            input_ids=ids, attention_mask=mask, token_type_ids=types).logits[mask.bool()],
+            atol=1e-5, rtol=1e-5)
+
+
+def test_bad_input(tmp_path, capsys):
+    def err(*args) -> str:
+        assert main([str(a) for a in args]) == 2
+        e = capsys.readouterr().err.strip()
+        assert e.count("\n") == 0, e
+        return e
+
+    run, _ = make_run(tmp_path, "tiny")
+    assert "neither a pretraining run" in err("export", tmp_path / "tok", "--out",
+                                               tmp_path / "x")
+    main(["export", str(run), "--out", str(tmp_path / "hf")])
+    assert "--overwrite" in err("export", run, "--out", tmp_path / "hf")
+    assert "no config.json" in err("import", tmp_path / "tok", "--out", tmp_path / "y")
+    # A generator whose vocabulary differs from the discriminator's.
+    from electra.hf import to_hf_config
+
+    g = transformers.ElectraForMaskedLM(to_hf_config(model_preset("tiny", vocab_size=99)
+                                                     .generator_config()))
+    g.save_pretrained(tmp_path / "g99")
+    capsys.readouterr()  # transformers writes a progress bar
+    assert "must match" in err("import", tmp_path / "hf/discriminator", "--generator",
+                               tmp_path / "g99", "--out", tmp_path / "z")
+    assert "not an ELECTRA discriminator" in err("import", tmp_path / "g99", "--out",
+                                                 tmp_path / "w")
+
+
+def test_export_from_a_checkpoint_folder(tmp_path):
+    from electra.checkpoint import save_checkpoint
+
+    run, model = make_run(tmp_path, "tiny")
+    (run / "tokenizer.json").write_text((run / "discriminator/tokenizer.json").read_text())
+    ck = save_checkpoint(run / "checkpoints", 3, model, {"step": 3},
+                         {"model": model.config.to_dict()}, keep=1)
+    assert main(["export", str(ck), "--out", str(tmp_path / "hf")]) == 0
+    disc = transformers.AutoModelForPreTraining.from_pretrained(tmp_path / "hf/discriminator")
+    ids, mask, types = make_batch([20, 32], 32, vocab_size=model.config.vocab_size)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model.discriminator(ids, types, mask)[mask.bool()],
+            disc.eval()(input_ids=ids, attention_mask=mask, token_type_ids=types
+                        ).logits[mask.bool()], atol=1e-5, rtol=1e-5)
