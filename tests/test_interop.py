@@ -144,3 +144,41 @@ def test_export_from_a_checkpoint_folder(tmp_path):
             model.discriminator(ids, types, mask)[mask.bool()],
             disc.eval()(input_ids=ids, attention_mask=mask, token_type_ids=types
                         ).logits[mask.bool()], atol=1e-5, rtol=1e-5)
+
+
+def test_pretrain_init_starts_from_imported_weights(tmp_path):
+    from electra.data.prepare import PrepareOptions, prepare
+
+    run, _ = make_run(tmp_path, "tiny")
+    main(["export", str(run), "--out", str(tmp_path / "hf")])
+    main(["import", str(tmp_path / "hf/discriminator"), "--out", str(tmp_path / "imp")])
+    prepare(PrepareOptions(inputs=[str(tmp_path / "c.txt")], tokenizer=str(
+        tmp_path / "imp/discriminator"), out=str(tmp_path / "data"), seq_len=32, quiet=True))
+    # One step at learning rate 0 (the first warmup step) leaves the weights as imported.
+    assert main(["pretrain", "--preset", "tiny", "--init", str(tmp_path / "imp"), "--data",
+                 str(tmp_path / "data"), "--out", str(tmp_path / "cont"), "--quiet",
+                 "--set", "max_steps=1", "--set", "warmup_steps=10", "--set",
+                 "batch_size=4", "--set", "precision=fp32"]) == 0
+    for kind in ("discriminator", "generator"):
+        a = load_file(tmp_path / "imp" / kind / "model.safetensors")
+        b = load_file(tmp_path / "cont" / kind / "model.safetensors")
+        assert all(torch.equal(a[k], b[k]) for k in a), kind
+    # A preset's shape is replaced by the imported model's (tiny here, whatever the preset).
+    assert load_pretrained(tmp_path / "cont").config.hidden_size == 128
+
+
+def test_init_refuses_a_generator_that_is_not_a_width_multiple(tmp_path, capsys):
+    run, _ = make_run(tmp_path, "tiny")
+    gen = load_pretrained(run, "generator")
+    from electra.model import Generator
+
+    odd = Generator(gen.config.replace(intermediate_size=100))
+    save_pretrained(odd, "generator", run / "generator",
+                    (run / "discriminator/tokenizer.json").read_text())
+    from electra.data.prepare import PrepareOptions, prepare
+
+    prepare(PrepareOptions(inputs=[str(tmp_path / "c.txt")], tokenizer=str(
+        run / "discriminator"), out=str(tmp_path / "data"), seq_len=32, quiet=True))
+    assert main(["pretrain", "--preset", "tiny", "--init", str(run), "--data",
+                 str(tmp_path / "data"), "--out", str(tmp_path / "c"), "--quiet"]) == 2
+    assert "not a width multiple" in capsys.readouterr().err

@@ -47,7 +47,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> None:
         load_run_config(args.preset, args.config, args.set))
     pretrain(PretrainOptions(data=args.data, out=args.out, config=config, resume=args.resume,
                              overwrite=args.overwrite, progress=not args.quiet,
-                             device=args.device))
+                             device=args.device, init=args.init))
 
 
 def _resumed_config(args: argparse.Namespace):
@@ -161,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--resume", action="store_true",
                       help="continue from the run's latest checkpoint (a new run if none)")
     mode.add_argument("--overwrite", action="store_true", help="delete the run and start again")
+    pt.add_argument("--init", metavar="RUN", help="start from these weights (a run folder, or "
+                    "one made by `electra import`); the model shape comes from it")
     pt.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:1")
     pt.add_argument("--quiet", action="store_true", help="no progress bar")
     pt.set_defaults(handler=_cmd_pretrain)

@@ -55,6 +55,7 @@ class PretrainOptions:
     progress: bool = True
     device: str = "auto"
     stop_after: int | None = None  # stop (with a checkpoint) after this many steps: for tests
+    init: str | None = None  # start from these weights (a run folder: discriminator/, generator/)
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -202,6 +203,27 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, run_cfg: RunCon
     return result
 
 
+def _load_init(folder: str, run_model: Any) -> tuple[Any, Any, Any]:
+    """(model config, discriminator, generator) to start from; dropout from the run config."""
+    from electra.pretrained import load_pretrained
+
+    disc = load_pretrained(folder, "discriminator")
+    gen = load_pretrained(folder, "generator")
+    d, g = disc.config, gen.config
+    cfg = d.replace(generator_size=g.hidden_size / d.hidden_size,
+                    hidden_dropout=run_model.hidden_dropout,
+                    attention_dropout=run_model.attention_dropout,
+                    share_embeddings=run_model.share_embeddings)
+    derived = cfg.generator_config()
+    if (derived.hidden_size, derived.num_heads, derived.intermediate_size) != (
+            g.hidden_size, g.num_heads, g.intermediate_size):
+        raise UserError(f"--init {folder}: the generator ({g.hidden_size} wide, {g.num_heads} "
+                        f"heads, FFN {g.intermediate_size}) is not a width multiple of the "
+                        f"discriminator ({d.hidden_size}, {d.num_heads}, "
+                        f"{d.intermediate_size})")
+    return cfg, disc, gen
+
+
 def pretrain(opt: PretrainOptions, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
     """Run (or resume) pretraining; returns the last logged metrics."""
     cfg = opt.config
@@ -211,7 +233,13 @@ def pretrain(opt: PretrainOptions, rank: int = 0, world_size: int = 1) -> dict[s
     device = resolve_device(opt.device)
     data = ShardDataset(opt.data, "train")
     val = ShardDataset(opt.data, "val") if "val" in data.meta["splits"] else None
-    model_cfg = cfg.model.replace(vocab_size=data.vocab_size, pad_token_id=data.special.pad)
+    init = _load_init(opt.init, cfg.model) if opt.init else None
+    model_cfg = (init[0] if init else cfg.model).replace(vocab_size=data.vocab_size,
+                                                        pad_token_id=data.special.pad)
+    if init and init[0].vocab_size != data.vocab_size:
+        raise UserError(f"--init {opt.init}: the model's vocabulary has {init[0].vocab_size} "
+                        f"tokens but --data {opt.data} was prepared with {data.vocab_size}; "
+                        f"prepare the data with the model's tokenizer")
     if data.seq_len > model_cfg.max_position_embeddings:
         raise UserError(f"--data {opt.data}: sequence length {data.seq_len} exceeds the "
                         f"model's {model_cfg.max_position_embeddings} positions; prepare with "
@@ -234,7 +262,12 @@ def pretrain(opt: PretrainOptions, rank: int = 0, world_size: int = 1) -> dict[s
         shutil.copyfile(data.folder / "tokenizer.json", run / "tokenizer.json")
 
     torch.manual_seed(tc.seed)
-    model = ElectraPretrainingModel(model_cfg).to(device)
+    model = ElectraPretrainingModel(model_cfg)
+    if init and resume_from is None:
+        # Generator first: with shared embeddings the discriminator's table wins.
+        model.generator.load_state_dict(init[2].state_dict())
+        model.discriminator.load_state_dict(init[1].state_dict())
+    model = model.to(device)
     optimizer = build_optimizer(model, tc)
     scheduler = build_scheduler(optimizer, tc)
     scaler = torch.amp.GradScaler(device.type) if tc.precision == "fp16" else None
