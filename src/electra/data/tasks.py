@@ -1,0 +1,221 @@
+"""Fine-tuning data: GLUE's nine tasks as distributed, any labelled CSV/TSV/JSONL, and metrics.
+
+GLUE quirks handled here: CoLA's train/dev have no header (its test has one), MRPC starts
+with a UTF-8 byte-order mark, MNLI has matched and mismatched dev sets, STS-B is regression,
+QQP's train has a few malformed rows (skipped and counted, as the original processors do).
+Metrics are GLUE's own definitions, computed with scikit-learn and scipy.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from electra.errors import UserError
+
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+
+@dataclass
+class Example:
+    text_a: str
+    text_b: str | None
+    label: str | float | None  # None on test sets
+    guid: str = ""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """How one GLUE task's files look and how it is scored."""
+
+    name: str
+    text: tuple[Any, ...]  # column names (or indices, for headerless files)
+    label: Any  # label column name or index
+    labels: tuple[str, ...] | None  # None: regression
+    metrics: tuple[str, ...]
+    dev: dict[str, str] = field(default_factory=lambda: {"dev": "dev.tsv"})
+    test: dict[str, str] = field(default_factory=lambda: {"test": "test.tsv"})
+    header: bool = True  # train/dev have a header row
+    test_text: tuple[str, ...] | None = None  # test columns when they differ
+    skip_malformed: bool = False
+
+    @property
+    def is_regression(self) -> bool:
+        return self.labels is None
+
+
+GLUE: dict[str, TaskSpec] = {
+    "cola": TaskSpec("cola", text=(3,), label=1, labels=("0", "1"), metrics=("mcc",),
+                     header=False, test_text=("sentence",)),
+    "sst2": TaskSpec("sst2", text=("sentence",), label="label", labels=("0", "1"),
+                     metrics=("accuracy",)),
+    "mrpc": TaskSpec("mrpc", text=("#1 String", "#2 String"), label="Quality",
+                     labels=("0", "1"), metrics=("f1", "accuracy")),
+    "stsb": TaskSpec("stsb", text=("sentence1", "sentence2"), label="score", labels=None,
+                     metrics=("pearson", "spearman")),
+    "qqp": TaskSpec("qqp", text=("question1", "question2"), label="is_duplicate",
+                    labels=("0", "1"), metrics=("f1", "accuracy"), skip_malformed=True),
+    "mnli": TaskSpec("mnli", text=("sentence1", "sentence2"), label="gold_label",
+                     labels=("contradiction", "entailment", "neutral"), metrics=("accuracy",),
+                     dev={"dev_matched": "dev_matched.tsv",
+                          "dev_mismatched": "dev_mismatched.tsv"},
+                     test={"test_matched": "test_matched.tsv",
+                           "test_mismatched": "test_mismatched.tsv"}),
+    "qnli": TaskSpec("qnli", text=("question", "sentence"), label="label",
+                     labels=("entailment", "not_entailment"), metrics=("accuracy",)),
+    "rte": TaskSpec("rte", text=("sentence1", "sentence2"), label="label",
+                    labels=("entailment", "not_entailment"), metrics=("accuracy",)),
+    "wnli": TaskSpec("wnli", text=("sentence1", "sentence2"), label="label",
+                     labels=("0", "1"), metrics=("accuracy",)),
+}
+
+
+def glue_task(name: str) -> TaskSpec:
+    key = name.lower().replace("-", "")
+    if key not in GLUE:
+        raise UserError(f"--task {name}: unknown; valid tasks: {', '.join(GLUE)}, custom")
+    return GLUE[key]
+
+
+def _rows(path: Path) -> list[list[str]]:
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    with open(path, encoding="utf-8-sig", newline="") as f:  # -sig drops MRPC's BOM
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    rows = [r for r in rows if r]
+    if not rows:
+        raise UserError(f"{path}: the file is empty")
+    return rows
+
+
+def read_glue(task: str | TaskSpec, folder: str | Path, split: str) -> list[Example]:
+    """Examples of ``split`` ("train", a dev split name such as "dev" or "dev_matched", or a
+    test split) from a GLUE task folder as distributed."""
+    spec = glue_task(task) if isinstance(task, str) else task
+    folder = Path(folder)
+    files = {"train": "train.tsv", **spec.dev, **spec.test}
+    if split not in files:
+        raise UserError(f"{spec.name} has no split {split!r}; it has {', '.join(files)}")
+    path = folder / files[split]
+    rows = _rows(path)
+    is_test = split in spec.test
+    if is_test or spec.header:
+        header, rows = rows[0], rows[1:]
+        cols = {name: i for i, name in enumerate(header)}
+        text_names = spec.test_text if (is_test and spec.test_text) else spec.text
+        missing = [c for c in (*text_names, *([] if is_test else [spec.label]))
+                   if c not in cols]
+        if missing:
+            raise UserError(f"{path}: no column {', '.join(map(repr, missing))}; the header "
+                            f"has {', '.join(header)}")
+        text_idx = [cols[c] for c in text_names]
+        label_idx = None if is_test else cols[spec.label]
+    else:
+        text_idx, label_idx = list(spec.text), spec.label
+    need = max([*text_idx, label_idx if label_idx is not None else 0]) + 1
+    out = []
+    for n, row in enumerate(rows):
+        if len(row) < need:
+            if spec.skip_malformed:
+                continue
+            raise UserError(f"{path}: row {n + 1} has {len(row)} columns, expected at least "
+                            f"{need}")
+        texts = [row[i] for i in text_idx]
+        label: str | float | None = None
+        if label_idx is not None:
+            raw = row[label_idx].strip()
+            label = float(raw) if spec.is_regression else raw
+        out.append(Example(texts[0], texts[1] if len(texts) > 1 else None, label,
+                           guid=f"{split}-{n}"))
+    return out
+
+
+def read_custom(path: str | Path, text_columns: list[str], label_column: str | None,
+                regression: bool = False) -> list[Example]:
+    """Any labelled CSV, TSV or JSONL: one text column or a pair, labels of any type.
+
+    Raises:
+        UserError: for a missing file, an empty one, or missing columns (naming the columns
+            that were found).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    if not 1 <= len(text_columns) <= 2:
+        raise UserError(f"--text-columns takes one column or two, got {len(text_columns)}")
+    if path.suffix == ".jsonl":
+        records = []
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        records.append(json.loads(line))
+                    except json.JSONDecodeError as err:
+                        raise UserError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+    else:
+        delimiter = "\t" if path.suffix in (".tsv", ".tab") else ","
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            records = list(csv.DictReader(f, delimiter=delimiter))
+    if not records:
+        raise UserError(f"{path}: no rows")
+    found = list(records[0].keys())
+    wanted = [*text_columns, *([label_column] if label_column else [])]
+    missing = [c for c in wanted if c not in records[0]]
+    if missing:
+        raise UserError(f"{path}: no column {', '.join(map(repr, missing))}; found "
+                        f"{', '.join(map(repr, found))}")
+    out = []
+    for n, r in enumerate(records):
+        label: str | float | None = None
+        if label_column:
+            value = r[label_column]
+            if regression:
+                try:
+                    label = float(value)
+                except (TypeError, ValueError):
+                    raise UserError(f"{path}: row {n + 1}: label {value!r} is not a number "
+                                    f"(--regression)") from None
+            else:
+                label = str(value)
+        b = str(r[text_columns[1]]) if len(text_columns) > 1 else None
+        out.append(Example(str(r[text_columns[0]]), b, label, guid=f"{path.name}-{n}"))
+    return out
+
+
+def label_map(train: list[Example], dev: list[Example] | None = None) -> dict[str, int]:
+    """String labels -> ids (sorted, so stable); dev labels unseen in training are refused."""
+    labels = sorted({str(e.label) for e in train if e.label is not None})
+    if dev is not None:
+        unseen = sorted({str(e.label) for e in dev if e.label is not None} - set(labels))
+        if unseen:
+            raise UserError(f"dev labels {', '.join(map(repr, unseen))} never occur in the "
+                            f"training file (its labels: {', '.join(map(repr, labels))})")
+    return {label: i for i, label in enumerate(labels)}
+
+
+def compute_metrics(names: tuple[str, ...], preds: Any, labels: Any) -> dict[str, float]:
+    """GLUE's metrics: mcc (CoLA), pearson/spearman (STS-B), f1 of class 1, accuracy."""
+    import numpy as np
+    from scipy.stats import pearsonr, spearmanr
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    p, y = np.asarray(preds), np.asarray(labels)
+    out: dict[str, float] = {}
+    for name in names:
+        if name == "accuracy":
+            out[name] = float(accuracy_score(y, p))
+        elif name == "f1":
+            out[name] = float(f1_score(y, p))
+        elif name == "mcc":
+            out[name] = float(matthews_corrcoef(y, p))
+        elif name == "pearson":
+            out[name] = float(pearsonr(p, y)[0])
+        elif name == "spearman":
+            out[name] = float(spearmanr(p, y)[0])
+        else:
+            raise ValueError(f"unknown metric {name!r}")
+    return out

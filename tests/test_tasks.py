@@ -1,0 +1,119 @@
+"""Fine-tuning data: GLUE readers on the official files, custom files, and metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import shared_data
+
+from electra.data.tasks import (
+    compute_metrics,
+    glue_task,
+    label_map,
+    read_custom,
+    read_glue,
+)
+from electra.errors import UserError
+
+OFFICIAL = [  # task, folder, train rows, dev rows, test rows
+    ("cola", "CoLA", 8551, 1043, 1063),
+    ("sst2", "SST-2", 67349, 872, 1821),
+    ("mrpc", "MRPC", 3668, 408, 1725),
+    ("stsb", "STS-B", 5749, 1500, 1379),
+    ("rte", "RTE", 2490, 277, 3000),
+    ("wnli", "WNLI", 635, 71, 146),
+]
+
+
+@pytest.mark.parametrize("task, folder, n_train, n_dev, n_test", OFFICIAL)
+def test_glue_readers_give_the_official_row_counts(task, folder, n_train, n_dev, n_test):
+    path = shared_data(f"glue/{folder}")
+    train, dev = read_glue(task, path, "train"), read_glue(task, path, "dev")
+    assert (len(train), len(dev), len(read_glue(task, path, "test"))) == (
+        n_train, n_dev, n_test)
+    spec = glue_task(task)
+    if spec.is_regression:
+        assert all(0.0 <= e.label <= 5.0 for e in train + dev)
+    else:
+        assert {e.label for e in train} == set(spec.labels)
+        assert label_map(train, dev) == {label: i for i, label in enumerate(spec.labels)}
+    pair = spec.text[-1] != spec.text[0] and len(spec.text) == 2
+    assert all((e.text_b is not None) == pair for e in dev)
+
+
+def test_glue_quirks_on_the_real_files():
+    cola = read_glue("cola", shared_data("glue/CoLA"), "dev")
+    assert cola[0].text_a == "The sailors rode the breeze clear of the rocks."  # no header
+    assert cola[-1].text_a  # the last row has no trailing newline
+    mrpc = read_glue("mrpc", shared_data("glue/MRPC"), "dev")
+    assert mrpc[0].label == "1" and mrpc[0].text_a.startswith("He said the foodservice")
+    assert len(read_glue("qnli", shared_data("glue/QNLI"), "dev")) == 5463
+
+
+def test_mnli_and_qqp_formats(tmp_path):
+    mnli = tmp_path / "MNLI"
+    mnli.mkdir()
+    head = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
+            "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label\n")
+    row = "0\t1\t1e\tfiction\t( a )\t( b )\t(ROOT a)\t(ROOT b)\tA man sleeps.\tA man rests.\t" \
+          "entailment\tentailment\n"
+    for name in ("train.tsv", "dev_matched.tsv", "dev_mismatched.tsv"):
+        (mnli / name).write_text(head + row + row.replace("entailment", "neutral"))
+    assert [e.label for e in read_glue("mnli", mnli, "dev_mismatched")] == ["entailment",
+                                                                           "neutral"]
+    assert read_glue("mnli", mnli, "dev_matched")[0].text_b == "A man rests."
+    with pytest.raises(UserError, match="dev_matched, dev_mismatched"):
+        read_glue("mnli", mnli, "dev")
+    qqp = tmp_path / "QQP"
+    qqp.mkdir()
+    (qqp / "train.tsv").write_text("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+                                   "1\t1\t2\tHow?\tWhy?\t0\n"
+                                   "2\t3\t4\tbroken row\n"  # malformed: skipped, as GLUE does
+                                   "3\t5\t6\tWho?\tWho is?\t1\n")
+    assert [e.label for e in read_glue("qqp", qqp, "train")] == ["0", "1"]
+
+
+def test_metrics_against_hand_computed_values():
+    preds, labels = [1, 1, 0, 0, 1], [1, 0, 0, 1, 1]
+    # tp=2 fp=1 fn=1 tn=1: accuracy 3/5, F1 = 2*2/(2*2+1+1), MCC = (2*1-1*1)/sqrt(3*3*2*2)
+    m = compute_metrics(("accuracy", "f1", "mcc"), preds, labels)
+    assert m["accuracy"] == pytest.approx(0.6)
+    assert m["f1"] == pytest.approx(2 / 3)
+    assert m["mcc"] == pytest.approx(1 / 6)
+    r = compute_metrics(("pearson", "spearman"), [1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 4.0, 3.0])
+    # spearman: rank differences (0,0,1,-1) -> 1 - 6*2/(4*15) = 0.8
+    assert r["spearman"] == pytest.approx(0.8)
+    x, y = [1, 2, 3, 4], [1, 2, 4, 3]
+    mx, my = 2.5, 2.5
+    cov = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
+    expected = cov / math.sqrt(sum((a - mx) ** 2 for a in x) * sum((b - my) ** 2 for b in y))
+    assert r["pearson"] == pytest.approx(expected)
+
+
+def test_custom_csv_tsv_jsonl(tmp_path):
+    (tmp_path / "a.csv").write_text('text,other,y\n"hello, world",x,pos\nbye,z,neg\n')
+    (tmp_path / "a.tsv").write_text("q\tp\tscore\nWhat?\tThat.\t2.5\n")
+    (tmp_path / "a.jsonl").write_text(json.dumps({"t": "hi", "lab": 3}) + "\n")
+    csv_rows = read_custom(tmp_path / "a.csv", ["text"], "y")
+    assert [(e.text_a, e.label) for e in csv_rows] == [("hello, world", "pos"), ("bye", "neg")]
+    tsv = read_custom(tmp_path / "a.tsv", ["q", "p"], "score", regression=True)
+    assert (tsv[0].text_b, tsv[0].label) == ("That.", 2.5)
+    assert read_custom(tmp_path / "a.jsonl", ["t"], "lab")[0].label == "3"
+    assert label_map(csv_rows) == {"neg": 0, "pos": 1}
+
+
+def test_bad_task_input(tmp_path):
+    with pytest.raises(UserError, match="valid tasks: cola, sst2"):
+        glue_task("squad")
+    (tmp_path / "a.csv").write_text("text,y\nhi,1\n")
+    with pytest.raises(UserError, match=r"no column 'sentence'; found 'text', 'y'"):
+        read_custom(tmp_path / "a.csv", ["sentence"], "y")
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(UserError, match="no rows"):
+        read_custom(tmp_path / "empty.csv", ["text"], "y")
+    train = read_custom(tmp_path / "a.csv", ["text"], "y")
+    (tmp_path / "dev.csv").write_text("text,y\nho,2\n")
+    with pytest.raises(UserError, match="dev labels '2' never occur"):
+        label_map(train, read_custom(tmp_path / "dev.csv", ["text"], "y"))
