@@ -6,6 +6,7 @@ Problems the user can fix (:class:`electra.errors.UserError`) print one line and
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Sequence
 
@@ -87,6 +88,81 @@ def _cmd_import(args: argparse.Namespace) -> None:
     from electra.interop import import_hf
 
     import_hf(args.hf_dir, args.out, gen_dir=args.generator, overwrite=args.overwrite)
+
+
+def _task_data(args: argparse.Namespace, split: str | None = None):
+    from electra.data.tasks import GLUE, glue_task, read_custom, read_glue
+    from electra.finetune import TaskData
+
+    if args.task == "custom":
+        if (not args.train and split is None) or not args.dev:
+            raise UserError("--task custom needs --train FILE and --dev FILE (and "
+                            "--text-columns, --label-column)")
+        cols = [c for c in args.text_columns.split(",") if c]
+        train = (read_custom(args.train, cols, args.label_column, args.regression)
+                 if args.train else [])
+        dev = read_custom(args.dev, cols, args.label_column, args.regression)
+        metrics = ("pearson", "spearman") if args.regression else ("accuracy",)
+        return TaskData("custom", train, {"dev": dev}, metrics, args.regression)
+    spec = glue_task(args.task)
+    if args.data is None:
+        raise UserError(f"--task {args.task} needs --data GLUE_TASK_DIR")
+    splits = list(spec.dev) if split in (None, "dev") else [split]
+    train = read_glue(spec, args.data, "train") if split is None else []
+    dev = {s: read_glue(spec, args.data, s) for s in splits}
+    labels = {label: i for i, label in enumerate(spec.labels)} if spec.labels else {}
+    assert spec.name in GLUE
+    return TaskData(spec.name, train, dev, spec.metrics, spec.is_regression, labels)
+
+
+def _finetune_config(sets: list[str]):
+    from electra.config import _parse_value, config_from_dict
+    from electra.finetune import FinetuneConfig
+
+    values = {}
+    for item in sets:
+        if "=" not in item:
+            raise UserError(f"--set {item!r}: expected key=value, e.g. --set lr=1e-4")
+        k, v = item.split("=", 1)
+        values[k.strip()] = _parse_value(v.strip())
+    return config_from_dict(FinetuneConfig, values, "fine-tuning settings")
+
+
+def _cmd_finetune(args: argparse.Namespace) -> None:
+    from electra.finetune import run_finetune
+
+    data = _task_data(args)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if args.random_init:
+        from electra.config import model_preset
+        from electra.tokenizer import load_tokenizer
+
+        if not args.tokenizer:
+            raise UserError("--random-init needs --tokenizer (vocab.txt or tokenizer.json)")
+        vocab = load_tokenizer(args.tokenizer).get_vocab_size()
+        cfg = model_preset(args.random_init, vocab_size=vocab)
+        run_finetune(None, cfg, data, args.out, _finetune_config(args.set), seeds,
+                     args.overwrite, tokenizer=args.tokenizer)
+    else:
+        if not args.model:
+            raise UserError("give --model RUN (or --random-init PRESET --tokenizer PATH)")
+        run_finetune(args.model, None, data, args.out, _finetune_config(args.set), seeds,
+                     args.overwrite)
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> None:
+    from electra.finetune import FinetuneConfig, evaluate_model, load_classifier
+    from electra.tokenizer import load_tokenizer
+
+    model, meta = load_classifier(args.model)
+    if args.task != meta["task"]:
+        raise UserError(f"--model {args.model} was fine-tuned on {meta['task']}, not "
+                        f"{args.task}")
+    data = _task_data(args, split=args.split)
+    data.labels = meta["labels"]
+    cfg = FinetuneConfig(**meta["finetune"])
+    res = evaluate_model(model, load_tokenizer(args.model), data, cfg)
+    print(json.dumps(res))
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
@@ -178,6 +254,39 @@ def build_parser() -> argparse.ArgumentParser:
                     "the demo's own, about 3 minutes on 2 CPU cores)")
     de.add_argument("--quiet", action="store_true", help="no progress bar")
     de.set_defaults(handler=_cmd_demo)
+
+    ft = sub.add_parser("finetune", help="fine-tune the discriminator on GLUE or a custom task")
+    ft.add_argument("--model", help="a pretraining run (or its discriminator/ folder)")
+    ft.add_argument("--random-init", metavar="PRESET", help="instead of --model: the same "
+                    "architecture from random weights (needs --tokenizer)")
+    ft.add_argument("--tokenizer", help="with --random-init: vocab.txt or tokenizer.json")
+    ft.add_argument("--task", required=True, help="cola, sst2, mrpc, stsb, qqp, mnli, qnli, "
+                    "rte, wnli or custom")
+    ft.add_argument("--data", help="the GLUE task folder (e.g. glue/SST-2)")
+    ft.add_argument("--train", help="custom: training file (.csv, .tsv, .jsonl)")
+    ft.add_argument("--dev", help="custom: dev file")
+    ft.add_argument("--text-columns", default="text", help="custom: A or A,B")
+    ft.add_argument("--label-column", default="label", help="custom: the label column")
+    ft.add_argument("--regression", action="store_true", help="custom: numeric labels")
+    ft.add_argument("--out", required=True)
+    ft.add_argument("--seeds", default="1", help="comma-separated, e.g. 1,2,3")
+    ft.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="lr, layer_decay, epochs, batch_size, max_length, warmup_fraction, "
+                    "weight_decay, precision, double_pairs")
+    ft.add_argument("--overwrite", action="store_true")
+    ft.set_defaults(handler=_cmd_finetune)
+
+    ev = sub.add_parser("evaluate", help="reload a fine-tuned model and score a split")
+    ev.add_argument("--model", required=True, help="OUT/seed-N from `electra finetune`")
+    ev.add_argument("--task", required=True)
+    ev.add_argument("--data", help="the GLUE task folder")
+    ev.add_argument("--dev", help="custom: the file to score")
+    ev.add_argument("--train", help=argparse.SUPPRESS)
+    ev.add_argument("--text-columns", default="text")
+    ev.add_argument("--label-column", default="label")
+    ev.add_argument("--regression", action="store_true")
+    ev.add_argument("--split", default="dev", help="dev (all dev sets), or e.g. dev_matched")
+    ev.set_defaults(handler=_cmd_evaluate)
 
     ex = sub.add_parser("export", help="write transformers ELECTRA folders (needs transformers)")
     ex.add_argument("source", help="a pretraining run folder or RUN/checkpoints/step-N")
