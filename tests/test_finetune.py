@@ -87,6 +87,11 @@ def test_finetune_from_a_pretrained_discriminator(task):
                  str(task / "ft"), "--set", "epochs=1"]) == 0
     results = json.loads((task / "ft/results.json").read_text())
     assert results["config"]["lr"] == 3e-4 and results["config"]["layer_decay"] == 0.8
+    # The same architecture from random weights, for the pretrained-vs-random comparison.
+    assert main(["finetune", "--random-init", str(task / "run"), "--task", "custom",
+                 "--train", str(task / "train.csv"), "--dev", str(task / "dev.csv"),
+                 "--out", str(task / "ft0"), "--set", "epochs=1"]) == 0
+    assert json.loads((task / "ft0/results.json").read_text())["model"] == "random-init"
 
 
 def test_bad_input(task, capsys):

@@ -134,15 +134,26 @@ def _cmd_finetune(args: argparse.Namespace) -> None:
     data = _task_data(args)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if args.random_init:
+        from pathlib import Path
+
         from electra.config import model_preset
         from electra.tokenizer import load_tokenizer
 
-        if not args.tokenizer:
-            raise UserError("--random-init needs --tokenizer (vocab.txt or tokenizer.json)")
-        vocab = load_tokenizer(args.tokenizer).get_vocab_size()
-        cfg = model_preset(args.random_init, vocab_size=vocab)
+        src = Path(args.random_init)
+        if src.is_dir():  # the architecture (and tokenizer) of a model folder, fresh weights
+            from electra.pretrained import load_pretrained
+
+            cfg = load_pretrained(src, "discriminator").config
+            tokenizer = src / "discriminator" if (src / "discriminator").is_dir() else src
+        else:
+            if not args.tokenizer:
+                raise UserError("--random-init PRESET needs --tokenizer (vocab.txt or "
+                                "tokenizer.json)")
+            tokenizer = args.tokenizer
+            vocab = load_tokenizer(tokenizer).get_vocab_size()
+            cfg = model_preset(args.random_init, vocab_size=vocab)
         run_finetune(None, cfg, data, args.out, _finetune_config(args.set), seeds,
-                     args.overwrite, tokenizer=args.tokenizer)
+                     args.overwrite, tokenizer=tokenizer)
     else:
         if not args.model:
             raise UserError("give --model RUN (or --random-init PRESET --tokenizer PATH)")
@@ -257,8 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ft = sub.add_parser("finetune", help="fine-tune the discriminator on GLUE or a custom task")
     ft.add_argument("--model", help="a pretraining run (or its discriminator/ folder)")
-    ft.add_argument("--random-init", metavar="PRESET", help="instead of --model: the same "
-                    "architecture from random weights (needs --tokenizer)")
+    ft.add_argument("--random-init", metavar="PRESET|RUN", help="instead of --model: random "
+                    "weights, in a preset's shape (needs --tokenizer) or a run's own shape")
     ft.add_argument("--tokenizer", help="with --random-init: vocab.txt or tokenizer.json")
     ft.add_argument("--task", required=True, help="cola, sst2, mrpc, stsb, qqp, mnli, qnli, "
                     "rte, wnli or custom")
