@@ -45,6 +45,10 @@ def test_export_loads_in_transformers_with_equal_logits(tmp_path, preset):
     gen, info = transformers.AutoModelForMaskedLM.from_pretrained(
         tmp_path / "hf/generator", output_loading_info=True)
     assert not any(info.values()), info
+    import json
+
+    tok_cfg = json.loads((tmp_path / "hf/discriminator/tokenizer_config.json").read_text())
+    assert tok_cfg["do_lower_case"] is True  # the test tokenizer is uncased
     tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf/discriminator")
     assert tok("aaa bb")["input_ids"] == load_pretrained_tokenizer_ids(run, "aaa bb")
     ids, mask, types = make_batch([40, 17, 64], 64, vocab_size=model.config.vocab_size)

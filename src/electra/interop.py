@@ -76,8 +76,8 @@ def export_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> Path
     models, tok_path = _load_source(src)
     tok = load_tokenizer(tok_path)
     tmp = _fresh_out(out, overwrite)
-    lowercase = bool(json.loads(tok.to_str()).get("normalizer", {}) and
-                     json.loads(tok.to_str())["normalizer"].get("lowercase", False))
+    normalizer = json.loads(tok.to_str()).get("normalizer") or {}
+    lowercase = bool(normalizer.get("lowercase", False))
     for kind, module in models.items():
         folder = tmp / kind
         folder.mkdir()
