@@ -41,6 +41,16 @@ def special() -> SpecialTokens:
     return SPECIAL
 
 
+def cli_error(capsys, *args) -> str:
+    """Run `electra ARGS`; assert exit code 2 and a one-line error; return that line."""
+    from electra.cli import main
+
+    assert main([str(a) for a in args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    return err
+
+
 def shared_data(sub: str) -> Path:
     """A path under ../shared/data, or skip the test with the reason."""
     path = SHARED_DATA / sub

@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
+from conftest import cli_error
 
 from electra.cli import main
 from electra.config import model_preset
@@ -96,10 +97,7 @@ def test_finetune_from_a_pretrained_discriminator(task):
 
 def test_bad_input(task, capsys):
     def err(*args) -> str:
-        assert main([str(a) for a in args]) == 2
-        e = capsys.readouterr().err.strip()
-        assert e.count("\n") == 0, e
-        return e
+        return cli_error(capsys, *args)
 
     common = ["--train", task / "train.csv", "--dev", task / "dev.csv", "--out", task / "o"]
     assert "valid tasks" in err("finetune", "--model", task, "--task", "squad", "--data", task,

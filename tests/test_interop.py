@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_batch
+from conftest import cli_error, make_batch
 from safetensors.torch import load_file
 from test_data import write_corpus
 
@@ -109,10 +109,7 @@ def test_import_a_transformers_model_and_a_fresh_generator(tmp_path):
 
 def test_bad_input(tmp_path, capsys):
     def err(*args) -> str:
-        assert main([str(a) for a in args]) == 2
-        e = capsys.readouterr().err.strip()
-        assert e.count("\n") == 0, e
-        return e
+        return cli_error(capsys, *args)
 
     run, _ = make_run(tmp_path, "tiny")
     assert "neither a pretraining run" in err("export", tmp_path / "tok", "--out",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import cli_error
 from safetensors.torch import load_file
 from test_data import write_corpus
 
@@ -288,10 +289,7 @@ def cli(*args) -> int:
 
 def test_pretrain_bad_input(data, tmp_path, capsys):
     def err(*args) -> str:
-        assert cli("pretrain", *args) == 2
-        e = capsys.readouterr().err.strip()
-        assert e.count("\n") == 0, e
-        return e
+        return cli_error(capsys, "pretrain", *args)
 
     assert "not prepared data" in err("--preset", "tiny", "--data", tmp_path, "--out",
                                       tmp_path / "o")

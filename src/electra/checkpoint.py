@@ -27,6 +27,7 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from electra.atomic import publish, staging_dir
 from electra.errors import UserError
 
 FILES = ("model.safetensors", "state.pt", "config.json")
@@ -60,18 +61,15 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, state: dict[str, An
     """
     final = step_dir(root, step)
     tmp = final.with_name(final.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
     try:
-        tmp.mkdir(parents=True)
+        tmp = staging_dir(final)
         save_model(model, str(tmp / "model.safetensors"))
         torch.save(state, tmp / "state.pt")
         _fsync_write(tmp / "config.json", json.dumps(config, indent=2).encode())
         manifest = {name: {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
                     for name in FILES}
         _fsync_write(tmp / "manifest.json", json.dumps(manifest, indent=2).encode())
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
+        publish(tmp, final)
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
         prev = latest_checkpoint(root)

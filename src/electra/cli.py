@@ -115,7 +115,7 @@ def _task_data(args: argparse.Namespace, split: str | None = None):
 
 
 def _finetune_config(sets: list[str]):
-    from electra.config import _parse_value, config_from_dict
+    from electra.config import config_from_dict, parse_value
     from electra.finetune import FinetuneConfig
 
     values = {}
@@ -123,7 +123,7 @@ def _finetune_config(sets: list[str]):
         if "=" not in item:
             raise UserError(f"--set {item!r}: expected key=value, e.g. --set lr=1e-4")
         k, v = item.split("=", 1)
-        values[k.strip()] = _parse_value(v.strip())
+        values[k.strip()] = parse_value(v.strip())
     return config_from_dict(FinetuneConfig, values, "fine-tuning settings")
 
 

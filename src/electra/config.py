@@ -284,7 +284,8 @@ def run_preset(name: str) -> RunConfig:
     return RunConfig(model=model, train=TrainConfig(**TRAIN_PRESETS[name]))
 
 
-def _parse_value(text: str) -> Any:
+def parse_value(text: str) -> Any:
+    """A --set value: bool, int, float, or the string itself."""
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
@@ -321,7 +322,7 @@ def apply_overrides(d: dict[str, Any], sets: list[str]) -> dict[str, Any]:
             valid = ", ".join(f.name for f in fields(sections[section]))
             raise UserError(f"--set {key}: unknown key {name!r} in [{section}]; valid keys: "
                             f"{valid}")
-        out.setdefault(section, {})[name] = _parse_value(value.strip())
+        out.setdefault(section, {})[name] = parse_value(value.strip())
     return out
 
 

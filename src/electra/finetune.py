@@ -15,7 +15,6 @@ is multiplied by the decay once more, and the embeddings sit one step below laye
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -27,6 +26,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from electra.atomic import publish, staging_dir
 from electra.config import ModelConfig, config_from_dict
 from electra.data.tasks import Example, compute_metrics, label_map
 from electra.errors import UserError
@@ -59,7 +59,7 @@ class SequenceClassifier(nn.Module):
 
 def layer_depth(name: str, num_layers: int) -> int:
     """0 for embeddings, i+1 for block i, num_layers+1 for the task head."""
-    if name.startswith("encoder.embeddings") or name.startswith("encoder.embeddings_project"):
+    if name.startswith("encoder.embeddings"):  # also encoder.embeddings_project
         return 0
     if name.startswith("encoder.layers."):
         return int(name.split(".")[2]) + 1
@@ -272,9 +272,7 @@ def run_finetune(model_dir: str | Path | None, model_cfg: ModelConfig | None, da
     cfg = cfg.resolved(model_cfg, data.name)
     if not data.regression and not data.labels:
         data.labels = label_map(data.train, [e for d in data.dev.values() for e in d])
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    final, out = out, staging_dir(out)  # written into OUT.partial, published at the end
     per_seed = {}
     for seed in seeds:
         t0 = time.perf_counter()
@@ -294,6 +292,7 @@ def run_finetune(model_dir: str | Path | None, model_cfg: ModelConfig | None, da
             vals = " | ".join(f"{per_seed[s][split][m]:.4f}" for s in seeds)
             lines.append(f"| {split} | {m} | {vals} | {median[split][m]:.4f} |")
     (out / "results.md").write_text("\n".join(lines) + "\n")
+    publish(out, final)
     print("\n".join(lines))
     return results
 

@@ -10,12 +10,12 @@ such folders (the layout of the released google/electra-* checkpoints) into our
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from electra.atomic import publish, staging_dir
 from electra.config import ModelConfig
 from electra.errors import UserError
 from electra.hf import from_hf_state_dict, to_hf_config, to_hf_state_dict
@@ -38,16 +38,7 @@ def _fresh_out(out: Path, overwrite: bool) -> Path:
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise UserError(f"--out {out} already exists; pass --overwrite to replace it or "
                         f"choose another folder")
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    return tmp
-
-
-def _finish(tmp: Path, out: Path) -> None:
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    return staging_dir(out)
 
 
 def _load_source(src: Path) -> tuple[dict[str, torch.nn.Module], Path]:
@@ -96,7 +87,7 @@ def export_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> Path
         (folder / "tokenizer_config.json").write_text(json.dumps(
             {"tokenizer_class": "ElectraTokenizer", "do_lower_case": lowercase,
              "model_max_length": cfg.max_position_embeddings, **specials}, indent=2))
-    _finish(tmp, out)
+    publish(tmp, out)
     print(f"wrote {out}/discriminator ({HF_CLASSES['discriminator']}) and {out}/generator "
           f"({HF_CLASSES['generator']})")
     return out
@@ -169,7 +160,7 @@ def import_hf(disc_dir: str | Path, out: str | Path, gen_dir: str | Path | None 
     tmp = _fresh_out(out, overwrite)
     save_pretrained(disc, "discriminator", tmp / "discriminator", tok_json)
     save_pretrained(gen, "generator", tmp / "generator", tok_json)
-    _finish(tmp, out)
+    publish(tmp, out)
     print(f"wrote {out}/discriminator and {out}/generator"
           + ("" if gen_dir else " (a fresh generator, sharing the discriminator's embeddings)"))
     return out

@@ -9,12 +9,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from electra.atomic import publish, staging_dir
 from electra.config import ModelConfig, config_from_dict
 from electra.errors import UserError
 
@@ -27,18 +27,14 @@ def save_pretrained(module: nn.Module, kind: str, folder: Path, tokenizer_json: 
 
     from electra.tokenizer import save_tokenizer
 
-    tmp = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = staging_dir(folder)
     state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
     save_file(state, str(tmp / "model.safetensors"), metadata={"kind": kind})
     cfg: ModelConfig = module.config  # type: ignore[assignment]
     (tmp / "config.json").write_text(json.dumps(
         {"format_version": 1, "kind": kind, "model": cfg.to_dict()}, indent=2))
     save_tokenizer(Tokenizer.from_str(tokenizer_json), tmp)
-    if folder.exists():
-        shutil.rmtree(folder)
-    tmp.rename(folder)
+    publish(tmp, folder)
 
 
 def load_pretrained(folder: str | Path, kind: str = "discriminator") -> nn.Module:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +138,7 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
     from tokenizers import Tokenizer, trainers
     from tokenizers.models import WordPiece
 
+    from electra.atomic import publish, staging_dir
     from electra.data.text import expand_inputs, read_chunks
 
     out = Path(out)
@@ -165,12 +165,9 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
     if tok.get_vocab_size() <= len(SPECIAL_TOKENS):
         raise UserError(f"--input {' '.join(inputs)}: no text to train on (the files are "
                         f"empty)")
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = staging_dir(out)
     save_tokenizer(tok, tmp)
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    publish(tmp, out)
     print(f"wrote {out}/tokenizer.json and vocab.txt ({tok.get_vocab_size()} tokens, "
           f"{'uncased' if lowercase else 'cased'})")
     return tok

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from electra.atomic import publish, staging_dir
 from electra.data.text import Chunk, ReadStats, expand_inputs, read_chunks
 from electra.errors import UserError
 from electra.tokenizer import SpecialTokens, load_tokenizer, tokenizer_checksum
@@ -334,9 +335,7 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
     vocab_size = tok.get_vocab_size()
     dtype = token_dtype(vocab_size)
     out = Path(opt.out)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = staging_dir(out)
     tok_json = tok.to_str()
     settings = {"seq_len": opt.seq_len, "special": special, "dtype": dtype.str,
                 "seed": opt.seed}
@@ -376,15 +375,7 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
     }
     tok.save(str(tmp / "tokenizer.json"))
     _write_json_atomic(tmp / "meta.json", meta)
-    # Only now replace what was there: the old output survives any failure before this.
-    if out.exists():
-        old = out.with_name(out.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old)
-    else:
-        tmp.rename(out)
+    publish(tmp, out)  # only now is what was there replaced
     if not opt.quiet:
         _report(meta, out)
     return meta
