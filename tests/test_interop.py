@@ -183,3 +183,46 @@ def test_init_refuses_a_generator_that_is_not_a_width_multiple(tmp_path, capsys)
     assert main(["pretrain", "--preset", "tiny", "--init", str(run), "--data",
                  str(tmp_path / "data"), "--out", str(tmp_path / "c"), "--quiet"]) == 2
     assert "not a width multiple" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("regression", [False, True])
+def test_finetuned_classifier_exports_with_equal_predictions(tmp_path, regression):
+    from electra.finetune import (
+        FinetuneConfig,
+        SequenceClassifier,
+        TaskData,
+        load_classifier,
+        save_classifier,
+    )
+
+    run, _ = make_run(tmp_path, "tiny")
+    tok_json = (run / "discriminator/tokenizer.json").read_text()
+    labels = {} if regression else {"neg": 0, "neutral": 1, "pos": 2}
+    torch.manual_seed(2)
+    model = SequenceClassifier(model_preset("tiny", vocab_size=120), 1 if regression else 3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    data = TaskData("custom", [], {}, ("accuracy",), regression, labels)
+    save_classifier(model, tmp_path / "ft/seed-1", data, FinetuneConfig(), tok_json)
+    assert main(["export", str(tmp_path / "ft/seed-1"), "--out", str(tmp_path / "hfc")]) == 0
+    hf, info = transformers.AutoModelForSequenceClassification.from_pretrained(
+        tmp_path / "hfc", output_loading_info=True)
+    assert not any(info.values()), info
+    assert type(hf).__name__ == "ElectraForSequenceClassification"
+    if regression:
+        assert hf.config.num_labels == 1 and hf.config.problem_type == "regression"
+    else:
+        assert hf.config.id2label == {0: "neg", 1: "neutral", 2: "pos"}
+        assert hf.config.label2id == labels
+    ours, _ = load_classifier(tmp_path / "ft/seed-1")
+    ids, mask, types = make_batch([40, 17, 64], 64, vocab_size=120)
+    types[:, 30:] = 1
+    with torch.no_grad():
+        a = ours.eval()(ids, types, mask)
+        b = hf.eval()(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    if not regression:
+        assert torch.equal(a.argmax(-1), b.argmax(-1))
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hfc")
+    assert tok("aaa bb")["input_ids"] == load_pretrained_tokenizer_ids(run, "aaa bb")

@@ -282,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     ft.add_argument("--seeds", default="1", help="comma-separated, e.g. 1,2,3")
     ft.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="lr, layer_decay, epochs, batch_size, max_length, warmup_fraction, "
-                    "weight_decay, precision, double_pairs")
+                    "weight_decay, precision, double_pairs, max_train_examples")
     ft.add_argument("--overwrite", action="store_true")
     ft.set_defaults(handler=_cmd_finetune)
 
@@ -299,8 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(handler=_cmd_evaluate)
 
     ex = sub.add_parser("export", help="write transformers ELECTRA folders (needs transformers)")
-    ex.add_argument("source", help="a pretraining run folder or RUN/checkpoints/step-N")
-    ex.add_argument("--out", required=True, help="writes OUT/discriminator and OUT/generator")
+    ex.add_argument("source", help="a pretraining run folder, RUN/checkpoints/step-N, or a "
+                    "fine-tuned model (FT/seed-N)")
+    ex.add_argument("--out", required=True, help="writes OUT/discriminator and OUT/generator "
+                    "(ElectraForPreTraining, ElectraForMaskedLM); for a fine-tuned model, OUT "
+                    "itself (ElectraForSequenceClassification)")
     ex.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     ex.set_defaults(handler=_cmd_export)
 

@@ -92,6 +92,7 @@ class FinetuneConfig:
     weight_decay: float = 0.01
     precision: str = "bf16"
     double_pairs: bool = False  # MRPC/STS-B: also train on (b, a), as the original can
+    max_train_examples: int = 0  # >0: a fixed random subset (the same for every seed)
 
     def resolved(self, model_cfg: ModelConfig, task: str) -> FinetuneConfig:
         out = FinetuneConfig(**asdict(self))
@@ -174,8 +175,11 @@ def finetune_one(init: Path | None, model_cfg: ModelConfig, tok: Any, data: Task
         enc = {k[len("encoder."):]: v for k, v in disc.items() if k.startswith("encoder.")}
         model.encoder.load_state_dict(enc)
     train_ex = list(data.train)
+    if 0 < cfg.max_train_examples < len(train_ex):
+        pick = torch.randperm(len(train_ex), generator=torch.Generator().manual_seed(0))
+        train_ex = [train_ex[i] for i in sorted(pick[: cfg.max_train_examples].tolist())]
     if cfg.double_pairs:
-        train_ex += [Example(e.text_b or "", e.text_a, e.label) for e in data.train
+        train_ex += [Example(e.text_b, e.text_a, e.label) for e in train_ex
                      if e.text_b is not None]
     train = encode(tok, train_ex, cfg.max_length, data.labels, data.regression)
     n = len(train_ex)

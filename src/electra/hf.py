@@ -1,6 +1,7 @@
 """The one key table between our parameters and transformers' ELECTRA checkpoints.
 
-Our ``Discriminator`` <-> ``ElectraForPreTraining``, our ``Generator`` <-> ``ElectraForMaskedLM``.
+Our ``Discriminator`` <-> ``ElectraForPreTraining``, our ``Generator`` <-> ``ElectraForMaskedLM``,
+a fine-tuned ``SequenceClassifier`` <-> ``ElectraForSequenceClassification``.
 The mapping is one-to-one (no tensor is split, fused or transposed), so ours -> transformers
 -> ours is bitwise identical. transformers itself is only needed for ``to_hf_config``.
 """
@@ -52,6 +53,14 @@ GENERATOR_KEYS = [*_ENCODER,
                   ("head_norm.weight", "generator_predictions.LayerNorm.weight"),
                   ("head_norm.bias", "generator_predictions.LayerNorm.bias"),
                   ("output_bias", "generator_lm_head.bias")]
+# A fine-tuned SequenceClassifier <-> ElectraForSequenceClassification.
+CLASSIFIER_KEYS = [*_ENCODER,
+                   ("head_dense.weight", "classifier.dense.weight"),
+                   ("head_dense.bias", "classifier.dense.bias"),
+                   ("head_out.weight", "classifier.out_proj.weight"),
+                   ("head_out.bias", "classifier.out_proj.bias")]
+_TABLES = {"discriminator": DISCRIMINATOR_KEYS, "generator": GENERATOR_KEYS,
+           "classifier": CLASSIFIER_KEYS}
 # transformers also stores the tied output layer; it equals the word table.
 TIED_OUTPUT_KEY = "generator_lm_head.weight"
 
@@ -80,24 +89,23 @@ def _rename(state: dict[str, torch.Tensor], table: list[tuple[str, str]],
 
 
 def to_hf_state_dict(state: dict[str, torch.Tensor], kind: str) -> dict[str, torch.Tensor]:
-    """Our ``Discriminator``/``Generator`` state dict -> transformers' key names."""
-    if kind == "discriminator":
-        return _rename(state, DISCRIMINATOR_KEYS, reverse=False)
-    out = _rename(state, GENERATOR_KEYS, reverse=False)
+    """Our discriminator/generator/classifier state dict -> transformers' key names."""
+    out = _rename(state, _TABLES[kind], reverse=False)
+    if kind != "generator":
+        return out
     out[TIED_OUTPUT_KEY] = out["electra.embeddings.word_embeddings.weight"]
     return out
 
 
 def from_hf_state_dict(state: dict[str, torch.Tensor], kind: str) -> dict[str, torch.Tensor]:
     """transformers' ELECTRA state dict -> our key names (the tied output layer dropped)."""
-    if kind == "discriminator":
-        return _rename(state, DISCRIMINATOR_KEYS, reverse=True)
     state = {k: v for k, v in state.items() if k != TIED_OUTPUT_KEY}
-    return _rename(state, GENERATOR_KEYS, reverse=True)
+    return _rename(state, _TABLES[kind], reverse=True)
 
 
-def to_hf_config(cfg: ModelConfig) -> Any:
-    """transformers ``ElectraConfig`` with the same shape as ``cfg`` (needs transformers)."""
+def to_hf_config(cfg: ModelConfig, **extra: Any) -> Any:
+    """transformers ``ElectraConfig`` with the same shape as ``cfg`` (needs transformers);
+    ``extra`` (labels, problem_type...) passes through."""
     from transformers import ElectraConfig
 
     return ElectraConfig(
@@ -108,5 +116,5 @@ def to_hf_config(cfg: ModelConfig) -> Any:
         attention_probs_dropout_prob=cfg.attention_dropout,
         max_position_embeddings=cfg.max_position_embeddings,
         type_vocab_size=cfg.type_vocab_size, initializer_range=cfg.initializer_range,
-        layer_norm_eps=cfg.layer_norm_eps, pad_token_id=cfg.pad_token_id,
+        layer_norm_eps=cfg.layer_norm_eps, pad_token_id=cfg.pad_token_id, **extra,
     )

@@ -4,13 +4,16 @@ Export writes ``DIR/discriminator`` (``ElectraForPreTraining``) and ``DIR/genera
 (``ElectraForMaskedLM``), each with ``config.json``, ``model.safetensors`` and the tokenizer
 files, loadable with ``from_pretrained`` and no missing or unexpected weights. Import reads
 such folders (the layout of the released google/electra-* checkpoints) into our
-``RUN/discriminator`` and ``RUN/generator`` folders. The key mapping is ``electra.hf``.
+``RUN/discriminator`` and ``RUN/generator`` folders. A fine-tuned model (``OUT/seed-N`` of
+``electra finetune``) exports as one ``ElectraForSequenceClassification`` folder with its
+label names. The key mapping is ``electra.hf``.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -60,33 +63,67 @@ def _load_source(src: Path) -> tuple[dict[str, torch.nn.Module], Path]:
                     f"checkpoint folder (manifest.json); give RUN or RUN/checkpoints/step-N")
 
 
+def _write_hf_folder(folder: Path, cfg: ModelConfig, state: dict[str, torch.Tensor],
+                     hf_class: str, tok: Any, **hf_extra: Any) -> None:
+    """config.json, model.safetensors and the tokenizer files transformers expects."""
+    folder.mkdir(exist_ok=True)
+    hf_cfg = to_hf_config(cfg, **hf_extra)
+    hf_cfg.architectures = [hf_class]
+    hf_cfg.save_pretrained(folder)
+    # safetensors refuses tensors that share memory: the tied output layer is a copy.
+    state = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    save_tokenizer(tok, folder)
+    normalizer = json.loads(tok.to_str()).get("normalizer") or {}
+    specials = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                "cls_token": "[CLS]", "mask_token": "[MASK]"}
+    (folder / "special_tokens_map.json").write_text(json.dumps(specials, indent=2))
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "ElectraTokenizer",
+         "do_lower_case": bool(normalizer.get("lowercase", False)),
+         "model_max_length": cfg.max_position_embeddings, **specials}, indent=2))
+
+
+def _is_classifier(src: Path) -> bool:
+    path = src / "config.json"
+    return path.is_file() and json.loads(path.read_text()).get("kind") == "classifier"
+
+
+def _export_classifier(src: Path, out: Path, overwrite: bool) -> Path:
+    """A fine-tuned model (OUT/seed-N) -> one ElectraForSequenceClassification folder."""
+    from electra.finetune import load_classifier
+
+    model, meta = load_classifier(src)
+    tmp = _fresh_out(out, overwrite)
+    if meta["regression"]:
+        labels = {"id2label": {0: "score"}, "label2id": {"score": 0},
+                  "problem_type": "regression"}
+    else:
+        ids = meta["labels"]  # name -> id
+        labels = {"id2label": {i: name for name, i in ids.items()}, "label2id": dict(ids),
+                  "problem_type": "single_label_classification"}
+    _write_hf_folder(tmp, model.config, to_hf_state_dict(model.state_dict(), "classifier"),
+                     "ElectraForSequenceClassification", load_tokenizer(src),
+                     finetuning_task=meta["task"], **labels)
+    publish(tmp, out)
+    print(f"wrote {out} (ElectraForSequenceClassification, task {meta['task']}, "
+          f"labels {list(labels['label2id'])})")
+    return out
+
+
 def export_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> Path:
-    """Write transformers folders for a run's (or checkpoint's) discriminator and generator."""
+    """Write transformers folders for a run's (or checkpoint's) discriminator and generator,
+    or one ``ElectraForSequenceClassification`` folder for a fine-tuned model."""
     _need_transformers()
     src, out = Path(src), Path(out)
+    if _is_classifier(src):
+        return _export_classifier(src, out, overwrite)
     models, tok_path = _load_source(src)
     tok = load_tokenizer(tok_path)
     tmp = _fresh_out(out, overwrite)
-    normalizer = json.loads(tok.to_str()).get("normalizer") or {}
-    lowercase = bool(normalizer.get("lowercase", False))
     for kind, module in models.items():
-        folder = tmp / kind
-        folder.mkdir()
-        cfg: ModelConfig = module.config  # type: ignore[assignment]
-        hf_cfg = to_hf_config(cfg)
-        hf_cfg.architectures = [HF_CLASSES[kind]]
-        hf_cfg.save_pretrained(folder)
-        state = to_hf_state_dict(module.state_dict(), kind)
-        # safetensors refuses tensors that share memory: the tied output layer is a copy.
-        state = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
-        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
-        save_tokenizer(tok, folder)
-        specials = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-                    "cls_token": "[CLS]", "mask_token": "[MASK]"}
-        (folder / "special_tokens_map.json").write_text(json.dumps(specials, indent=2))
-        (folder / "tokenizer_config.json").write_text(json.dumps(
-            {"tokenizer_class": "ElectraTokenizer", "do_lower_case": lowercase,
-             "model_max_length": cfg.max_position_embeddings, **specials}, indent=2))
+        _write_hf_folder(tmp / kind, module.config, to_hf_state_dict(module.state_dict(), kind),
+                         HF_CLASSES[kind], tok)
     publish(tmp, out)
     print(f"wrote {out}/discriminator ({HF_CLASSES['discriminator']}) and {out}/generator "
           f"({HF_CLASSES['generator']})")
