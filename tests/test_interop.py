@@ -226,3 +226,11 @@ def test_finetuned_classifier_exports_with_equal_predictions(tmp_path, regressio
         assert torch.equal(a.argmax(-1), b.argmax(-1))
     tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hfc")
     assert tok("aaa bb")["input_ids"] == load_pretrained_tokenizer_ids(run, "aaa bb")
+
+
+def test_export_without_transformers_says_how_to_install(tmp_path, capsys, monkeypatch):
+    run, _ = make_run(tmp_path, "tiny")
+    monkeypatch.setitem(__import__("sys").modules, "transformers", None)  # import fails
+    assert "pip install 'electra[hf]'" in cli_error(capsys, "export", run, "--out",
+                                                    tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
