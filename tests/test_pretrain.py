@@ -13,6 +13,7 @@ from conftest import cli_error
 from safetensors.torch import load_file
 from test_data import write_corpus
 
+from electra import objective
 from electra import pretrain as pt
 from electra.cli import main
 from electra.config import ObjectiveConfig, RunConfig, TrainConfig, load_run_config, model_preset
@@ -83,7 +84,7 @@ def test_ctrl_c_mid_step_saves_a_checkpoint_that_resumes_exactly(data, tmp_path,
                                                                 monkeypatch):
     cfg = config(save_every=100, grad_accum=2, eval_every=0)
     run(data, tmp_path / "a", cfg)
-    real = pt.electra_forward
+    real = objective.electra_forward
     calls = {"n": 0}
 
     def interrupted(*args, **kw):
@@ -92,7 +93,7 @@ def test_ctrl_c_mid_step_saves_a_checkpoint_that_resumes_exactly(data, tmp_path,
             raise KeyboardInterrupt
         return real(*args, **kw)
 
-    monkeypatch.setattr(pt, "electra_forward", interrupted)
+    monkeypatch.setattr(objective, "electra_forward", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run(data, tmp_path / "b", cfg)
     monkeypatch.undo()
@@ -153,7 +154,7 @@ def test_full_disk_keeps_the_previous_checkpoint(data, tmp_path, monkeypatch):
 
 
 def test_nonfinite_loss_stops_with_the_step_or_is_skipped(data, tmp_path, monkeypatch):
-    real = pt.electra_forward
+    real = objective.electra_forward
     calls = {"n": 0}
 
     def poisoned(*args, **kw):
@@ -163,7 +164,7 @@ def test_nonfinite_loss_stops_with_the_step_or_is_skipped(data, tmp_path, monkey
             out.loss = out.loss * float("nan")
         return out
 
-    monkeypatch.setattr(pt, "electra_forward", poisoned)
+    monkeypatch.setattr(objective, "electra_forward", poisoned)
     with pytest.raises(pt.TrainingDiverged, match=r"step 6 .*step-0000004"):
         run(data, tmp_path / "r", config(eval_every=0))
     ck = tmp_path / "r/checkpoints/step-0000004"

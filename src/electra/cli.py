@@ -46,9 +46,17 @@ def _cmd_pretrain(args: argparse.Namespace) -> None:
         raise UserError("give --preset NAME (tiny, small, base, large) or --config FILE.toml")
     config = _resumed_config(args) if args.preset is None and args.config is None else (
         load_run_config(args.preset, args.config, args.set))
-    pretrain(PretrainOptions(data=args.data, out=args.out, config=config, resume=args.resume,
-                             overwrite=args.overwrite, progress=not args.quiet,
-                             device=args.device, init=args.init))
+    from electra.distributed import teardown
+
+    if args.stop_after is not None and args.stop_after < 1:
+        raise UserError(f"--stop-after {args.stop_after}: give a number of steps >= 1")
+    try:
+        pretrain(PretrainOptions(data=args.data, out=args.out, config=config,
+                                 resume=args.resume, overwrite=args.overwrite,
+                                 progress=not args.quiet, device=args.device, init=args.init,
+                                 dist_timeout=args.dist_timeout, stop_after=args.stop_after))
+    finally:
+        teardown()
 
 
 def _resumed_config(args: argparse.Namespace):
@@ -187,6 +195,12 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     runpy.run_path(str(script), run_name="__main__")
 
 
+def _dist_timeout_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dist-timeout", type=float, default=1800.0, metavar="SECONDS",
+                        help="under torchrun: how long a process waits for the others before "
+                        "stopping with an error (default: 1800)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="electra", description="ELECTRA pretraining (replaced-token detection) "
                 "and fine-tuning. Run `electra demo` for a short pretraining demo.")
@@ -251,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "one made by `electra import`); the model shape comes from it")
     pt.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:1")
     pt.add_argument("--quiet", action="store_true", help="no progress bar")
+    pt.add_argument("--stop-after", type=int, metavar="STEPS", help="stop after this many "
+                    "steps with a checkpoint (for time-limited jobs; continue with --resume)")
+    _dist_timeout_arg(pt)
     pt.set_defaults(handler=_cmd_pretrain)
 
     pl = sub.add_parser("plot", help="plot a run's losses, accuracies and replaced fraction")
@@ -335,7 +352,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(handler(args) or 0)
     except UserError as err:
-        print(f"electra: error: {err}", file=sys.stderr)
+        from electra.distributed import launched
+
+        place = launched()
+        if place.is_main or not getattr(err, "shared", False):
+            rank = f" (rank {place.rank})" if place.enabled and not place.is_main else ""
+            print(f"electra: error{rank}: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("electra: interrupted", file=sys.stderr)

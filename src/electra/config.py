@@ -217,6 +217,9 @@ class TrainConfig:
     """Batches with a non-finite loss to skip before stopping (0: stop at the first)."""
     threads: int = 0
     """CPU threads for torch (0: all cores)."""
+    parallel: str = "ddp"
+    """Under torchrun: ddp (each process holds the whole model) or fsdp (parameters,
+    gradients and optimizer state sharded over processes, for models too big for one)."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "grad_accum", "max_steps", "log_every", "eval_batches",
@@ -233,6 +236,8 @@ class TrainConfig:
                and self.grad_clip >= 0,
                "train.warmup_steps, eval_every, threads, max_nonfinite_skips, weight_decay "
                "and grad_clip must be >= 0")
+        _check(self.parallel in ("ddp", "fsdp"),
+               f"train.parallel must be ddp or fsdp, got {self.parallel!r}")
         _check(self.precision in PRECISIONS,
                f"train.precision must be one of {', '.join(PRECISIONS)}, got "
                f"{self.precision!r}")

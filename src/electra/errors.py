@@ -7,4 +7,9 @@ with a message that names the bad value and the fix. The CLI turns it into a one
 
 
 class UserError(ValueError):
-    """Bad input that the user can fix; the message names the value and the fix."""
+    """Bad input that the user can fix; the message names the value and the fix.
+
+    ``shared``: every process of a torchrun launch raised it, so only rank 0 prints it.
+    """
+
+    shared: bool = False

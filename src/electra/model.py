@@ -221,6 +221,15 @@ class ElectraPretrainingModel(nn.Module):
         shared = self.discriminator.encoder.embeddings if cfg.share_embeddings else None
         self.generator = Generator(cfg.generator_config(), shared)
 
+    def forward(self, input_ids, attention_mask, token_type_ids, special, objective, rng=None,
+                noise=None, norm=None):
+        """The whole ELECTRA objective (``electra.objective.electra_forward``); a forward
+        method so that DDP and FSDP wrappers see it."""
+        from electra import objective as obj
+
+        return obj.electra_forward(self, input_ids, attention_mask, token_type_ids, special,
+                                   objective, rng, noise, norm)
+
 
 def count_parameters(module: nn.Module) -> int:
     """Trainable parameters, each shared tensor counted once."""

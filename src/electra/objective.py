@@ -12,6 +12,9 @@
 
 Nothing here calls ``.item()``: no host-device sync inside a step. Randomness comes from an
 explicit ``torch.Generator`` so that masking and sampling are reproducible and resumable.
+A training step draws its ``Noise`` for the whole global batch up front and each process (and
+each accumulation micro-batch) takes its rows, so masking and sampling do not depend on the
+world size or the accumulation; ``Norm`` likewise averages the losses over the global batch.
 """
 
 from __future__ import annotations
@@ -36,6 +39,39 @@ class Masked:
     targets: torch.Tensor  # (B, P) long, the original tokens at ``positions``
 
 
+@dataclass
+class Noise:
+    """The uniform draws that masking and sampling consume, for rows of a batch."""
+
+    scores: torch.Tensor  # (B, T) which positions to choose (top-k)
+    mask_u: torch.Tensor  # (B, P) [MASK] / keep / random token
+    random_ids: torch.Tensor  # (B, P) BERT's random replacement tokens
+    sample_u: torch.Tensor  # (B, P, 1) inverse-CDF uniforms
+
+    @staticmethod
+    def draw(batch: int, seq_len: int, vocab_size: int, cfg: ObjectiveConfig,
+             rng: torch.Generator | None = None,
+             device: torch.device | str = "cpu") -> Noise:
+        P = min(cfg.max_predictions, seq_len)
+        return Noise(
+            scores=torch.rand(batch, seq_len, generator=rng, device=device),
+            mask_u=torch.rand(batch, P, generator=rng, device=device),
+            random_ids=torch.randint(vocab_size, (batch, P), generator=rng, device=device),
+            sample_u=torch.rand(batch, P, 1, generator=rng, device=device))
+
+    def rows(self, start: int, stop: int) -> Noise:
+        return Noise(self.scores[start:stop], self.mask_u[start:stop],
+                     self.random_ids[start:stop], self.sample_u[start:stop])
+
+
+@dataclass
+class Norm:
+    """Loss denominators over the whole global batch: chosen slots and non-pad tokens."""
+
+    chosen: torch.Tensor  # 0-d
+    tokens: torch.Tensor  # 0-d
+
+
 def candidate_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    special: SpecialTokens) -> torch.Tensor:
     """(B, T) bool: tokens that may be chosen (not padding, not a special token)."""
@@ -45,8 +81,26 @@ def candidate_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return ok
 
 
+def chosen_count(candidates: torch.Tensor, cfg: ObjectiveConfig) -> torch.Tensor:
+    """(B,) positions chosen per row: ``max(1, min(max_predictions, round(mask_prob * n)))``,
+    never more than the row's n candidates."""
+    P = min(cfg.max_predictions, candidates.shape[1])
+    n = candidates.sum(1)
+    # torch.round rounds half to even, like Python's round() in the original data code.
+    return torch.round(n.to(torch.float64) * cfg.mask_prob).long().clamp(1, P).minimum(n)
+
+
+def batch_norm_counts(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      special: SpecialTokens, cfg: ObjectiveConfig) -> torch.Tensor:
+    """(2,) float64: chosen slots and non-pad tokens of a batch (the ``Norm`` of that batch);
+    known before any randomness is drawn, so processes can sum theirs first."""
+    chosen = chosen_count(candidate_mask(input_ids, attention_mask, special), cfg).sum()
+    return torch.stack([chosen, attention_mask.sum()]).double()
+
+
 def choose_positions(candidates: torch.Tensor, cfg: ObjectiveConfig,
-                     rng: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     rng: torch.Generator | None = None,
+                     scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Choose ``max(1, min(max_predictions, round(mask_prob * n)))`` of each row's n candidates.
 
     Uniformly at random without replacement (top-k of random scores), with a fixed number P
@@ -58,10 +112,9 @@ def choose_positions(candidates: torch.Tensor, cfg: ObjectiveConfig,
     """
     B, T = candidates.shape
     P = min(cfg.max_predictions, T)
-    n = candidates.sum(1)  # (B,)
-    # torch.round rounds half to even, like Python's round() in the original data code.
-    k = torch.round(n.to(torch.float64) * cfg.mask_prob).long().clamp(1, P).minimum(n)  # (B,)
-    scores = torch.rand(B, T, generator=rng, device=candidates.device)
+    k = chosen_count(candidates, cfg)  # (B,)
+    if scores is None:
+        scores = torch.rand(B, T, generator=rng, device=candidates.device)
     scores = scores.masked_fill(~candidates, -1.0)  # non-candidates sort last
     positions = scores.topk(P, dim=1).indices  # (B, P), candidates first, in random order
     weights = torch.arange(P, device=candidates.device)[None, :] < k[:, None]
@@ -70,18 +123,18 @@ def choose_positions(candidates: torch.Tensor, cfg: ObjectiveConfig,
 
 def mask_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, special: SpecialTokens,
                 vocab_size: int, cfg: ObjectiveConfig,
-                rng: torch.Generator | None = None) -> Masked:
+                rng: torch.Generator | None = None, noise: Noise | None = None) -> Masked:
     """Steps 1-2: choose positions and build the generator's input x_masked."""
+    if noise is None:
+        noise = Noise.draw(*input_ids.shape, vocab_size, cfg, rng, input_ids.device)
     positions, weights = choose_positions(
-        candidate_mask(input_ids, attention_mask, special), cfg, rng)
+        candidate_mask(input_ids, attention_mask, special), cfg, scores=noise.scores)
     targets = torch.gather(input_ids, 1, positions)
-    u = torch.rand(positions.shape, generator=rng, device=input_ids.device)
+    u = noise.mask_u
     use_mask = weights & (u < cfg.mask_token_prob)
     use_random = weights & (u >= cfg.mask_token_prob) & (
         u < cfg.mask_token_prob + cfg.random_token_prob)
-    random_ids = torch.randint(vocab_size, positions.shape, generator=rng,
-                               device=input_ids.device)
-    new = torch.where(use_mask, special.mask, torch.where(use_random, random_ids, targets))
+    new = torch.where(use_mask, special.mask, torch.where(use_random, noise.random_ids, targets))
     return Masked(input_ids=input_ids.scatter(1, positions, new), positions=positions,
                   weights=weights, targets=targets)
 
@@ -105,15 +158,19 @@ def sample(logits: torch.Tensor, temperature: float = 1.0, method: str = "invers
 
 
 def _sample_fp32(z: torch.Tensor, temperature: float, method: str,
-                 rng: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample from fp32 logits ``z``, which this overwrites; also returns the rows' max of z."""
+                 rng: torch.Generator | None,
+                 u: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample from fp32 logits ``z``, which this overwrites; also returns the rows' max of z.
+    ``u`` (..., 1): inverse-CDF uniforms drawn beforehand (else drawn from ``rng``)."""
     zmax = z.amax(-1, keepdim=True)  # (..., 1), before any scaling
     if method == "inverse_cdf":
         cdf = z.sub_(zmax)
         if temperature != 1.0:
             cdf.div_(temperature)
         cdf = cdf.exp_().cumsum_(-1)  # (..., V), unnormalised; in place: no new 4*V*rows bytes
-        u = torch.rand((*z.shape[:-1], 1), generator=rng, device=z.device) * cdf[..., -1:]
+        if u is None:
+            u = torch.rand((*z.shape[:-1], 1), generator=rng, device=z.device)
+        u = u * cdf[..., -1:]
         idx = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=z.shape[-1] - 1)
         return idx, zmax
     if method == "gumbel":
@@ -133,20 +190,23 @@ def corrupt(input_ids: torch.Tensor, positions: torch.Tensor, weights: torch.Ten
     return input_ids.scatter(1, positions, torch.where(weights, sampled, original))
 
 
-def generator_loss(logits: torch.Tensor, targets: torch.Tensor,
-                   weights: torch.Tensor) -> torch.Tensor:
-    """L_MLM: cross-entropy (fp32) averaged over the chosen slots only."""
+def generator_loss(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor,
+                   denominator: torch.Tensor | None = None) -> torch.Tensor:
+    """L_MLM: cross-entropy (fp32) averaged over the chosen slots only (of the global batch
+    when ``denominator`` is given)."""
     ce = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
     w = weights.flatten().float()
-    return (ce * w).sum() / w.sum().clamp(min=1.0)
+    return (ce * w).sum() / (w.sum() if denominator is None else denominator).clamp(min=1.0)
 
 
 def discriminator_loss(logits: torch.Tensor, labels: torch.Tensor,
-                       attention_mask: torch.Tensor) -> torch.Tensor:
-    """L_disc: BCE-with-logits (fp32) averaged over non-pad tokens; label 1 = replaced."""
+                       attention_mask: torch.Tensor,
+                       denominator: torch.Tensor | None = None) -> torch.Tensor:
+    """L_disc: BCE-with-logits (fp32) averaged over non-pad tokens (of the global batch when
+    ``denominator`` is given); label 1 = replaced."""
     bce = F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction="none")
     m = attention_mask.float()
-    return (bce * m).sum() / m.sum().clamp(min=1.0)
+    return (bce * m).sum() / (m.sum() if denominator is None else denominator).clamp(min=1.0)
 
 
 @dataclass
@@ -156,10 +216,15 @@ class ElectraOutput:
     loss: torch.Tensor
     gen_loss: torch.Tensor
     disc_loss: torch.Tensor
-    stats: dict[str, torch.Tensor]
+    counts: dict[str, torch.Tensor]  # each (2,): numerator, denominator of a statistic
     corrupted_ids: torch.Tensor  # (B, T)
     labels: torch.Tensor  # (B, T) bool, True = replaced
     disc_logits: torch.Tensor  # (B, T)
+
+    @property
+    def stats(self) -> dict[str, torch.Tensor]:
+        """The statistics as 0-d ratios (gen_acc, disc_acc, ...)."""
+        return {k: (c[0] / c[1].clamp(min=1)).float() for k, c in self.counts.items()}
 
 
 def electra_forward(
@@ -170,50 +235,65 @@ def electra_forward(
     special: SpecialTokens,
     cfg: ObjectiveConfig,
     rng: torch.Generator | None = None,
+    noise: Noise | None = None,
+    norm: Norm | None = None,
 ) -> ElectraOutput:
-    """One pass of the whole objective: masking, generator, sampling, discriminator, losses."""
+    """One pass of the whole objective: masking, generator, sampling, discriminator, losses.
+
+    ``noise``: the batch's random draws (else drawn here from ``rng``, which Gumbel sampling
+    always uses). ``norm``: the global batch's loss denominators (else this batch's own).
+    """
     gen = model.generator
-    masked = mask_inputs(input_ids, attention_mask, special, gen.config.vocab_size, cfg, rng)
+    if noise is None:
+        noise = Noise.draw(*input_ids.shape, gen.config.vocab_size, cfg, rng, input_ids.device)
+    masked = mask_inputs(input_ids, attention_mask, special, gen.config.vocab_size, cfg,
+                         noise=noise)
     gen_logits = gen(masked.input_ids, token_type_ids, attention_mask,
                      masked.positions)  # (B, P, V)
-    gen_loss = generator_loss(gen_logits, masked.targets, masked.weights)
+    gen_loss = generator_loss(gen_logits, masked.targets, masked.weights,
+                              None if norm is None else norm.chosen)
 
     with torch.no_grad():
         z = gen_logits.detach().to(torch.float32, copy=True)  # (B, P, V), consumed by sampling
         target_logit = torch.gather(z, -1, masked.targets[..., None])  # for gen_acc
-        sampled, zmax = _sample_fp32(z, cfg.temperature, cfg.sampling, rng)  # (B, P)
+        sampled, zmax = _sample_fp32(z, cfg.temperature, cfg.sampling, rng,
+                                     noise.sample_u)  # (B, P)
         del z
         gen_correct = (target_logit >= zmax).squeeze(-1)  # the target has the top logit
     corrupted = corrupt(input_ids, masked.positions, masked.weights, sampled)
     labels = corrupted != input_ids  # a sample equal to the original is "original"
 
     disc_logits = model.discriminator(corrupted, token_type_ids, attention_mask)  # (B, T)
-    disc_loss = discriminator_loss(disc_logits, labels, attention_mask)
+    disc_loss = discriminator_loss(disc_logits, labels, attention_mask,
+                                   None if norm is None else norm.tokens)
     loss = gen_loss + cfg.disc_weight * disc_loss
 
-    stats = statistics(gen_correct, masked, sampled, disc_logits, labels, attention_mask)
-    return ElectraOutput(loss=loss, gen_loss=gen_loss, disc_loss=disc_loss, stats=stats,
+    counts = statistic_counts(gen_correct, masked, sampled, disc_logits, labels,
+                              attention_mask)
+    return ElectraOutput(loss=loss, gen_loss=gen_loss, disc_loss=disc_loss, counts=counts,
                          corrupted_ids=corrupted, labels=labels, disc_logits=disc_logits)
 
 
 @torch.no_grad()
-def statistics(gen_correct: torch.Tensor, masked: Masked, sampled: torch.Tensor,
-               disc_logits: torch.Tensor, labels: torch.Tensor,
-               attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Detached 0-d tensors (no sync): accuracies, precision/recall, chosen/replaced fractions."""
+def statistic_counts(gen_correct: torch.Tensor, masked: Masked, sampled: torch.Tensor,
+                     disc_logits: torch.Tensor, labels: torch.Tensor,
+                     attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each statistic as a (2,) float tensor [numerator, denominator], detached and without a
+    sync, so that batches, accumulation steps and processes can be pooled by summing:
+    generator accuracy on the chosen slots, discriminator accuracy/precision/recall, and the
+    chosen, replaced and sampled-equal-to-original fractions."""
     w = masked.weights
-    n_chosen = w.sum().clamp(min=1)
     real = attention_mask.bool()
-    n_real = real.sum().clamp(min=1)
     pred = disc_logits.detach() > 0
     tp = (pred & labels & real).sum()
-    return {
-        "gen_acc": (gen_correct & w).sum() / n_chosen,
-        "disc_acc": ((pred == labels) & real).sum() / n_real,
-        "disc_precision": tp / (pred & real).sum().clamp(min=1),
-        "disc_recall": tp / (labels & real).sum().clamp(min=1),
-        "masked_frac": w.sum() / n_real,
-        "replaced_frac": (labels & real).sum() / n_real,
-        "sampled_original_frac": ((sampled == masked.targets) & w).sum() / n_chosen,
-        "n_tokens": real.sum(),
+    n_chosen, n_real = w.sum(), real.sum()
+    pairs = {
+        "gen_acc": ((gen_correct & w).sum(), n_chosen),
+        "disc_acc": (((pred == labels) & real).sum(), n_real),
+        "disc_precision": (tp, (pred & real).sum()),
+        "disc_recall": (tp, (labels & real).sum()),
+        "masked_frac": (n_chosen, n_real),
+        "replaced_frac": ((labels & real).sum(), n_real),
+        "sampled_original_frac": (((sampled == masked.targets) & w).sum(), n_chosen),
     }
+    return {k: torch.stack([a, b]).double() for k, (a, b) in pairs.items()}

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from electra.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -31,13 +32,12 @@ from electra.config import RunConfig
 from electra.data.loader import BatchLoader, ShardDataset
 from electra.errors import UserError
 from electra.model import ElectraPretrainingModel, count_parameters
-from electra.objective import electra_forward
 from electra.optim import build_optimizer, build_scheduler
 from electra.pretrained import save_pretrained
 
 # Settings that may change when a run is resumed; all others must match the saved run.
 RESUMABLE_CHANGES = {"log_every", "eval_every", "eval_batches", "save_every",
-                     "keep_checkpoints", "threads", "max_nonfinite_skips"}
+                     "keep_checkpoints", "threads", "max_nonfinite_skips", "parallel"}
 TIMING_KEYS = {"tokens_per_s", "elapsed_s"}
 
 
@@ -56,6 +56,7 @@ class PretrainOptions:
     device: str = "auto"
     stop_after: int | None = None  # stop (with a checkpoint) after this many steps: for tests
     init: str | None = None  # start from these weights (a run folder: discriminator/, generator/)
+    dist_timeout: float = 1800.0  # seconds a torchrun process waits for the others
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -112,18 +113,21 @@ def _check_same_run(saved: dict[str, Any], now: dict[str, Any]) -> None:
                         f"a new --out")
 
 
-def _rng_state(masking_rng: torch.Generator) -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "masking": masking_rng.get_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+def _local_rng_state(device: torch.device, gumbel_rng: torch.Generator) -> dict[str, Any]:
+    """This process's own streams: dropout (torch's CPU and CUDA generators), Gumbel noise."""
+    state = {"torch": torch.get_rng_state(), "gumbel": gumbel_rng.get_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def _set_rng_state(state: dict[str, Any], masking_rng: torch.Generator) -> None:
+def _set_local_rng_state(state: dict[str, Any], device: torch.device,
+                         gumbel_rng: torch.Generator) -> None:
     torch.set_rng_state(state["torch"])
-    masking_rng.set_state(state["masking"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "gumbel" in state:
+        gumbel_rng.set_state(state["gumbel"])
+    if "cuda" in state and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 class MetricsLog:
@@ -168,36 +172,65 @@ class MetricsLog:
 
 @torch.no_grad()
 def validate(model: ElectraPretrainingModel, data: ShardDataset, run_cfg: RunConfig,
-             device: torch.device, batch_size: int, batches: int) -> dict[str, float]:
+             device: torch.device, micro: int, place: Any = None) -> dict[str, float]:
     """Held-out generator loss/accuracy and discriminator loss/accuracy/ROC-AUC.
 
+    Scores the first ``eval_batches`` global batches of the split (in file order), each
+    process its rows, pooled over processes: the numbers do not depend on the world size.
     The masking and sampling seed is fixed, so every validation scores the same corruption
     pattern of the same examples and the numbers are comparable over the run.
     """
     from sklearn.metrics import roc_auc_score
 
+    from electra import distributed as dd
+    from electra import objective as obj
+
+    place = place or dd.Dist()
+    tc = run_cfg.train
     was_training = model.training
     model.eval()
-    rng = torch.Generator(device).manual_seed(run_cfg.train.seed + 1_000_003)
-    loader = BatchLoader(data, min(batch_size, len(data)), shuffle=False)
-    n = min(batches, max(1, len(data) // loader.batch_size))
-    sums: dict[str, float] = {}
+    rng = torch.Generator(device).manual_seed(tc.seed + 1_000_003)
+    W = place.world_size
+    G = min(tc.batch_size, len(data) // W * W)  # one global validation batch
+    per_rank = G // W
+    n = min(tc.eval_batches, max(1, len(data) // G))
+    sums: dict[str, torch.Tensor] = {}
     scores, labels = [], []
-    for _ in range(n):
-        batch = {k: v.to(device) for k, v in next(loader).items()}
-        with autocast(device, run_cfg.train.precision):
-            out = electra_forward(model, batch["input_ids"], batch["attention_mask"],
-                                  batch["token_type_ids"], data.special, run_cfg.objective, rng)
-        real = batch["attention_mask"].bool()
-        scores.append(out.disc_logits.float()[real].cpu())
-        labels.append(out.labels[real].cpu())
-        for key, value in (("gen_loss", out.gen_loss), ("disc_loss", out.disc_loss),
-                           *out.stats.items()):
-            sums[key] = sums.get(key, 0.0) + float(value)
+    for i in range(n):
+        first = i * G + place.rank * per_rank
+        batch = {k: v.to(device) for k, v in
+                 data.batch(np.arange(first, first + per_rank)).items()}
+        counts = dd.all_sum(place, obj.batch_norm_counts(
+            batch["input_ids"], batch["attention_mask"], data.special, run_cfg.objective))
+        norm = obj.Norm(chosen=counts[0].float(), tokens=counts[1].float())
+        noise = obj.Noise.draw(G, data.seq_len, run_cfg.model.vocab_size, run_cfg.objective,
+                               rng, device)
+        for j in range(0, per_rank, micro):
+            rows = slice(j, min(j + micro, per_rank))
+            start = place.rank * per_rank + j
+            with autocast(device, tc.precision):
+                out = model(batch["input_ids"][rows], batch["attention_mask"][rows],
+                            batch["token_type_ids"][rows], data.special, run_cfg.objective,
+                            rng, noise.rows(start, start + rows.stop - rows.start), norm)
+            real = batch["attention_mask"][rows].bool()
+            scores.append(out.disc_logits.float()[real].cpu())
+            labels.append(out.labels[real].cpu())
+            for key, value in (("gen_loss", out.gen_loss), ("disc_loss", out.disc_loss),
+                               *out.counts.items()):
+                v = value.detach().double().reshape(-1)
+                sums[key] = sums[key] + v if key in sums else v
     model.train(was_training)
-    y = torch.cat(labels).numpy()
-    s = torch.cat(scores).numpy()
-    result = {f"val_{k}": v / n for k, v in sums.items() if k != "n_tokens"}
+    keys = sorted(sums)
+    pooled = iter(dd.all_sum(place, torch.cat([sums[k] for k in keys])).tolist())
+    result = {}
+    for key in keys:
+        if key in ("gen_loss", "disc_loss"):  # shares of each batch's global mean
+            result[f"val_{key}"] = next(pooled) / n
+        else:
+            num, den = next(pooled), next(pooled)
+            result[f"val_{key}"] = num / max(den, 1.0)
+    y = np.concatenate([t.numpy() for t in dd.gather(place, torch.cat(labels))])
+    s = np.concatenate([t.numpy() for t in dd.gather(place, torch.cat(scores))])
     result["val_disc_auc"] = float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else float("nan")
     result["val_baseline_acc"] = 1.0 - result["val_replaced_frac"]  # all-original guess
     return result
@@ -224,13 +257,9 @@ def _load_init(folder: str, run_model: Any) -> tuple[Any, Any, Any]:
     return cfg, disc, gen
 
 
-def pretrain(opt: PretrainOptions, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
-    """Run (or resume) pretraining; returns the last logged metrics."""
-    cfg = opt.config
-    tc = cfg.train
-    if tc.threads:
-        torch.set_num_threads(tc.threads)
-    device = resolve_device(opt.device)
+def _setup_run(opt: PretrainOptions) -> tuple[Any, ...]:
+    """Data, validation split, init weights, the resolved config and the micro-batch size."""
+    cfg, tc = opt.config, opt.config.train
     data = ShardDataset(opt.data, "train")
     val = ShardDataset(opt.data, "val") if "val" in data.meta["splits"] else None
     init = _load_init(opt.init, cfg.model) if opt.init else None
@@ -246,103 +275,191 @@ def pretrain(opt: PretrainOptions, rank: int = 0, world_size: int = 1) -> dict[s
                         f"a shorter --seq-len or --set model.max_position_embeddings="
                         f"{data.seq_len}")
     cfg = RunConfig(model=model_cfg, objective=cfg.objective, train=tc)
+    return data, val, init, cfg
+
+
+def _split_batch(tc: Any, world_size: int) -> tuple[int, int]:
+    """(examples per process per step, examples per micro-batch)."""
     per_rank = tc.batch_size // world_size
     if per_rank * world_size != tc.batch_size or per_rank % tc.grad_accum:
         raise UserError(f"train.batch_size={tc.batch_size} does not split into "
                         f"{world_size} process(es) x train.grad_accum={tc.grad_accum} equal "
                         f"micro-batches; choose a batch divisible by both")
-    micro = per_rank // tc.grad_accum
+    return per_rank, per_rank // tc.grad_accum
+
+
+def pretrain(opt: PretrainOptions) -> dict[str, Any]:
+    """Run (or resume) pretraining; returns the last logged metrics.
+
+    Launched by torchrun, each process trains on its rows of every global batch (DDP, or
+    FSDP with ``train.parallel = "fsdp"``) and only rank 0 writes.
+    """
+    from electra import distributed as dd
+    from electra import objective as obj
+
+    cfg = opt.config
+    tc = cfg.train
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    place, device = dd.setup(resolve_device(opt.device), opt.dist_timeout)
+    data, val, init, cfg = dd.agree(place, lambda: _setup_run(opt), "reading data and config")
+    per_rank, micro = dd.agree(place, lambda: _split_batch(tc, place.world_size),
+                               "splitting the batch")
     cfg_dict = {**cfg.to_dict(), "tokenizer_sha256": data.meta["tokenizer_sha256"],
                 "data_vocab_size": data.vocab_size, "seq_len": data.seq_len}
-
+    dd.check_same(place, {"config": cfg_dict, "data": data.meta, "init": opt.init,
+                          "resume": opt.resume}, "the config or the data")
     run = Path(opt.out)
-    resume_from = _prepare_run_dir(opt, cfg_dict) if rank == 0 else None
-    if rank == 0:
+
+    def prepare_run() -> Path | None:
+        found = _prepare_run_dir(opt, cfg_dict)
         (run / "config.json").write_text(json.dumps(cfg_dict, indent=2))
         shutil.copyfile(data.folder / "tokenizer.json", run / "tokenizer.json")
+        return found
 
-    torch.manual_seed(tc.seed)
-    model = ElectraPretrainingModel(model_cfg)
+    resume_from = dd.on_main(place, prepare_run, "preparing the run folder")
+
+    torch.manual_seed(tc.seed)  # the same initial weights on every rank
+    model = ElectraPretrainingModel(cfg.model)
+    n_params = count_parameters(model)
     if init and resume_from is None:
         # Generator first: with shared embeddings the discriminator's table wins.
         model.generator.load_state_dict(init[2].state_dict())
         model.discriminator.load_state_dict(init[1].state_dict())
+    state: dict[str, Any] | None = None
+    if resume_from is not None:
+        state, _ = dd.agree(place, lambda: load_checkpoint(resume_from, model),
+                            "loading the checkpoint")
     model = model.to(device)
+    fsdp = place.enabled and tc.parallel == "fsdp"
+    if fsdp:
+        _shard(model, device)
     optimizer = build_optimizer(model, tc)
     scheduler = build_scheduler(optimizer, tc)
     scaler = torch.amp.GradScaler(device.type) if tc.precision == "fp16" else None
+    # Masking and sampling draw from one stream shared by all ranks (each takes its rows of
+    # the global batch); dropout and Gumbel noise from streams of each rank's own.
     masking_rng = torch.Generator(device).manual_seed(tc.seed + 1)
-    loader = BatchLoader(data, micro * tc.grad_accum, seed=tc.seed, rank=rank,
-                         world_size=world_size)
+    gumbel_rng = torch.Generator(device).manual_seed(dd.rank_seed(tc.seed + 2, place.rank))
+    torch.manual_seed(dd.rank_seed(tc.seed, place.rank))
+    loader = BatchLoader(data, per_rank, seed=tc.seed, rank=place.rank,
+                         world_size=place.world_size)
     step, tokens = 0, 0
-    if resume_from is not None:
-        state, _ = load_checkpoint(resume_from, model)
-        optimizer.load_state_dict(state["optimizer"])
+    if state is not None:
+        if fsdp:
+            _load_sharded_optimizer(optimizer, state["optimizer"])
+        else:
+            optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         if scaler is not None and "scaler" in state:
             scaler.load_state_dict(state["scaler"])
         loader.load_state_dict(state["loader"])
-        _set_rng_state(state["rng"], masking_rng)
         step, tokens = int(state["step"]), int(state["tokens"])
-    elif opt.resume and rank == 0 and opt.progress:
+        rng = state["rng"]
+        masking_rng.set_state(rng["masking"])
+        ranks = rng.get("ranks", [rng])  # older checkpoints: one process's streams
+        if len(ranks) == place.world_size:
+            _set_local_rng_state(ranks[place.rank], device, gumbel_rng)
+        else:  # another world size: same step and data position, fresh per-rank streams
+            torch.manual_seed(dd.rank_seed(tc.seed * 1_000_003 + step, place.rank))
+            gumbel_rng.manual_seed(dd.rank_seed(tc.seed * 1_000_003 + step + 2, place.rank))
+            if place.is_main:
+                print(f"electra: resuming a {len(ranks)}-process run with "
+                      f"{place.world_size}: same step and data position; dropout streams "
+                      f"restart, so not bitwise equal to an uninterrupted run", flush=True)
+    elif opt.resume and place.is_main and opt.progress:
         print(f"no checkpoint in {run}; starting a new run")
 
-    log = MetricsLog(run, step, enabled=rank == 0)
+    if fsdp:
+        step_model: torch.nn.Module = model
+    elif place.enabled:
+        from torch.nn.parallel import DistributedDataParallel
+
+        step_model = DistributedDataParallel(
+            model, device_ids=[device] if device.type == "cuda" else None,
+            gradient_as_bucket_view=True)
+    else:
+        step_model = model
+
+    log = MetricsLog(run, step, enabled=place.is_main)
     bar = None
-    if opt.progress and rank == 0:
+    if opt.progress and place.is_main:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=tc.max_steps, initial=step, unit="step", dynamic_ncols=True)
-        n_params = count_parameters(model)
-        bar.write(f"electra: {n_params / 1e6:.1f}M parameters (discriminator "
-                  f"{count_parameters(model.discriminator) / 1e6:.1f}M), {len(data):,} "
-                  f"examples of {data.seq_len} tokens, batch {tc.batch_size}, "
-                  f"{tc.precision}, {device.type}"
+        bar.write(f"electra: {n_params / 1e6:.1f}M parameters, {len(data):,} examples of "
+                  f"{data.seq_len} tokens, batch {tc.batch_size}"
+                  + (f" over {place.world_size} processes ({tc.parallel})"
+                     if place.enabled else "")
+                  + f", {tc.precision}, {device.type}"
                   + (f", resuming at step {step}" if step else ""))
 
     params = [p for p in model.parameters() if p.requires_grad]
     window: dict[str, torch.Tensor] = {}
     window_steps, window_tokens, skips = 0, 0, 0
+    window_grad_norm = torch.zeros((), dtype=torch.float64, device=device)
     t_window = time.perf_counter()
     last: dict[str, Any] = {}
     stop_at = tc.max_steps if opt.stop_after is None else min(tc.max_steps,
                                                               step + opt.stop_after)
     model.train()
+    LOSSES = ("loss", "gen_loss", "disc_loss")  # partial sums of the global mean
 
     # Data position and RNG streams as of the last completed step: a checkpoint written on
     # Ctrl-C (mid-step) uses these, so --resume replays the interrupted step exactly.
-    boundary = {"loader": loader.state_dict(), "rng": _rng_state(masking_rng)}
+    def streams() -> dict[str, Any]:
+        return {"loader": loader.state_dict(), "masking": masking_rng.get_state(),
+                "local": _local_rng_state(device, gumbel_rng)}
 
-    def checkpoint() -> None:
-        if rank != 0:
+    boundary = streams()
+
+    def checkpoint(interrupted: bool = False) -> None:
+        """Every rank calls this (rank 0 writes), except on Ctrl-C: rank 0 alone, with the
+        other ranks' streams left out (a resume then restarts them)."""
+        ranks = ([boundary["local"]] if interrupted and place.enabled
+                 else dd.gather(place, boundary["local"]))
+        optim_state = _sharded_optimizer_state(optimizer) if fsdp else None
+        to_save = _full_model(model, cfg.model) if fsdp else model
+        if not place.is_main:
             return
-        state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                 "loader": boundary["loader"], "rng": boundary["rng"],
-                 "step": step, "tokens": tokens}
+        state = {"optimizer": optim_state if fsdp else optimizer.state_dict(),
+                 "scheduler": scheduler.state_dict(), "loader": boundary["loader"],
+                 "rng": {"masking": boundary["masking"], "ranks": ranks},
+                 "step": step, "tokens": tokens, "world_size": place.world_size}
         if scaler is not None:
             state["scaler"] = scaler.state_dict()
-        save_checkpoint(run / "checkpoints", step, model, state,
+        save_checkpoint(run / "checkpoints", step, to_save, state,
                         {**cfg_dict, "step": step, "tokens": tokens}, tc.keep_checkpoints)
 
     try:
         while step < stop_at:
             step_stats: dict[str, torch.Tensor] = {}
-            step_tokens = 0
-            for _ in range(tc.grad_accum):
-                batch = next(loader)
-                step_tokens += int(batch["attention_mask"].sum())
-                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-                with autocast(device, tc.precision):
-                    out = electra_forward(model, batch["input_ids"], batch["attention_mask"],
-                                          batch["token_type_ids"], data.special, cfg.objective,
-                                          masking_rng)
-                loss = out.loss / tc.grad_accum
-                (scaler.scale(loss) if scaler is not None else loss).backward()
+            batch = {k: v.to(device, non_blocking=True) for k, v in next(loader).items()}
+            # The global batch's loss denominators and random draws, before any forward.
+            counts = dd.all_sum(place, obj.batch_norm_counts(
+                batch["input_ids"], batch["attention_mask"], data.special, cfg.objective))
+            norm = obj.Norm(chosen=counts[0].float(), tokens=counts[1].float())
+            noise = obj.Noise.draw(tc.batch_size, data.seq_len, cfg.model.vocab_size,
+                                   cfg.objective, masking_rng, device)
+            for j in range(tc.grad_accum):
+                rows = slice(j * micro, (j + 1) * micro)
+                first = place.rank * per_rank + j * micro  # this micro-batch's global rows
+                sync = j == tc.grad_accum - 1
+                with _no_sync(step_model, fsdp, sync), autocast(device, tc.precision):
+                    out = step_model(batch["input_ids"][rows], batch["attention_mask"][rows],
+                                     batch["token_type_ids"][rows], data.special,
+                                     cfg.objective, gumbel_rng,
+                                     noise.rows(first, first + micro), norm)
+                    # DDP/FSDP average gradients over ranks; the losses are already global
+                    # means, so each rank's share is scaled back up.
+                    loss = out.loss * place.world_size
+                    (scaler.scale(loss) if scaler is not None else loss).backward()
                 for key, value in (("loss", out.loss), ("gen_loss", out.gen_loss),
-                                   ("disc_loss", out.disc_loss), *out.stats.items()):
-                    v = value.detach().float() / tc.grad_accum
+                                   ("disc_loss", out.disc_loss), *out.counts.items()):
+                    v = value.detach().double()
                     step_stats[key] = step_stats[key] + v if key in step_stats else v
-            if not torch.isfinite(step_stats["loss"]):
+            bad = dd.all_sum(place, (~torch.isfinite(step_stats["loss"])).float())
+            if bad:  # the one host sync of a step; every rank takes the same branch
                 skips += 1
                 optimizer.zero_grad(set_to_none=True)
                 if skips > tc.max_nonfinite_skips:
@@ -358,7 +475,9 @@ def pretrain(opt: PretrainOptions, rank: int = 0, world_size: int = 1) -> dict[s
             if scaler is not None:
                 scaler.unscale_(optimizer)
             grad_norm = (torch.nn.utils.clip_grad_norm_(params, tc.grad_clip)
-                         if tc.grad_clip > 0 else torch.zeros(()))
+                         if tc.grad_clip > 0 else torch.zeros((), device=device))
+            if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
+                grad_norm = grad_norm.full_tensor()
             if scaler is not None:
                 scaler.step(optimizer)
                 scaler.update()
@@ -367,11 +486,12 @@ def pretrain(opt: PretrainOptions, rank: int = 0, world_size: int = 1) -> dict[s
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            tokens += step_tokens * world_size
-            window_tokens += step_tokens * world_size
+            step_tokens = int(counts[1])  # global; the device is in sync already
+            tokens += step_tokens
+            window_tokens += step_tokens
             window_steps += 1
-            boundary = {"loader": loader.state_dict(), "rng": _rng_state(masking_rng)}
-            step_stats["grad_norm"] = grad_norm.detach().float()
+            boundary = streams()
+            window_grad_norm = window_grad_norm + grad_norm.detach().double()
             for key, value in step_stats.items():
                 window[key] = window[key] + value if key in window else value
 
@@ -379,15 +499,25 @@ def pretrain(opt: PretrainOptions, rank: int = 0, world_size: int = 1) -> dict[s
                 now = time.perf_counter()
                 record: dict[str, Any] = {"step": step, "tokens": tokens,
                                           "lr": scheduler.get_last_lr()[0]}
-                for key, value in window.items():
-                    if key != "n_tokens":
-                        record[key] = float(value) / window_steps
+                # Pooled over the window's steps, micro-batches and ranks: the losses are
+                # summed shares of each step's global mean, the statistics counts.
+                keys = sorted(window)
+                summed = dd.all_sum(place, torch.cat([window[k].reshape(-1) for k in keys]))
+                values = iter(summed.tolist())
+                for key in keys:
+                    if key in LOSSES:
+                        record[key] = next(values) / window_steps
+                    else:
+                        num, den = next(values), next(values)
+                        record[key] = num / max(den, 1.0)
+                record["grad_norm"] = float(window_grad_norm) / window_steps
                 record["tokens_per_s"] = window_tokens / max(now - t_window, 1e-9)
                 window, window_steps, window_tokens, t_window = {}, 0, 0, now
+                window_grad_norm = torch.zeros((), dtype=torch.float64, device=device)
                 evaluate = val is not None and (
                     (tc.eval_every and step % tc.eval_every == 0) or step == tc.max_steps)
                 if evaluate:
-                    record.update(validate(model, val, cfg, device, micro, tc.eval_batches))
+                    record.update(validate(model, val, cfg, device, micro, place))
                     t_window = time.perf_counter()
                 log.write(record)
                 last = record
@@ -403,23 +533,111 @@ def pretrain(opt: PretrainOptions, rank: int = 0, world_size: int = 1) -> dict[s
             if step % tc.save_every == 0 or step == stop_at:
                 checkpoint()
     except KeyboardInterrupt:
-        if rank == 0 and step > 0:
+        if step > 0 and (place.is_main and not fsdp):
             if bar is not None:
                 bar.write(f"interrupted: saving a checkpoint at step {step} ...")
-            checkpoint()
+            checkpoint(interrupted=True)
             print(f"electra: interrupted at step {step}; checkpoint saved, continue with "
                   f"--resume", flush=True)
+        elif place.is_main:
+            print(f"electra: interrupted at step {step}; continue from the last checkpoint "
+                  f"with --resume", flush=True)
         raise
     finally:
         if bar is not None:
             bar.close()
         log.close()
 
-    if step == tc.max_steps and rank == 0:
-        tok_json = (run / "tokenizer.json").read_text()
-        save_pretrained(model.discriminator, "discriminator", run / "discriminator", tok_json)
-        save_pretrained(model.generator, "generator", run / "generator", tok_json)
+    if step == tc.max_steps:
+        final = _full_model(model, cfg.model) if fsdp else model
+        if place.is_main:
+            tok_json = (run / "tokenizer.json").read_text()
+            save_pretrained(final.discriminator, "discriminator", run / "discriminator",
+                            tok_json)
+            save_pretrained(final.generator, "generator", run / "generator", tok_json)
+    dd.barrier(place)  # every rank returns once the run's files exist
     return last
+
+
+def _no_sync(step_model: torch.nn.Module, fsdp: bool, sync: bool
+             ) -> contextlib.AbstractContextManager:
+    """Skip the gradient all-reduce on all but the last accumulation micro-batch."""
+    if sync:
+        return contextlib.nullcontext()
+    if fsdp:
+        step_model.set_requires_gradient_sync(False)  # type: ignore[operator]
+        return _resync(step_model)
+    if hasattr(step_model, "no_sync"):  # DDP
+        return step_model.no_sync()  # type: ignore[operator]
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _resync(model: torch.nn.Module) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)  # type: ignore[operator]
+
+
+def _fully_shard() -> Any:
+    try:
+        from torch.distributed.fsdp import fully_shard  # torch >= 2.6
+    except ImportError:  # torch 2.4-2.5
+        from torch.distributed._composable.fsdp import fully_shard
+    return fully_shard
+
+
+def _shard(model: ElectraPretrainingModel, device: torch.device) -> None:
+    """FSDP2: each transformer block its own unit, the rest (embeddings, heads) the root's."""
+    import warnings
+
+    from torch.distributed.device_mesh import init_device_mesh
+
+    # The root returns ElectraOutput, whose tensors include views; nothing here modifies
+    # them in place, which is what FSDP2's warning is about.
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view")
+    fully_shard = _fully_shard()
+    mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+    for part in (model.generator, model.discriminator):
+        for block in part.encoder.layers:
+            fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def _gathered(t: Any) -> Any:
+    """A sharded (DTensor) tensor as a whole CPU tensor; a collective, call on every rank."""
+    return t.full_tensor().cpu() if hasattr(t, "full_tensor") else t
+
+
+def _full_model(model: torch.nn.Module, model_cfg: Any) -> ElectraPretrainingModel:
+    """FSDP: the whole model as an unsharded CPU copy, gathered one tensor at a time."""
+    full = {k: _gathered(v) for k, v in model.state_dict().items()}
+    copy = ElectraPretrainingModel(model_cfg)
+    copy.load_state_dict(full)
+    return copy
+
+
+def _sharded_optimizer_state(optimizer: Any) -> dict[str, Any]:
+    """FSDP: the optimizer state with every tensor whole, laid out exactly like a
+    one-process ``optimizer.state_dict()`` (so DDP and FSDP checkpoints are the same)."""
+    sd = optimizer.state_dict()
+    return {"state": {i: {k: _gathered(v) for k, v in sorted(st.items())}
+                      for i, st in sorted(sd["state"].items())},
+            "param_groups": sd["param_groups"]}
+
+
+def _load_sharded_optimizer(optimizer: Any, state: dict[str, Any]) -> None:
+    """FSDP: shard a whole optimizer state like the parameters it belongs to."""
+    from torch.distributed.tensor import distribute_tensor
+
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    for i, st in state["state"].items():
+        p = params[int(i)]
+        for k, v in st.items():
+            if hasattr(p, "device_mesh") and v.shape == p.shape:
+                st[k] = distribute_tensor(v.to(p.device), p.device_mesh, p.placements)
+    optimizer.load_state_dict(state)
 
 
 def iter_metrics(run: str | Path) -> Iterator[dict[str, Any]]:

@@ -1,0 +1,199 @@
+"""torchrun data-parallel pretraining on CPU with gloo and 2 processes.
+
+Each test launches `torchrun --standalone --nproc-per-node 2 -m electra pretrain ...` as a
+user would. Dropout is off so that one process and two compute the same thing: masking and
+sampling draws are made for the whole global batch and each rank takes its rows, and the
+losses are averaged over the global batch, so only float summation order differs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_data import write_corpus
+
+from electra.data.prepare import PrepareOptions, prepare
+from electra.pretrain import TIMING_KEYS, iter_metrics
+from electra.tokenizer import train_tokenizer
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(),
+                                reason="this torch build has no torch.distributed")
+
+CONFIG = """
+preset = "tiny"
+
+[model]
+embedding_size = 32
+hidden_size = 32
+num_layers = 2
+num_heads = 2
+intermediate_size = 64
+max_position_embeddings = 64
+hidden_dropout = 0.0
+attention_dropout = 0.0
+
+[train]
+lr = 1e-3
+batch_size = 8
+warmup_steps = 3
+max_steps = 10
+log_every = 1
+eval_every = 5
+eval_batches = 2
+save_every = 5
+precision = "fp32"
+seed = 3
+"""
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("dist")
+    text = root / "c.txt"
+    write_corpus(text, n_docs=80)
+    train_tokenizer([str(text)], 120, root / "tok")
+    prepare(PrepareOptions(inputs=[str(text)], tokenizer=str(root / "tok"), out=str(
+        root / "data"), seq_len=32, val_fraction=0.2, quiet=True))
+    (root / "tiny.toml").write_text(CONFIG)
+    return root / "data", root / "tiny.toml"
+
+
+def launch(nproc: int, *args, timeout: float = 240, prefix: list[str] | None = None,
+           ) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc-per-node N -m electra ARGS` (one thread per process)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={nproc}", *(prefix or ["-m", "electra"]), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def pretrain(nproc: int, data: Path, config: Path, out: Path, *extra) -> None:
+    res = launch(nproc, "pretrain", "--config", config, "--data", data, "--out", out,
+                 "--quiet", *extra)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+def metrics(run: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in iter_metrics(run)]
+
+
+def weights(run: Path) -> dict[str, torch.Tensor]:
+    return {f"{kind}.{k}": v for kind in ("discriminator", "generator")
+            for k, v in load_file(run / kind / "model.safetensors").items()}
+
+
+def assert_same_run(a: Path, b: Path, exact: bool) -> None:
+    ma, mb = metrics(a), metrics(b)
+    assert [r["step"] for r in ma] == [r["step"] for r in mb]
+    for ra, rb in zip(ma, mb, strict=True):
+        assert ra.keys() == rb.keys()
+        for k in ra:
+            if exact:
+                assert ra[k] == rb[k], (ra["step"], k)
+            else:
+                assert ra[k] == pytest.approx(rb[k], rel=1e-4, abs=1e-6), (ra["step"], k)
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        if exact:
+            assert torch.equal(wa[k], wb[k]), k
+        else:
+            torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+def test_two_processes_train_like_one(setup, tmp_path):
+    data, config = setup
+    pretrain(1, data, config, tmp_path / "one")
+    pretrain(2, data, config, tmp_path / "two")
+    assert_same_run(tmp_path / "one", tmp_path / "two", exact=False)
+    # Only rank 0 wrote: the same files, one metrics line per step, one event file.
+    files = sorted(str(p.relative_to(tmp_path / "one")) for p in (tmp_path / "one").rglob("*")
+                   if "tb" not in p.parts)
+    assert files == sorted(str(p.relative_to(tmp_path / "two"))
+                           for p in (tmp_path / "two").rglob("*") if "tb" not in p.parts)
+    assert len(list((tmp_path / "two/tb").iterdir())) == 1
+    assert [r["step"] for r in metrics(tmp_path / "two")] == list(range(1, 11))
+    state = torch.load(tmp_path / "two/checkpoints/step-0000010/state.pt", weights_only=True)
+    assert state["world_size"] == 2 and len(state["rng"]["ranks"]) == 2
+
+
+def test_two_process_resume_equals_an_uninterrupted_run(setup, tmp_path):
+    data, config = setup
+    pretrain(2, data, config, tmp_path / "a")
+    pretrain(2, data, config, tmp_path / "b", "--stop-after", "4")
+    assert (tmp_path / "b/checkpoints/step-0000004").is_dir()
+    assert not (tmp_path / "b/discriminator").exists()
+    pretrain(2, data, config, tmp_path / "b", "--resume")
+    assert_same_run(tmp_path / "a", tmp_path / "b", exact=True)
+
+
+def test_resume_with_another_world_size_continues_from_the_same_step(setup, tmp_path):
+    data, config = setup
+    pretrain(2, data, config, tmp_path / "a")
+    pretrain(2, data, config, tmp_path / "b", "--stop-after", "5")
+    pretrain(1, data, config, tmp_path / "b", "--resume")
+    ma, mb = metrics(tmp_path / "a"), metrics(tmp_path / "b")
+    assert [r["step"] for r in mb] == list(range(1, 11))
+    assert [r["tokens"] for r in ma] == [r["tokens"] for r in mb]  # the same data
+    # Without dropout the two runs compute the same steps (only summation order differs).
+    assert mb[-1]["loss"] == pytest.approx(ma[-1]["loss"], rel=1e-4)
+
+
+def test_bad_launches_stop_every_rank_with_one_clear_error(setup, tmp_path):
+    data, config = setup
+    res = launch(2, "pretrain", "--config", config, "--data", data, "--out", tmp_path / "r",
+                 "--quiet", "--set", "train.batch_size=7", "--set", "train.grad_accum=1")
+    assert res.returncode != 0
+    assert res.stderr.count("train.batch_size=7 does not split into 2 process(es)") == 1
+    assert "src/electra/" not in res.stderr  # no traceback from our code (torchrun adds its own)
+    assert not (tmp_path / "r").exists()
+    # Ranks launched with different settings: rank 1 asks for another learning rate.
+    script = ('exec "$0" -m electra pretrain --config "$1" --data "$2" --out "$3" --quiet '
+              '--set train.lr=$((RANK + 1))e-3')
+    res = launch(2, sys.executable, config, data, tmp_path / "d",
+                 prefix=["--no-python", "sh", "-c", script])
+    assert res.returncode != 0
+    assert "ranks disagree on the config or the data: rank(s) 1" in res.stderr
+    assert res.stderr.count("ranks disagree") == 1  # printed once, by rank 0
+
+
+def test_a_dying_rank_stops_the_others(setup, tmp_path):
+    """Rank 1 exits at its 3rd step; rank 0 must not wait forever in the next all-reduce."""
+    data, config = setup
+    helper = tmp_path / "die.py"
+    helper.write_text(
+        "import os, sys\n"
+        "from electra import objective\n"
+        "from electra.cli import main\n"
+        "real, calls = objective.electra_forward, [0]\n"
+        "def dying(*a, **k):\n"
+        "    calls[0] += 1\n"
+        "    if os.environ['RANK'] == '1' and calls[0] == 3:\n"
+        "        os._exit(1)\n"
+        "    return real(*a, **k)\n"
+        "objective.electra_forward = dying\n"
+        "sys.exit(main(sys.argv[1:]))\n")
+    res = launch(2, "pretrain", "--config", config, "--data", data, "--out", tmp_path / "r",
+                 "--quiet", "--dist-timeout", "30", prefix=[str(helper)], timeout=200)
+    assert res.returncode != 0
+    assert json.loads((tmp_path / "r/config.json").read_text())["train"]["max_steps"] == 10
+
+
+def test_fsdp_trains_like_ddp_and_resumes(setup, tmp_path):
+    """train.parallel = "fsdp" shards the model (FSDP2 fully_shard); its checkpoints hold the
+    whole model and optimizer state (gathered tensor by tensor), laid out as in any other run,
+    so FSDP resumes FSDP and DDP resumes FSDP."""
+    data, config = setup
+    pretrain(2, data, config, tmp_path / "ddp")
+    fsdp = ("--set", "train.parallel=fsdp")
+    pretrain(2, data, config, tmp_path / "fsdp", *fsdp, "--stop-after", "3")
+    pretrain(2, data, config, tmp_path / "fsdp", *fsdp, "--resume", "--stop-after", "3")
+    pretrain(2, data, config, tmp_path / "fsdp", "--resume")  # steps 7-10 with DDP
+    assert_same_run(tmp_path / "ddp", tmp_path / "fsdp", exact=False)
