@@ -197,3 +197,35 @@ def test_fsdp_trains_like_ddp_and_resumes(setup, tmp_path):
     pretrain(2, data, config, tmp_path / "fsdp", *fsdp, "--resume", "--stop-after", "3")
     pretrain(2, data, config, tmp_path / "fsdp", "--resume")  # steps 7-10 with DDP
     assert_same_run(tmp_path / "ddp", tmp_path / "fsdp", exact=False)
+
+
+def test_finetune_on_two_processes_equals_one(tmp_path):
+    from test_finetune import write_sentiment
+
+    from electra.config import model_preset
+    from electra.model import Discriminator
+    from electra.pretrained import save_pretrained
+
+    write_sentiment(tmp_path / "train.csv", 256, 0)
+    write_sentiment(tmp_path / "dev.csv", 64, 1)
+    tok = train_tokenizer([str(tmp_path / "train.csv")], 100, tmp_path / "tok")
+    torch.manual_seed(0)
+    disc = Discriminator(model_preset("tiny", vocab_size=tok.get_vocab_size(), num_layers=2,
+                                      hidden_dropout=0.0, attention_dropout=0.0))
+    save_pretrained(disc, "discriminator", tmp_path / "run/discriminator", tok.to_str())
+    common = ["finetune", "--model", tmp_path / "run", "--task", "custom", "--train",
+              tmp_path / "train.csv", "--dev", tmp_path / "dev.csv", "--set", "epochs=2",
+              "--set", "precision=fp32", "--set", "batch_size=16"]
+    for n in (1, 2):
+        res = launch(n, *common, "--out", tmp_path / f"ft{n}")
+        assert res.returncode == 0, res.stderr[-3000:]
+    r1 = json.loads((tmp_path / "ft1/results.json").read_text())
+    r2 = json.loads((tmp_path / "ft2/results.json").read_text())
+    assert r1["seeds"] == r2["seeds"]
+    w1 = load_file(tmp_path / "ft1/seed-1/model.safetensors")
+    w2 = load_file(tmp_path / "ft2/seed-1/model.safetensors")
+    for k in w1:
+        torch.testing.assert_close(w1[k], w2[k], rtol=1e-4, atol=1e-5, msg=k)
+    res = launch(2, *common[:-2], "--set", "batch_size=15", "--out", tmp_path / "bad")
+    assert res.returncode != 0
+    assert res.stderr.count("batch_size=15 does not split into 2 processes") == 1

@@ -326,3 +326,26 @@ def test_pretrain_bad_input(data, tmp_path, capsys):
                "--set", "max_steps=2") == 0
     saved = json.loads((tmp_path / "r/config.json").read_text())
     assert saved["train"]["batch_size"] == 4
+
+
+def test_accumulation_trains_like_one_big_batch(data, tmp_path):
+    """batch 8 in 4 micro-batches of 2 = batch 8 at once: the step's masking draws and loss
+    denominators are the global batch's, so (without dropout) only summation order differs."""
+    def cfg(accum: int) -> RunConfig:
+        return RunConfig(model=small_model(hidden_dropout=0.0, attention_dropout=0.0),
+                         train=TrainConfig(lr=1e-3, batch_size=8, grad_accum=accum,
+                                           warmup_steps=3, max_steps=8, log_every=1,
+                                           eval_every=4, eval_batches=2, save_every=8,
+                                           precision="fp32", seed=5))
+    run(data, tmp_path / "one", cfg(1))
+    run(data, tmp_path / "four", cfg(4))
+    a = without_timing(list(iter_metrics(tmp_path / "one")))
+    b = without_timing(list(iter_metrics(tmp_path / "four")))
+    for ra, rb in zip(a, b, strict=True):
+        assert ra["tokens"] == rb["tokens"]  # the same examples
+        for key in ra:
+            assert ra[key] == pytest.approx(rb[key], rel=1e-4, abs=1e-6), (ra["step"], key)
+    wa = load_file(tmp_path / "one/discriminator/model.safetensors")
+    wb = load_file(tmp_path / "four/discriminator/model.safetensors")
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5)

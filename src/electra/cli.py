@@ -159,13 +159,19 @@ def _cmd_finetune(args: argparse.Namespace) -> None:
             tokenizer = args.tokenizer
             vocab = load_tokenizer(tokenizer).get_vocab_size()
             cfg = model_preset(args.random_init, vocab_size=vocab)
-        run_finetune(None, cfg, data, args.out, _finetune_config(args.set), seeds,
-                     args.overwrite, tokenizer=tokenizer)
+        model, model_cfg = None, cfg
     else:
         if not args.model:
             raise UserError("give --model RUN (or --random-init PRESET --tokenizer PATH)")
-        run_finetune(args.model, None, data, args.out, _finetune_config(args.set), seeds,
-                     args.overwrite)
+        model, model_cfg, tokenizer = args.model, None, None
+    from electra.distributed import teardown
+
+    try:
+        run_finetune(model, model_cfg, data, args.out, _finetune_config(args.set), seeds,
+                     args.overwrite, tokenizer=tokenizer, device=args.device,
+                     dist_timeout=args.dist_timeout)
+    finally:
+        teardown()
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> None:
@@ -301,6 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="lr, layer_decay, epochs, batch_size, max_length, warmup_fraction, "
                     "weight_decay, precision, double_pairs, max_train_examples")
     ft.add_argument("--overwrite", action="store_true")
+    ft.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda")
+    _dist_timeout_arg(ft)
     ft.set_defaults(handler=_cmd_finetune)
 
     ev = sub.add_parser("evaluate", help="reload a fine-tuned model and score a split")

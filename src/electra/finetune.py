@@ -152,21 +152,31 @@ def predict(model: SequenceClassifier, batch: dict[str, torch.Tensor], regressio
     from electra.pretrain import autocast
 
     model.eval()
+    device = next(model.parameters()).device
     outs = []
     for i in range(0, len(batch["input_ids"]), batch_size):
-        part = {k: v[i : i + batch_size] for k, v in batch.items() if k != "labels"}
-        with autocast(torch.device("cpu"), precision):
+        part = {k: v[i : i + batch_size].to(device) for k, v in batch.items() if k != "labels"}
+        with autocast(device, precision):
             logits = model(part["input_ids"], part["token_type_ids"], part["attention_mask"])
-        outs.append(logits.float())
+        outs.append(logits.float().cpu())
     logits = torch.cat(outs)
     return logits.squeeze(-1) if regression else logits.argmax(-1)
 
 
 def finetune_one(init: Path | None, model_cfg: ModelConfig, tok: Any, data: TaskData,
-                 cfg: FinetuneConfig, seed: int) -> tuple[SequenceClassifier, dict[str, Any]]:
-    """Fine-tune from the discriminator at ``init`` (or random weights if None); dev metrics."""
+                 cfg: FinetuneConfig, seed: int, place: Any = None,
+                 device: torch.device | None = None,
+                 ) -> tuple[SequenceClassifier, dict[str, Any] | None]:
+    """Fine-tune from the discriminator at ``init`` (or random weights if None); dev metrics.
+
+    Under torchrun each process trains on its rows of every batch (DDP); rank 0 evaluates
+    (the others get None).
+    """
+    from electra import distributed as dd
     from electra.pretrain import autocast
 
+    place = place or dd.Dist()
+    device = device or torch.device("cpu")
     torch.manual_seed(seed)
     n_out = 1 if data.regression else len(data.labels)
     model = SequenceClassifier(model_cfg, n_out)
@@ -185,28 +195,39 @@ def finetune_one(init: Path | None, model_cfg: ModelConfig, tok: Any, data: Task
     n = len(train_ex)
     steps_per_epoch = max(1, n // cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
+    model = model.to(device)
     opt = torch.optim.AdamW(layerwise_groups(model, cfg.lr, cfg.layer_decay,
-                                             cfg.weight_decay), eps=1e-6, foreach=True)
+                                             cfg.weight_decay), eps=1e-6,
+                            **({"fused": True} if device.type == "cuda" else {"foreach": True}))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, warmup_linear(int(cfg.warmup_fraction * total), total))
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)  # the batch order: the same on every rank
+    torch.manual_seed(dd.rank_seed(seed, place.rank))  # dropout: each rank its own
+    step_model: nn.Module = model
+    if place.enabled:
+        from torch.nn.parallel import DistributedDataParallel
+
+        step_model = DistributedDataParallel(
+            model, device_ids=[device] if device.type == "cuda" else None)
+    per_rank = cfg.batch_size // place.world_size
     model.train()
     for _ in range(cfg.epochs):
         order = torch.randperm(n, generator=g)
         for s in range(steps_per_epoch):
-            idx = order[s * cfg.batch_size : (s + 1) * cfg.batch_size]
+            first = s * cfg.batch_size + place.rank * per_rank
+            idx = order[first : first + per_rank]
             b = {k: v[idx] for k, v in train.items()}
             keep = int(b["attention_mask"].sum(1).max())  # drop all-pad columns
-            b = {k: v[:, :keep] if v.ndim == 2 else v for k, v in b.items()}
-            with autocast(torch.device("cpu"), cfg.precision):
-                logits = model(b["input_ids"], b["token_type_ids"], b["attention_mask"])
+            b = {k: (v[:, :keep] if v.ndim == 2 else v).to(device) for k, v in b.items()}
+            with autocast(device, cfg.precision):
+                logits = step_model(b["input_ids"], b["token_type_ids"], b["attention_mask"])
             loss = _loss(logits, b["labels"], data.regression)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
-    return model, evaluate_model(model, tok, data, cfg)
+    return model, evaluate_model(model, tok, data, cfg) if place.is_main else None
 
 
 def evaluate_model(model: SequenceClassifier, tok: Any, data: TaskData,
@@ -251,15 +272,8 @@ def load_classifier(folder: str | Path) -> tuple[SequenceClassifier, dict[str, A
     return model, meta
 
 
-def run_finetune(model_dir: str | Path | None, model_cfg: ModelConfig | None, data: TaskData,
-                 out: str | Path, cfg: FinetuneConfig, seeds: list[int],
-                 overwrite: bool = False, tokenizer: str | Path | None = None) -> dict:
-    """Fine-tune once per seed; write per-seed models, results.json and results.md."""
-    from electra.tokenizer import load_tokenizer
-
-    out = Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise UserError(f"--out {out} already exists; pass --overwrite or choose another")
+def _resolve_init(model_dir: str | Path | None, model_cfg: ModelConfig | None,
+                  tokenizer: str | Path | None) -> tuple[Path | None, ModelConfig, Any]:
     init = None
     if model_dir is not None:
         model_dir = Path(model_dir)
@@ -272,18 +286,54 @@ def run_finetune(model_dir: str | Path | None, model_cfg: ModelConfig | None, da
         model_cfg = config_from_dict(ModelConfig, meta["model"], str(init / "config.json"))
         tokenizer = init
     assert model_cfg is not None and tokenizer is not None
-    tok = load_tokenizer(tokenizer)
-    cfg = cfg.resolved(model_cfg, data.name)
+    return init, model_cfg, tokenizer
+
+
+def run_finetune(model_dir: str | Path | None, model_cfg: ModelConfig | None, data: TaskData,
+                 out: str | Path, cfg: FinetuneConfig, seeds: list[int],
+                 overwrite: bool = False, tokenizer: str | Path | None = None,
+                 device: str = "auto", dist_timeout: float = 1800.0) -> dict | None:
+    """Fine-tune once per seed; write per-seed models, results.json and results.md.
+
+    Under torchrun the processes share each batch (DDP) and rank 0 evaluates and writes;
+    it returns the results there and None elsewhere.
+    """
+    from electra import distributed as dd
+    from electra.pretrain import resolve_device
+    from electra.tokenizer import load_tokenizer
+
+    out = Path(out)
+    place, dev = dd.setup(resolve_device(device), dist_timeout)
+
+    def check() -> tuple[Path | None, ModelConfig, Any, FinetuneConfig]:
+        if place.is_main and out.exists() and any(out.iterdir()) and not overwrite:
+            raise UserError(f"--out {out} already exists; pass --overwrite or choose another")
+        init, m_cfg, tok_path = _resolve_init(model_dir, model_cfg, tokenizer)
+        resolved = cfg.resolved(m_cfg, data.name)
+        if resolved.batch_size % place.world_size:
+            raise UserError(f"--set batch_size={resolved.batch_size} does not split into "
+                            f"{place.world_size} processes; choose a multiple of "
+                            f"{place.world_size}")
+        return init, m_cfg, load_tokenizer(tok_path), resolved
+
+    init, m_cfg, tok, cfg = dd.agree(place, check, "checking the fine-tuning inputs")
     if not data.regression and not data.labels:
         data.labels = label_map(data.train, [e for d in data.dev.values() for e in d])
-    final, out = out, staging_dir(out)  # written into OUT.partial, published at the end
+    final = out
+    if place.is_main:
+        out = staging_dir(out)  # written into OUT.partial, published at the end
     per_seed = {}
     for seed in seeds:
         t0 = time.perf_counter()
-        model, res = finetune_one(init, model_cfg, tok, data, cfg, seed)
-        save_classifier(model, out / f"seed-{seed}", data, cfg, tok.to_str())
-        per_seed[seed] = res
-        print(f"seed {seed}: {json.dumps(res)} ({time.perf_counter() - t0:.0f}s)")
+        model, res = finetune_one(init, m_cfg, tok, data, cfg, seed, place, dev)
+        if place.is_main:
+            save_classifier(model.cpu(), out / f"seed-{seed}", data, cfg, tok.to_str())
+            per_seed[seed] = res
+            print(f"seed {seed}: {json.dumps(res)} ({time.perf_counter() - t0:.0f}s)",
+                  flush=True)
+    if not place.is_main:
+        dd.barrier(place)
+        return None
     median = {split: {m: statistics.median(per_seed[s][split][m] for s in seeds)
                       for m in data.metrics} for split in data.dev}
     results = {"task": data.name, "model": str(model_dir) if model_dir else "random-init",
@@ -298,5 +348,5 @@ def run_finetune(model_dir: str | Path | None, model_cfg: ModelConfig | None, da
     (out / "results.md").write_text("\n".join(lines) + "\n")
     publish(out, final)
     print("\n".join(lines))
+    dd.barrier(place)
     return results
-
