@@ -111,3 +111,57 @@ def test_bad_input(task, capsys):
         *common, "--set", "max_length=1024")
     assert "valid keys" in err("finetune", "--random-init", "tiny", "--tokenizer",
                                task / "tok", "--task", "custom", *common, "--set", "lrr=1")
+    assert "GLUE submission files" in err("finetune", "--random-init", "tiny", "--tokenizer",
+                                          task / "tok", "--task", "custom", *common,
+                                          "--predict", "test")
+
+
+@pytest.mark.parametrize("task,folder,file,rows", [("wnli", "WNLI", "WNLI.tsv", 146),
+                                                   ("stsb", "STS-B", "STS-B.tsv", 1379)])
+def test_predict_test_writes_glue_submission_files(tmp_path, task, folder, file, rows):
+    from conftest import shared_data
+
+    glue = shared_data(f"glue/{folder}")
+    train_tokenizer([str(glue / "train.tsv")], 300, tmp_path / "tok")
+    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(tmp_path / "tok"),
+                 "--task", task, "--data", str(glue), "--out", str(tmp_path / "ft"),
+                 "--predict", "test", "--set", "epochs=1", "--set",
+                 "max_train_examples=32"]) == 0
+    lines = (tmp_path / "ft/seed-1/predictions" / file).read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == rows + 1
+    assert [line.split("\t")[0] for line in lines[1:]] == [str(i) for i in range(rows)]
+    values = [line.split("\t")[1] for line in lines[1:]]
+    if task == "stsb":
+        assert all(0.0 <= float(v) <= 5.0 for v in values)
+    else:
+        assert set(values) <= {"0", "1"}
+
+
+def test_double_pairs_adds_each_pair_swapped_to_the_chosen_subset(monkeypatch):
+    import electra.finetune as ft
+    from electra.data.tasks import Example
+
+    seen = []
+    real = ft.encode
+
+    def spy(tok, examples, *a, **k):
+        seen.append(list(examples))
+        return real(tok, examples, *a, **k)
+
+    monkeypatch.setattr(ft, "encode", spy)
+    from tokenizers import Tokenizer, models
+
+    tok = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 2, "b": 3},
+                                     unk_token="[UNK]"))
+    train = [Example(f"a{i}", f"b{i}", str(i % 2)) for i in range(40)]
+    data = ft.TaskData("custom", train, {"dev": train[:4]}, ("accuracy",), False,
+                       {"0": 0, "1": 1})
+    cfg = ft.FinetuneConfig(lr=1e-4, layer_decay=0.8, epochs=1, batch_size=4,
+                            precision="fp32", double_pairs=True, max_train_examples=10)
+    ft.finetune_one(None, model_preset("tiny", vocab_size=4, num_layers=1), tok, data, cfg, 1)
+    used = seen[0]
+    assert len(used) == 20
+    first, swapped = used[:10], used[10:]
+    assert len({e.text_a for e in first}) == 10 and all(e in train for e in first)
+    assert [(e.text_a, e.text_b, e.label) for e in swapped] == [
+        (e.text_b, e.text_a, e.label) for e in first]

@@ -103,6 +103,9 @@ def _task_data(args: argparse.Namespace, split: str | None = None):
     from electra.finetune import TaskData
 
     if args.task == "custom":
+        if getattr(args, "predict", None):
+            raise UserError("--predict test writes GLUE submission files; for a custom task "
+                            "score your file with `electra evaluate --dev FILE`")
         if (not args.train and split is None) or not args.dev:
             raise UserError("--task custom needs --train FILE and --dev FILE (and "
                             "--text-columns, --label-column)")
@@ -119,7 +122,9 @@ def _task_data(args: argparse.Namespace, split: str | None = None):
     train = read_glue(spec, args.data, "train") if split is None else []
     dev = {s: read_glue(spec, args.data, s) for s in splits}
     labels = {label: i for i, label in enumerate(spec.labels)} if spec.labels else {}
-    return TaskData(spec.name, train, dev, spec.metrics, spec.is_regression, labels)
+    test = ({s: read_glue(spec, args.data, s) for s in spec.test}
+            if getattr(args, "predict", None) == "test" else {})
+    return TaskData(spec.name, train, dev, spec.metrics, spec.is_regression, labels, test)
 
 
 def _finetune_config(sets: list[str]):
@@ -307,6 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="lr, layer_decay, epochs, batch_size, max_length, warmup_fraction, "
                     "weight_decay, precision, double_pairs, max_train_examples")
     ft.add_argument("--overwrite", action="store_true")
+    ft.add_argument("--predict", choices=["test"], help="also write GLUE submission files for "
+                    "the test split(s) to OUT/seed-N/predictions/")
     ft.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda")
     _dist_timeout_arg(ft)
     ft.set_defaults(handler=_cmd_finetune)

@@ -9,6 +9,7 @@ top layer decay²): the task head and the top layer train at the full rate, each
 is multiplied by the decay once more, and the embeddings sit one step below layer 0.
 
     OUT/seed-S/   model.safetensors, config.json (labels, task), tokenizer files
+    OUT/seed-S/predictions/   GLUE submission files (with --predict test)
     OUT/results.json, OUT/results.md   per-seed metrics and their medians
 """
 
@@ -116,6 +117,7 @@ class TaskData:
     metrics: tuple[str, ...]
     regression: bool
     labels: dict[str, int] = field(default_factory=dict)
+    test: dict[str, list[Example]] = field(default_factory=dict)  # for --predict test
 
 
 def encode(tok: Any, examples: list[Example], max_length: int,
@@ -240,6 +242,27 @@ def evaluate_model(model: SequenceClassifier, tok: Any, data: TaskData,
     return results
 
 
+def write_predictions(model: SequenceClassifier, tok: Any, data: TaskData,
+                      cfg: FinetuneConfig, folder: Path) -> list[Path]:
+    """GLUE submission files for the test splits (labels by name; STS-B scores in [0, 5])."""
+    from electra.data.tasks import SUBMISSION_FILES, write_submission
+
+    names = {i: label for label, i in data.labels.items()}
+    written = []
+    for split, examples in data.test.items():
+        batch = encode(tok, examples, cfg.max_length, data.labels, data.regression)
+        preds = predict(model, batch, data.regression, cfg.precision)
+        if data.regression:
+            shown = [f"{v:.3f}" for v in preds.clamp(0.0, 5.0).tolist()]
+        else:
+            shown = [names[i] for i in preds.tolist()]
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / SUBMISSION_FILES.get((data.name, split), f"{data.name}-{split}.tsv")
+        write_submission(path, examples, shown)
+        written.append(path)
+    return written
+
+
 def save_classifier(model: SequenceClassifier, folder: Path, data: TaskData,
                     cfg: FinetuneConfig, tok_json: str) -> None:
     from tokenizers import Tokenizer
@@ -328,6 +351,8 @@ def run_finetune(model_dir: str | Path | None, model_cfg: ModelConfig | None, da
         model, res = finetune_one(init, m_cfg, tok, data, cfg, seed, place, dev)
         if place.is_main:
             save_classifier(model.cpu(), out / f"seed-{seed}", data, cfg, tok.to_str())
+            if data.test:
+                write_predictions(model, tok, data, cfg, out / f"seed-{seed}" / "predictions")
             per_seed[seed] = res
             print(f"seed {seed}: {json.dumps(res)} ({time.perf_counter() - t0:.0f}s)",
                   flush=True)

@@ -129,9 +129,24 @@ def read_glue(task: str | TaskSpec, folder: str | Path, split: str) -> list[Exam
         if label_idx is not None:
             raw = row[label_idx].strip()
             label = float(raw) if spec.is_regression else raw
-        out.append(Example(texts[0], texts[1] if len(texts) > 1 else None, label,
-                           guid=f"{split}-{n}"))
+        guid = row[cols["index"]] if is_test and "index" in cols else f"{split}-{n}"
+        out.append(Example(texts[0], texts[1] if len(texts) > 1 else None, label, guid=guid))
     return out
+
+
+# GLUE's submission file for each test split (https://gluebenchmark.com/faq).
+SUBMISSION_FILES = {("cola", "test"): "CoLA.tsv", ("sst2", "test"): "SST-2.tsv",
+                    ("mrpc", "test"): "MRPC.tsv", ("stsb", "test"): "STS-B.tsv",
+                    ("qqp", "test"): "QQP.tsv", ("mnli", "test_matched"): "MNLI-m.tsv",
+                    ("mnli", "test_mismatched"): "MNLI-mm.tsv", ("qnli", "test"): "QNLI.tsv",
+                    ("rte", "test"): "RTE.tsv", ("wnli", "test"): "WNLI.tsv"}
+
+
+def write_submission(path: Path, examples: list[Example], predictions: list[str]) -> None:
+    """A GLUE submission file: ``index<TAB>prediction``, one row per test example."""
+    lines = ["index\tprediction"] + [f"{e.guid}\t{p}" for e, p in
+                                     zip(examples, predictions, strict=True)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def read_custom(path: str | Path, text_columns: list[str], label_column: str | None,
