@@ -57,3 +57,21 @@ def shared_data(sub: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is absent (the shared real-data folder is not beside the checkout)")
     return path
+
+
+@pytest.fixture(scope="session")
+def letters_data(tmp_path_factory) -> Path:
+    """A letters corpus (test_data.write_corpus) packed into 32-token examples with a
+    validation split: what the pretraining-loop tests train on."""
+    from test_data import write_corpus
+
+    from electra.data.prepare import PrepareOptions, prepare
+    from electra.tokenizer import train_tokenizer
+
+    root = tmp_path_factory.mktemp("letters")
+    text = root / "c.txt"
+    write_corpus(text, n_docs=80)
+    train_tokenizer([str(text)], 120, root / "tok")
+    prepare(PrepareOptions(inputs=[str(text)], tokenizer=str(root / "tok"), out=str(
+        root / "data"), seq_len=32, val_fraction=0.2, quiet=True))
+    return root / "data"

@@ -17,9 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_data import write_corpus
 
-from electra.data.prepare import PrepareOptions, prepare
 from electra.pretrain import TIMING_KEYS, iter_metrics
 from electra.tokenizer import train_tokenizer
 
@@ -54,15 +52,11 @@ seed = 3
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("dist")
-    text = root / "c.txt"
-    write_corpus(text, n_docs=80)
-    train_tokenizer([str(text)], 120, root / "tok")
-    prepare(PrepareOptions(inputs=[str(text)], tokenizer=str(root / "tok"), out=str(
-        root / "data"), seq_len=32, val_fraction=0.2, quiet=True))
-    (root / "tiny.toml").write_text(CONFIG)
-    return root / "data", root / "tiny.toml"
+def setup(letters_data, tmp_path_factory) -> tuple[Path, Path]:
+    """The letters corpus (32-token examples, a validation split) and a tiny config."""
+    config = tmp_path_factory.mktemp("dist") / "tiny.toml"
+    config.write_text(CONFIG)
+    return letters_data, config
 
 
 def launch(nproc: int, *args, timeout: float = 240, prefix: list[str] | None = None,

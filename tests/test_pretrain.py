@@ -33,16 +33,9 @@ def small_model(vocab_size: int = 30522, **kw):
     return model_preset("tiny", **{**base, **kw})
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    """A letters corpus packed into 32-token examples with a validation split."""
-    root = tmp_path_factory.mktemp("pt")
-    text = root / "c.txt"
-    write_corpus(text, n_docs=80)
-    train_tokenizer([str(text)], 120, root / "tok")
-    prepare(PrepareOptions(inputs=[str(text)], tokenizer=str(root / "tok"), out=str(
-        root / "data"), seq_len=32, val_fraction=0.2, quiet=True))
-    return root / "data"
+@pytest.fixture
+def data(letters_data) -> Path:
+    return letters_data
 
 
 def config(**train) -> RunConfig:
