@@ -10,6 +10,11 @@
 On CPU in fp32 with the same seed, a run stopped and resumed with ``--resume`` produces the
 same metrics and final weights as one that never stopped: every random stream (dropout,
 masking, sampling, data order) is saved and restored with the checkpoint.
+
+Under torchrun (``electra.distributed``) each process takes its rows of every global batch.
+A step's masking/sampling draws and loss denominators belong to the whole global batch, so
+1 process, N processes and N accumulation micro-batches compute the same step (up to float
+summation order); dropout draws from a stream of each rank's own. Rank 0 writes everything.
 """
 
 from __future__ import annotations
@@ -192,6 +197,8 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, run_cfg: RunCon
     rng = torch.Generator(device).manual_seed(tc.seed + 1_000_003)
     W = place.world_size
     G = min(tc.batch_size, len(data) // W * W)  # one global validation batch
+    if G == 0:  # fewer held-out examples than processes
+        return {}
     per_rank = G // W
     n = min(tc.eval_batches, max(1, len(data) // G))
     sums: dict[str, torch.Tensor] = {}
