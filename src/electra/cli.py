@@ -306,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     ft.add_argument("--text-columns", default="text", help="custom: A or A,B")
     ft.add_argument("--label-column", default="label", help="custom: the label column")
     ft.add_argument("--regression", action="store_true", help="custom: numeric labels")
-    ft.add_argument("--out", required=True)
+    ft.add_argument("--out", required=True, help="writes OUT/seed-N/ (one model per seed), "
+                    "OUT/results.json and OUT/results.md")
     ft.add_argument("--seeds", default="1", help="comma-separated, e.g. 1,2,3")
     ft.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="lr, layer_decay, epochs, batch_size, max_length, warmup_fraction, "
