@@ -314,8 +314,11 @@ def pretrain(opt: PretrainOptions) -> dict[str, Any]:
                                "splitting the batch")
     cfg_dict = {**cfg.to_dict(), "tokenizer_sha256": data.meta["tokenizer_sha256"],
                 "data_vocab_size": data.vocab_size, "seq_len": data.seq_len}
+    from electra import __version__
+
     dd.check_same(place, {"config": cfg_dict, "data": data.meta, "init": opt.init,
-                          "resume": opt.resume}, "the config or the data")
+                          "resume": opt.resume, "electra": __version__,
+                          "torch": torch.__version__}, "the config or the data")
     run = Path(opt.out)
 
     def prepare_run() -> Path | None:
