@@ -94,16 +94,14 @@ def agree(place: Dist, fn: Callable[[], T], what: str) -> T:
 
     Call it at the same point on every rank. ``what`` names the step for the message.
     """
+    if not place.enabled:
+        return fn()
     result: Any = None
     error: str | None = None
     try:
         result = fn()
     except UserError as err:
         error = str(err)
-    if not place.enabled:
-        if error is not None:
-            raise UserError(error)
-        return result
     errors = gather(place, error)
     bad = [(r, e) for r, e in enumerate(errors) if e is not None]
     if bad:
