@@ -1,3 +1,3 @@
-from electra.cli import main
+from electra.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from electra import __version__
 from electra.errors import UserError
@@ -378,3 +380,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("electra: interrupted", file=sys.stderr)
         return 130
+
+
+def entry() -> NoReturn:
+    """The `electra` command and `python -m electra`: run :func:`main` and exit with its code."""
+    code = main()
+    from electra.distributed import launched
+
+    if launched().enabled:
+        # Under torchrun, end the process here, without interpreter finalization. A DDP
+        # model keeps a reference to the gloo process group that destroy_process_group does
+        # not release (torch 2.13), so gloo's threads still run at exit, and exit-time
+        # destructors racing with them occasionally abort a rank that had finished cleanly
+        # ("terminate called without an active exception"). Every file is closed by now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
