@@ -66,6 +66,23 @@ class Embeddings(nn.Module):
         return self.dropout(self.layer_norm(x))  # (B, T, E)
 
 
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
+              dropout: nn.Module) -> torch.Tensor:
+    """softmax(q k^T / sqrt(hs) + mask) v with ``dropout`` on the probabilities: (B, nh, T, hs).
+
+    What SDPA computes, written out for CPU training with attention dropout: SDPA then falls
+    back to its math kernel anyway, and that kernel's Bernoulli masks cost ~8% of a CPU step;
+    our lane masks are several times cheaper (bench/RESULTS.md). The products run in the
+    input dtype (bf16 under autocast), the softmax in fp32. ``attn_mask`` (B, 1, 1, T) bool,
+    True on keys to attend.
+    """
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, nh, T, T)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    probs = dropout(torch.softmax(scores, -1, dtype=torch.float32))
+    return probs.to(v.dtype) @ v
+
+
 class Block(nn.Module):
     """Post-LN transformer block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), as in BERT."""
 
@@ -83,6 +100,7 @@ class Block(nn.Module):
         self.ffn_out = nn.Linear(cfg.intermediate_size, H)
         self.ffn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.hidden_dropout)
+        self.probs_dropout = Dropout(cfg.attention_dropout)  # CPU training only, see attention
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
         B, T, H = x.shape
@@ -92,10 +110,13 @@ class Block(nn.Module):
             return t.view(B, T, nh, H // nh).transpose(1, 2)  # (B, nh, T, hs)
 
         q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
-        a = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask,
-            dropout_p=self.attention_dropout if self.training else 0.0,
-        )  # (B, nh, T, hs)
+        if self.training and self.attention_dropout > 0 and x.device.type == "cpu":
+            a = attention(q, k, v, attn_mask, self.probs_dropout)
+        else:
+            a = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask,
+                dropout_p=self.attention_dropout if self.training else 0.0,
+            )  # (B, nh, T, hs)
         a = a.transpose(1, 2).reshape(B, T, H)
         x = self.attention_norm(x + self.dropout(self.attention_out(a)))
         h = self.ffn_out(F.gelu(self.ffn_in(x)))
