@@ -218,3 +218,74 @@ def test_statistics_match_their_definitions():
     torch.testing.assert_close(out.stats["disc_acc"], acc)
     torch.testing.assert_close(out.stats["replaced_frac"], out.labels[real].float().mean())
     assert 0.0 <= out.stats["masked_frac"].item() <= 0.2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_weighted_cross_entropy_equals_torch_in_value_and_gradient(dtype):
+    """The fused MLM loss (one exp pass shared with the sampler, softmax - onehot backward)
+    against F.cross_entropy on the same fp32 logits, with unused slots and a denominator."""
+    torch.manual_seed(0)
+    logits = (torch.randn(3, 5, 50) * 4).to(dtype).requires_grad_()
+    targets = torch.randint(50, (3, 5))
+    weights = torch.rand(3, 5) > 0.3
+    denominator = torch.tensor(17.0)
+    ours = generator_loss(logits, targets, weights, denominator)
+    (g_ours,) = torch.autograd.grad(ours * 3.0, logits)
+
+    ref_logits = logits.detach().clone().requires_grad_()
+    ce = F.cross_entropy(ref_logits.float().flatten(0, 1), targets.flatten(), reduction="none")
+    ref = (ce * weights.flatten().float()).sum() / denominator
+    (g_ref,) = torch.autograd.grad(ref * 3.0, ref_logits)
+    torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-6)
+    assert g_ours.dtype == dtype
+    torch.testing.assert_close(g_ours, g_ref, rtol=1e-5, atol=1e-6)
+    assert (g_ours[~weights] == 0).all()  # unused slots get no gradient
+    # Without a denominator: the mean over the chosen slots.
+    torch.testing.assert_close(generator_loss(logits, targets, weights),
+                               ref * 17.0 / weights.sum())
+
+
+def test_sampling_from_the_losss_exponentials_equals_the_sampler():
+    """At temperature 1, electra_forward draws from the loss's exp(z - max z); with the same
+    uniforms that is the standalone inverse-CDF sampler's draw, bit for bit."""
+    from electra.objective import _locate, _mlm_loss, _sample_fp32
+
+    torch.manual_seed(0)
+    logits = torch.randn(4, 6, 300, dtype=torch.bfloat16) * 5
+    targets = torch.randint(300, (4, 6))
+    u = torch.rand(4, 6, 1)
+    _, probs, zmax, target_logit = _mlm_loss(logits, targets, torch.ones(4, 6, dtype=torch.bool),
+                                             None)
+    z = logits.float()
+    expected, expected_max = _sample_fp32(z.clone(), 1.0, "inverse_cdf", None, u)
+    assert torch.equal(_locate(probs, u, None), expected)
+    assert torch.equal(zmax, expected_max)
+    assert torch.equal(target_logit, z.gather(-1, targets[..., None]))
+    torch.testing.assert_close(probs, (z - expected_max).exp())
+
+
+@pytest.mark.parametrize("V", [5, 256, 700])
+def test_two_level_locate_equals_one_searchsorted(V):
+    """Integer weights keep every sum exact, so the block-wise draw must pick exactly the
+    token that one searchsorted over the whole cumulative sum picks, zero weights never."""
+    from electra.objective import _locate
+
+    g = torch.Generator().manual_seed(V)
+    w = torch.randint(0, 4, (64, V), generator=g).float()
+    w[:, -1] = 1.0  # the last block (partial for V = 5, 700) is reachable too
+    w[:, 300:400] = 0.0  # a zero run, across a block boundary for V = 700
+    u = torch.cat([torch.rand(61, 1, generator=g), torch.tensor([[0.0], [0.5], [0.999999]])])
+    cdf = w.double().cumsum(-1)
+    expected = torch.searchsorted(cdf, u.double() * cdf[:, -1:], right=True).squeeze(-1)
+    got = _locate(w, u, None)
+    assert torch.equal(got, expected)
+    assert (w.gather(1, got[:, None]) > 0).all()
+
+
+def test_mlm_loss_backward_twice_is_refused():
+    logits = torch.randn(2, 3, 10, requires_grad=True)
+    loss = generator_loss(logits, torch.zeros(2, 3, dtype=torch.long),
+                          torch.ones(2, 3, dtype=torch.bool))
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="backward ran twice"):
+        loss.backward()

@@ -146,10 +146,10 @@ def sample(logits: torch.Tensor, temperature: float = 1.0, method: str = "invers
 
     Always in fp32 and without gradient. Both methods draw from exactly that distribution:
 
-    - ``inverse_cdf`` (default): one uniform per row, located by binary search in the
-      cumulative sum of exp(z - max z). No normalisation pass is needed, since the uniform
-      is scaled by the row's total. About 4x cheaper than Gumbel-max on this CPU (126 vs
-      536 ms for 64x19x30522 logits; bench/RESULTS.md).
+    - ``inverse_cdf`` (default): one uniform per row, located in the cumulative sum of
+      exp(z - max z) (by blocks, see ``_locate``). No normalisation pass is needed, since
+      the uniform is scaled by the row's total. Several times cheaper than Gumbel-max on
+      this CPU (bench/RESULTS.md).
     - ``gumbel``: Gumbel-max, argmax of z + Gumbel noise (the original code's method); it
       draws V uniforms and takes two logs per element.
     """
@@ -164,15 +164,10 @@ def _sample_fp32(z: torch.Tensor, temperature: float, method: str,
     ``u`` (..., 1): inverse-CDF uniforms drawn beforehand (else drawn from ``rng``)."""
     zmax = z.amax(-1, keepdim=True)  # (..., 1), before any scaling
     if method == "inverse_cdf":
-        cdf = z.sub_(zmax)
+        w = z.sub_(zmax)
         if temperature != 1.0:
-            cdf.div_(temperature)
-        cdf = cdf.exp_().cumsum_(-1)  # (..., V), unnormalised; in place: no new 4*V*rows bytes
-        if u is None:
-            u = torch.rand((*z.shape[:-1], 1), generator=rng, device=z.device)
-        u = u * cdf[..., -1:]
-        idx = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=z.shape[-1] - 1)
-        return idx, zmax
+            w.div_(temperature)
+        return _locate(w.exp_(), u, rng), zmax  # in place: no new 4*V*rows bytes
     if method == "gumbel":
         if temperature != 1.0:
             z = z / temperature
@@ -181,6 +176,35 @@ def _sample_fp32(z: torch.Tensor, temperature: float, method: str,
         g = u.clamp_(1e-20, 1.0 - 1e-7).log_().neg_().log_().neg_()
         return (z + g).argmax(-1), zmax
     raise ValueError(f"unknown sampling method {method!r}; use 'inverse_cdf' or 'gumbel'")
+
+
+def _locate(weights: torch.Tensor, u: torch.Tensor | None, rng: torch.Generator | None,
+            block: int = 256) -> torch.Tensor:
+    """Inverse-CDF draw from unnormalised probabilities ``weights`` (..., V): the token where
+    ``u`` (..., 1) times the row's total falls in its cumulative sum.
+
+    In two levels, so that no (..., V) cumulative sum is written: the rows' sums over blocks
+    of ``block`` tokens locate the block, then the cumulative sum inside that one block
+    locates the token. The same distribution as one ``searchsorted`` over ``cumsum``.
+    """
+    *lead, V = weights.shape
+    w = weights.reshape(-1, V)
+    N = w.shape[0]
+    if u is None:
+        u = torch.rand((*lead, 1), generator=rng, device=w.device)
+    full = V // block * block
+    sums = [w[:, :full].view(N, -1, block).sum(-1)] if full else []
+    if full < V:
+        sums.append(w[:, full:].sum(-1, keepdim=True))
+    cdf = torch.cat(sums, 1).double().cumsum_(1)  # (N, blocks), small
+    target = u.reshape(N, 1).double() * cdf[:, -1:]
+    b = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[1] - 1)  # (N, 1)
+    before = torch.where(b > 0, cdf.gather(1, (b - 1).clamp(min=0)), 0.0)
+    idx = b * block + torch.arange(block, device=w.device)  # (N, block): the block's tokens
+    inside = torch.where(idx < V, w.gather(1, idx.clamp(max=V - 1)), 0).double().cumsum_(1)
+    j = torch.searchsorted(inside, target - before, right=True)
+    last = (V - 1 - b * block).clamp(max=block - 1)  # the block's last real token
+    return (b * block + torch.minimum(j, last)).view(lead)
 
 
 def corrupt(input_ids: torch.Tensor, positions: torch.Tensor, weights: torch.Tensor,
@@ -194,9 +218,58 @@ def generator_loss(logits: torch.Tensor, targets: torch.Tensor, weights: torch.T
                    denominator: torch.Tensor | None = None) -> torch.Tensor:
     """L_MLM: cross-entropy (fp32) averaged over the chosen slots only (of the global batch
     when ``denominator`` is given)."""
-    ce = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
+    return _mlm_loss(logits, targets, weights, denominator)[0]
+
+
+def _mlm_loss(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor,
+              denominator: torch.Tensor | None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """L_MLM of (B, P, V) ``logits``, and, without gradient, what sampling reuses: the
+    unnormalised probabilities exp(z - max z) (B, P, V), the rows' max (B, P, 1) and the
+    targets' logits (B, P, 1), all fp32."""
     w = weights.flatten().float()
-    return (ce * w).sum() / (w.sum() if denominator is None else denominator).clamp(min=1.0)
+    coef = w / (w.sum() if denominator is None else denominator).clamp(min=1.0)
+    loss, e, zmax, target_logit = _WeightedCrossEntropy.apply(
+        logits.flatten(0, 1), targets.flatten(), coef)
+    shape = (*logits.shape[:-1], 1)
+    return loss, e.view(logits.shape), zmax.view(shape), target_logit.view(shape)
+
+
+class _WeightedCrossEntropy(torch.autograd.Function):
+    """sum_i coef_i * CE(z_i, t_i) over rows of (N, V) logits, in fp32.
+
+    The same value and gradient as ``(F.cross_entropy(z.float(), t, reduction="none") *
+    coef).sum()``, in fewer passes over the N x V logits: the forward keeps exp(z - max z),
+    which the sampler also reuses, and the backward is (softmax - onehot) * coef from it
+    instead of log-softmax's backward, which takes exp again (~10% of a CPU step at a
+    30,522 vocabulary; bench/RESULTS.md).
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, coef: torch.Tensor):
+        z = logits.detach().to(torch.float32, copy=True)  # (N, V)
+        zmax = z.amax(-1, keepdim=True)
+        target_logit = z.gather(-1, targets[:, None])
+        e = z.sub_(zmax).exp_()  # in place: the copy becomes the unnormalised probabilities
+        total = e.sum(-1, keepdim=True)
+        ce = (total.log() + zmax - target_logit).squeeze(-1)  # log-sum-exp minus target
+        ctx.save_for_backward(e, total, targets, coef)
+        ctx.logits_dtype, ctx.used = logits.dtype, False
+        ctx.mark_non_differentiable(e, zmax, target_logit)
+        return (ce * coef).sum(), e, zmax, target_logit
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor, *_):
+        if ctx.used:
+            raise RuntimeError("the MLM loss's backward ran twice (retain_graph); it turns "
+                               "its saved exponentials into the gradient in place")
+        ctx.used = True
+        e, total, targets, coef = ctx.saved_tensors
+        c = (grad * coef)[:, None]  # (N, 1)
+        g = e.mul_(c / total)  # softmax * c, in place: no new N x V buffer
+        g.scatter_add_(-1, targets[:, None], -c)  # minus c at each target
+        return g.to(ctx.logits_dtype), None, None
 
 
 def discriminator_loss(logits: torch.Tensor, labels: torch.Tensor,
@@ -250,15 +323,17 @@ def electra_forward(
                          noise=noise)
     gen_logits = gen(masked.input_ids, token_type_ids, attention_mask,
                      masked.positions)  # (B, P, V)
-    gen_loss = generator_loss(gen_logits, masked.targets, masked.weights,
-                              None if norm is None else norm.chosen)
+    gen_loss, probs, zmax, target_logit = _mlm_loss(
+        gen_logits, masked.targets, masked.weights, None if norm is None else norm.chosen)
 
     with torch.no_grad():
-        z = gen_logits.detach().to(torch.float32, copy=True)  # (B, P, V), consumed by sampling
-        target_logit = torch.gather(z, -1, masked.targets[..., None])  # for gen_acc
-        sampled, zmax = _sample_fp32(z, cfg.temperature, cfg.sampling, rng,
-                                     noise.sample_u)  # (B, P)
-        del z
+        if cfg.sampling == "inverse_cdf" and cfg.temperature == 1.0:
+            # The loss's exp(z - max z) is the sampler's too: no pass over the logits is new.
+            sampled = _locate(probs, noise.sample_u, rng)  # (B, P)
+        else:
+            z = gen_logits.detach().to(torch.float32, copy=True)  # consumed by sampling
+            sampled = _sample_fp32(z, cfg.temperature, cfg.sampling, rng, noise.sample_u)[0]
+            del z
         gen_correct = (target_logit >= zmax).squeeze(-1)  # the target has the top logit
     corrupted = corrupt(input_ids, masked.positions, masked.weights, sampled)
     labels = corrupted != input_ids  # a sample equal to the original is "original"
