@@ -1,13 +1,16 @@
-"""What each CPU speed-up of the training step buys, as paired ratios measured in one run.
+"""What two CPU speed-ups of the training step buy, as paired ratios measured in one run.
 
     python bench/step_ablation.py [--data DIR] [--config configs/cpu-30min.toml] [--repeats 5]
 
 Variants of *our* step (same model, batch, data, seed), timed interleaved A B C A B C ...:
 
-    baseline     Gumbel-max sampling, torch's Bernoulli dropout, argmax for gen_acc
-    +icdf        inverse-CDF sampling (same distribution)
-    +lanes       + dropout masks from 16-bit lanes of 64-bit random words
     current      what `electra pretrain` runs now
+    -lanes       torch's Bernoulli dropout masks (F.dropout, and SDPA's own attention dropout)
+                 instead of masks cut from 16-bit lanes of 64-bit random words
+    -icdf        Gumbel-max sampling instead of inverse-CDF sampling (same distribution)
+
+For changes that are not switches (the fused MLM loss, the written-out attention), compare
+two checkouts with bench/ab_step.py.
 
 Without --data it packs ../shared/data's held-out corpus with BERT's vocabulary (or, where
 that is absent, Python's own docs).
@@ -39,29 +42,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @contextlib.contextmanager
 def torch_dropout():
-    """Swap our lane dropout for torch's Bernoulli dropout."""
-    real = model_mod.Dropout.forward
+    """Swap our lane dropout for torch's Bernoulli dropout, and our attention for SDPA's."""
+    real, real_attention = model_mod.Dropout.forward, model_mod.attention
     model_mod.Dropout.forward = lambda self, x: F.dropout(x, self.p, self.training)
+    model_mod.attention = lambda q, k, v, mask, drop: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=drop.p)
     try:
         yield
     finally:
-        model_mod.Dropout.forward = real
-
-
-@contextlib.contextmanager
-def argmax_gen_acc():
-    """The older statistics path: a separate argmax over the generator logits."""
-    real = obj._sample_fp32
-
-    def with_argmax(z, temperature, method, rng):
-        z.argmax(-1)  # the pass the current code avoids
-        return real(z, temperature, method, rng)
-
-    obj._sample_fp32 = with_argmax
-    try:
-        yield
-    finally:
-        obj._sample_fp32 = real
+        model_mod.Dropout.forward, model_mod.attention = real, real_attention
 
 
 def default_data(tmp: str) -> str:
@@ -117,10 +106,9 @@ def main() -> None:
         return int(b["attention_mask"].sum())
 
     variants = {
-        "baseline": ("gumbel", [torch_dropout, argmax_gen_acc]),
-        "+icdf": ("inverse_cdf", [torch_dropout, argmax_gen_acc]),
-        "+lanes": ("inverse_cdf", [argmax_gen_acc]),
         "current": ("inverse_cdf", []),
+        "-lanes": ("inverse_cdf", [torch_dropout]),
+        "-icdf": ("gumbel", []),
     }
     for _ in range(2):
         step("inverse_cdf")  # warm up
@@ -136,11 +124,11 @@ def main() -> None:
                 results[name].append(n / (time.perf_counter() - t0))
     print(f"config {args.config}, batch {args.batch}, {torch.get_num_threads()} threads, "
           f"{cfg.train.precision}; tokens/s over {args.steps} steps, {args.repeats} repeats")
-    base = results["baseline"]
+    base = results["current"]
     for name, v in results.items():
         ratios = [a / b for a, b in zip(v, base, strict=True)]
         print(f"{name:10s} min/med/max {min(v):7.0f} {statistics.median(v):7.0f} "
-              f"{max(v):7.0f}   x baseline (paired median) {statistics.median(ratios):.2f}")
+              f"{max(v):7.0f}   x current (paired median) {statistics.median(ratios):.2f}")
     print(json.dumps({k: round(statistics.median(v)) for k, v in results.items()}))
 
 
