@@ -24,38 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def worker(args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(Path(args.worker) / "src"))
+    sys.path[:0] = [str(Path(args.worker) / "src"), str(ROOT / "bench")]  # that checkout
     import time
 
-    import torch
+    from step_ablation import training_step
 
-    import electra.objective as obj
-    from electra.config import load_run_config
-    from electra.data.loader import BatchLoader, ShardDataset
-    from electra.model import ElectraPretrainingModel
-    from electra.optim import build_optimizer
-    from electra.pretrain import autocast
-
-    data = ShardDataset(args.data)
-    cfg = load_run_config(config_file=args.config)
-    torch.manual_seed(0)
-    model = ElectraPretrainingModel(cfg.model.replace(vocab_size=data.vocab_size))
-    opt = build_optimizer(model, cfg.train)
-    loader = BatchLoader(data, args.batch, seed=0)
-    rng = torch.Generator().manual_seed(0)
-    dev = torch.device("cpu")
-
-    def step() -> int:
-        b = next(loader)
-        with autocast(dev, cfg.train.precision):
-            out = obj.electra_forward(model, b["input_ids"], b["attention_mask"],
-                                      b["token_type_ids"], data.special, cfg.objective, rng)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return int(b["attention_mask"].sum())
-
+    step = training_step(args.data, args.config, args.batch)
     for _ in range(args.warmup):
         step()
     t0 = time.perf_counter()

@@ -24,6 +24,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -73,6 +74,34 @@ def default_data(tmp: str) -> str:
     return f"{tmp}/data"
 
 
+def training_step(data_dir: str, config: str, batch: int) -> Callable[[str], int]:
+    """One full step of our training (forward under autocast, backward, clipping, AdamW) as
+    a function of the sampling method; it returns the step's real tokens. Same seed, model
+    and batches for every caller."""
+    data = ShardDataset(data_dir)
+    cfg = load_run_config(config_file=config)
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(cfg.model.replace(vocab_size=data.vocab_size))
+    opt = build_optimizer(model, cfg.train)
+    loader = BatchLoader(data, batch, seed=0)
+    rng = torch.Generator().manual_seed(0)
+    dev = torch.device("cpu")
+
+    def step(sampling: str = "inverse_cdf") -> int:
+        b = next(loader)
+        objective = cfg.objective.__class__(**{**cfg.objective.to_dict(), "sampling": sampling})
+        with autocast(dev, cfg.train.precision):
+            out = obj.electra_forward(model, b["input_ids"], b["attention_mask"],
+                                      b["token_type_ids"], data.special, objective, rng)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return int(b["attention_mask"].sum())
+
+    return step
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", help="prepared folder (default: ../shared/data's held-out "
@@ -83,27 +112,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     tmp = tempfile.TemporaryDirectory()
-    data = ShardDataset(args.data or default_data(tmp.name))
-    cfg = load_run_config(config_file=args.config)
-    torch.manual_seed(0)
-    model = ElectraPretrainingModel(cfg.model.replace(vocab_size=data.vocab_size))
-    opt = build_optimizer(model, cfg.train)
-    loader = BatchLoader(data, args.batch, seed=0)
-    rng = torch.Generator().manual_seed(0)
-    dev = torch.device("cpu")
-
-    def step(sampling: str) -> int:
-        b = next(loader)
-        with autocast(dev, cfg.train.precision):
-            out = obj.electra_forward(model, b["input_ids"], b["attention_mask"],
-                                      b["token_type_ids"], data.special,
-                                      cfg.objective.__class__(**{**cfg.objective.to_dict(),
-                                                                 "sampling": sampling}), rng)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return int(b["attention_mask"].sum())
+    step = training_step(args.data or default_data(tmp.name), args.config, args.batch)
 
     variants = {
         "current": ("inverse_cdf", []),
@@ -122,8 +131,9 @@ def main() -> None:
                 t0 = time.perf_counter()
                 n = sum(step(sampling) for _ in range(args.steps))
                 results[name].append(n / (time.perf_counter() - t0))
+    precision = load_run_config(config_file=args.config).train.precision
     print(f"config {args.config}, batch {args.batch}, {torch.get_num_threads()} threads, "
-          f"{cfg.train.precision}; tokens/s over {args.steps} steps, {args.repeats} repeats")
+          f"{precision}; tokens/s over {args.steps} steps, {args.repeats} repeats")
     base = results["current"]
     for name, v in results.items():
         ratios = [a / b for a, b in zip(v, base, strict=True)]
