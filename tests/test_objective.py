@@ -245,7 +245,7 @@ def test_weighted_cross_entropy_equals_torch_in_value_and_gradient(dtype):
                                ref * 17.0 / weights.sum())
 
 
-def test_sampling_from_the_losss_exponentials_equals_the_sampler():
+def test_sampling_from_the_loss_exponentials_equals_the_sampler():
     """At temperature 1, electra_forward draws from the loss's exp(z - max z); with the same
     uniforms that is the standalone inverse-CDF sampler's draw, bit for bit."""
     from electra.objective import _locate, _mlm_loss, _sample_fp32

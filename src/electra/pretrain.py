@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from electra import distributed as dd
+from electra import objective as obj
 from electra.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from electra.config import RunConfig
 from electra.data.loader import BatchLoader, ShardDataset
@@ -175,6 +177,36 @@ class MetricsLog:
                 self.tb.close()
 
 
+def _global_draws(batch: dict[str, torch.Tensor], global_batch: int, data: ShardDataset,
+                  cfg: RunConfig, rng: torch.Generator, place: Any) -> tuple[Any, Any]:
+    """A step's loss denominators (summed over ranks) and random draws, both for the whole
+    global batch, of which ``batch`` is this rank's rows: (Norm, Noise)."""
+    counts = dd.all_sum(place, obj.batch_norm_counts(
+        batch["input_ids"], batch["attention_mask"], data.special, cfg.objective))
+    noise = obj.Noise.draw(global_batch, data.seq_len, cfg.model.vocab_size, cfg.objective,
+                           rng, batch["input_ids"].device)
+    return obj.Norm(chosen=counts[0].float(), tokens=counts[1].float()), noise
+
+
+LOSSES = ("loss", "gen_loss", "disc_loss")  # summed shares of each step's global mean
+
+
+def _pooled(place: Any, sums: dict[str, torch.Tensor], steps: int) -> dict[str, float]:
+    """Metrics pooled over steps, micro-batches and ranks (one all-reduce): the losses are
+    summed shares of each step's global mean, so their mean over ``steps``; the statistics
+    are (numerator, denominator) counts, so their ratio."""
+    keys = sorted(sums)
+    values = iter(dd.all_sum(place, torch.cat([sums[k].reshape(-1) for k in keys])).tolist())
+    out = {}
+    for key in keys:
+        if key in LOSSES:
+            out[key] = next(values) / steps
+        else:
+            num, den = next(values), next(values)
+            out[key] = num / max(den, 1.0)
+    return out
+
+
 @torch.no_grad()
 def validate(model: ElectraPretrainingModel, data: ShardDataset, run_cfg: RunConfig,
              device: torch.device, micro: int, place: Any = None) -> dict[str, float]:
@@ -186,9 +218,6 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, run_cfg: RunCon
     pattern of the same examples and the numbers are comparable over the run.
     """
     from sklearn.metrics import roc_auc_score
-
-    from electra import distributed as dd
-    from electra import objective as obj
 
     place = place or dd.Dist()
     tc = run_cfg.train
@@ -207,11 +236,7 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, run_cfg: RunCon
         first = i * G + place.rank * per_rank
         batch = {k: v.to(device) for k, v in
                  data.batch(np.arange(first, first + per_rank)).items()}
-        counts = dd.all_sum(place, obj.batch_norm_counts(
-            batch["input_ids"], batch["attention_mask"], data.special, run_cfg.objective))
-        norm = obj.Norm(chosen=counts[0].float(), tokens=counts[1].float())
-        noise = obj.Noise.draw(G, data.seq_len, run_cfg.model.vocab_size, run_cfg.objective,
-                               rng, device)
+        norm, noise = _global_draws(batch, G, data, run_cfg, rng, place)
         for j in range(0, per_rank, micro):
             rows = slice(j, min(j + micro, per_rank))
             start = place.rank * per_rank + j
@@ -227,15 +252,7 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, run_cfg: RunCon
                 v = value.detach().double().reshape(-1)
                 sums[key] = sums[key] + v if key in sums else v
     model.train(was_training)
-    keys = sorted(sums)
-    pooled = iter(dd.all_sum(place, torch.cat([sums[k] for k in keys])).tolist())
-    result = {}
-    for key in keys:
-        if key in ("gen_loss", "disc_loss"):  # shares of each batch's global mean
-            result[f"val_{key}"] = next(pooled) / n
-        else:
-            num, den = next(pooled), next(pooled)
-            result[f"val_{key}"] = num / max(den, 1.0)
+    result = {f"val_{k}": v for k, v in _pooled(place, sums, n).items()}
     y = np.concatenate([t.numpy() for t in dd.gather(place, torch.cat(labels))])
     s = np.concatenate([t.numpy() for t in dd.gather(place, torch.cat(scores))])
     result["val_disc_auc"] = float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else float("nan")
@@ -301,9 +318,6 @@ def pretrain(opt: PretrainOptions) -> dict[str, Any]:
     Launched by torchrun, each process trains on its rows of every global batch (DDP, or
     FSDP with ``train.parallel = "fsdp"``) and only rank 0 writes.
     """
-    from electra import distributed as dd
-    from electra import objective as obj
-
     cfg = opt.config
     tc = cfg.train
     if tc.threads:
@@ -413,7 +427,6 @@ def pretrain(opt: PretrainOptions) -> dict[str, Any]:
     stop_at = tc.max_steps if opt.stop_after is None else min(tc.max_steps,
                                                               step + opt.stop_after)
     model.train()
-    LOSSES = ("loss", "gen_loss", "disc_loss")  # partial sums of the global mean
 
     # Data position and RNG streams as of the last completed step: a checkpoint written on
     # Ctrl-C (mid-step) uses these, so --resume replays the interrupted step exactly.
@@ -446,11 +459,7 @@ def pretrain(opt: PretrainOptions) -> dict[str, Any]:
             step_stats: dict[str, torch.Tensor] = {}
             batch = {k: v.to(device, non_blocking=True) for k, v in next(loader).items()}
             # The global batch's loss denominators and random draws, before any forward.
-            counts = dd.all_sum(place, obj.batch_norm_counts(
-                batch["input_ids"], batch["attention_mask"], data.special, cfg.objective))
-            norm = obj.Norm(chosen=counts[0].float(), tokens=counts[1].float())
-            noise = obj.Noise.draw(tc.batch_size, data.seq_len, cfg.model.vocab_size,
-                                   cfg.objective, masking_rng, device)
+            norm, noise = _global_draws(batch, tc.batch_size, data, cfg, masking_rng, place)
             for j in range(tc.grad_accum):
                 rows = slice(j * micro, (j + 1) * micro)
                 first = place.rank * per_rank + j * micro  # this micro-batch's global rows
@@ -496,7 +505,7 @@ def pretrain(opt: PretrainOptions) -> dict[str, Any]:
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            step_tokens = int(counts[1])  # global; the device is in sync already
+            step_tokens = int(norm.tokens)  # global (exact below 2**24); in sync already
             tokens += step_tokens
             window_tokens += step_tokens
             window_steps += 1
@@ -509,17 +518,7 @@ def pretrain(opt: PretrainOptions) -> dict[str, Any]:
                 now = time.perf_counter()
                 record: dict[str, Any] = {"step": step, "tokens": tokens,
                                           "lr": scheduler.get_last_lr()[0]}
-                # Pooled over the window's steps, micro-batches and ranks: the losses are
-                # summed shares of each step's global mean, the statistics counts.
-                keys = sorted(window)
-                summed = dd.all_sum(place, torch.cat([window[k].reshape(-1) for k in keys]))
-                values = iter(summed.tolist())
-                for key in keys:
-                    if key in LOSSES:
-                        record[key] = next(values) / window_steps
-                    else:
-                        num, den = next(values), next(values)
-                        record[key] = num / max(den, 1.0)
+                record.update(_pooled(place, window, window_steps))
                 record["grad_norm"] = float(window_grad_norm) / window_steps
                 record["tokens_per_s"] = window_tokens / max(now - t_window, 1e-9)
                 window, window_steps, window_tokens, t_window = {}, 0, 0, now
