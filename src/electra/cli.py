@@ -130,15 +130,10 @@ def _task_data(args: argparse.Namespace, split: str | None = None):
 
 
 def _finetune_config(sets: list[str]):
-    from electra.config import config_from_dict, parse_value
+    from electra.config import config_from_dict, parse_set
     from electra.finetune import FinetuneConfig
 
-    values = {}
-    for item in sets:
-        if "=" not in item:
-            raise UserError(f"--set {item!r}: expected key=value, e.g. --set lr=1e-4")
-        k, v = item.split("=", 1)
-        values[k.strip()] = parse_value(v.strip())
+    values = dict(parse_set(item, "lr=1e-4") for item in sets)
     return config_from_dict(FinetuneConfig, values, "fine-tuning settings")
 
 
@@ -209,9 +204,11 @@ def _cmd_bench(args: argparse.Namespace) -> None:
 
 
 def _dist_timeout_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dist-timeout", type=float, default=1800.0, metavar="SECONDS",
-                        help="under torchrun: how long a process waits for the others before "
-                        "stopping with an error (default: 1800)")
+    from electra.distributed import DEFAULT_TIMEOUT_S
+
+    parser.add_argument("--dist-timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                        metavar="SECONDS", help="under torchrun: how long a process waits for "
+                        "the others before stopping with an error (default: %(default)g)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -302,15 +302,20 @@ def parse_value(text: str) -> Any:
     return text
 
 
+def parse_set(item: str, example: str) -> tuple[str, Any]:
+    """One ``--set key=value``: (key, parsed value); ``example`` shows the form on error."""
+    if "=" not in item:
+        raise UserError(f"--set {item!r}: expected key=value, e.g. --set {example}")
+    key, value = item.split("=", 1)
+    return key.strip(), parse_value(value.strip())
+
+
 def apply_overrides(d: dict[str, Any], sets: list[str]) -> dict[str, Any]:
     """Apply ``--set section.key=value`` (or ``key=value`` when the key is unambiguous)."""
     sections = {"model": ModelConfig, "objective": ObjectiveConfig, "train": TrainConfig}
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in d.items()}
     for item in sets:
-        if "=" not in item:
-            raise UserError(f"--set {item!r}: expected key=value, e.g. --set train.lr=1e-3")
-        key, value = item.split("=", 1)
-        key = key.strip()
+        key, value = parse_set(item, "train.lr=1e-3")
         if "." in key:
             section, name = key.split(".", 1)
         else:
@@ -327,7 +332,7 @@ def apply_overrides(d: dict[str, Any], sets: list[str]) -> dict[str, Any]:
             valid = ", ".join(f.name for f in fields(sections[section]))
             raise UserError(f"--set {key}: unknown key {name!r} in [{section}]; valid keys: "
                             f"{valid}")
-        out.setdefault(section, {})[name] = parse_value(value.strip())
+        out.setdefault(section, {})[name] = value
     return out
 
 

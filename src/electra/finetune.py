@@ -30,6 +30,7 @@ from torch import nn
 from electra.atomic import publish, staging_dir
 from electra.config import ModelConfig, config_from_dict
 from electra.data.tasks import Example, compute_metrics, label_map
+from electra.distributed import DEFAULT_TIMEOUT_S
 from electra.errors import UserError
 from electra.model import Encoder, init_weights
 from electra.optim import no_decay, warmup_linear
@@ -315,7 +316,7 @@ def _resolve_init(model_dir: str | Path | None, model_cfg: ModelConfig | None,
 def run_finetune(model_dir: str | Path | None, model_cfg: ModelConfig | None, data: TaskData,
                  out: str | Path, cfg: FinetuneConfig, seeds: list[int],
                  overwrite: bool = False, tokenizer: str | Path | None = None,
-                 device: str = "auto", dist_timeout: float = 1800.0) -> dict | None:
+                 device: str = "auto", dist_timeout: float = DEFAULT_TIMEOUT_S) -> dict | None:
     """Fine-tune once per seed; write per-seed models, results.json and results.md.
 
     Under torchrun the processes share each batch (DDP) and rank 0 evaluates and writes;

@@ -63,7 +63,7 @@ class PretrainOptions:
     device: str = "auto"
     stop_after: int | None = None  # stop (with a checkpoint) after this many steps: for tests
     init: str | None = None  # start from these weights (a run folder: discriminator/, generator/)
-    dist_timeout: float = 1800.0  # seconds a torchrun process waits for the others
+    dist_timeout: float = dd.DEFAULT_TIMEOUT_S  # seconds a torchrun process waits for the others
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
