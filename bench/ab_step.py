@@ -3,9 +3,11 @@
     git worktree add /tmp/electra-before HEAD~1      # or any commit
     python bench/ab_step.py /tmp/electra-before .  [--config configs/cpu-30min.toml]
 
-Each measurement is a fresh process importing electra from that checkout's ``src``: it builds
-the model and optimizer from the same seed, warms up, and times ``--steps`` full steps
-(forward, backward, clipping, AdamW) on the same batches. Both sides read the same prepared
+Each measurement is a fresh process importing electra from that checkout's ``src`` and the
+step function from that checkout's own ``bench/step_ablation.py`` (``training_step``: what
+that commit's `electra pretrain` runs): it builds the model and optimizer from the same seed,
+warms up, and times ``--steps`` full steps (forward, backward, clipping, AdamW) on the same
+batches. Both sides read the same prepared
 data (by default ../shared/data's held-out corpus with BERT's vocabulary; see
 step_ablation.py). Prints tokens/s min/median/max per side and the paired B/A ratios.
 """
@@ -24,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def worker(args: argparse.Namespace) -> None:
-    sys.path[:0] = [str(Path(args.worker) / "src"), str(ROOT / "bench")]  # that checkout
+    sys.path[:0] = [str(Path(args.worker) / "src"), str(Path(args.worker) / "bench")]
     import time
 
     from step_ablation import training_step

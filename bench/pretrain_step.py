@@ -5,8 +5,9 @@
 Both sides: discriminator 12x256 (ELECTRA-Small), generator 1/4 wide, shared embeddings,
 vocabulary 30,522, seq 128, masking 15% (max 19 per sequence), lambda = 50, AdamW, clip 1.0.
 
-- ours: what `electra pretrain` runs (electra.objective.electra_forward on our model, bf16
-  autocast, inverse-CDF sampling, lane dropout, foreach AdamW).
+- ours: what `electra pretrain` runs (electra.pretrain.train_step: the objective on our model
+  under bf16 autocast, inverse-CDF sampling, lane dropout, then the scaffold's non-finite
+  check, clipping, foreach AdamW and schedule).
 - hf: transformers' ElectraForMaskedLM + ElectraForPreTraining in fp32, the generator head
   and cross-entropy over all positions (labels -100 off the masked ones), Gumbel-max
   sampling at the masked positions, torch's AdamW.
@@ -53,30 +54,34 @@ def batch(bs: int, seed: int) -> dict[str, torch.Tensor]:
 
 def build(side: str, dropout: float = 0.1):
     """(models, optimizer, step function) for one side, from the same seed."""
-    from electra.model import ElectraPretrainingModel
-    from electra.optim import build_optimizer, param_groups
+    from electra.objective import ElectraPretrainingModel
+    from electra.optim import param_groups
 
     cfg = model_preset("small", hidden_dropout=dropout, attention_dropout=dropout)
     torch.manual_seed(0)
-    ours = ElectraPretrainingModel(cfg)
+    ours = ElectraPretrainingModel(cfg, OBJ, SPECIAL)
     if side == "ours":
-        from electra.config import TrainConfig
+        from electra.config import RunConfig, TrainConfig
         from electra.objective import electra_forward
-        from electra.pretrain import autocast
+        from electra.pretrain import make_trainer, train_step
+        from electra.runtime import Runtime, autocast
 
-        opt = build_optimizer(ours, TrainConfig())
         rng = torch.Generator().manual_seed(1)
+        trainer = {}
 
         def step(b, train=True, precision="bf16"):
-            with autocast(torch.device("cpu"), precision):
-                out = electra_forward(ours, b["input_ids"], b["attention_mask"],
-                                      b["token_type_ids"], SPECIAL, OBJ, rng)
-            if train:
-                out.loss.backward()
-                torch.nn.utils.clip_grad_norm_(ours.parameters(), 1.0)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            return out.gen_loss.detach(), out.disc_loss.detach()
+            if not train:  # the equality check: the objective's forward alone
+                with autocast(torch.device("cpu"), precision):
+                    out = electra_forward(ours, b["input_ids"], b["attention_mask"],
+                                          b["token_type_ids"], SPECIAL, OBJ, rng)
+                return out.gen_loss.detach(), out.disc_loss.detach()
+            bs = len(b["input_ids"])
+            run = RunConfig(model=cfg, objective=OBJ, train=TrainConfig(
+                batch_size=bs, precision=precision, warmup_steps=0))
+            if "t" not in trainer:
+                trainer["t"] = make_trainer(ours, run, Runtime())
+            stats = train_step(trainer["t"], b, run, SPECIAL, bs)
+            return stats["gen_loss"], stats["disc_loss"]
 
         return ours, step
 
@@ -151,7 +156,7 @@ def disc_loss_on_same_corruption() -> float:
     b = batch(8, seed=6)
     labels = torch.rand(b["input_ids"].shape, generator=torch.Generator().manual_seed(0)) < 0.15
     with torch.no_grad():
-        ours = discriminator_loss(d(b["input_ids"], b["token_type_ids"], b["attention_mask"]),
+        ours = discriminator_loss(d(b["input_ids"], b["attention_mask"], b["token_type_ids"]),
                                   labels, b["attention_mask"])
         theirs = hf(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
                     token_type_ids=b["token_type_ids"], labels=labels.long()).loss

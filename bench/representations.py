@@ -20,8 +20,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from electra.model import Discriminator, ElectraPretrainingModel
-from electra.pretrained import load_pretrained
+from electra import folders
+from electra.model import Discriminator
+from electra.objective import ElectraPretrainingModel
 from electra.tokenizer import load_tokenizer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -55,7 +56,7 @@ def effective_rank(x: torch.Tensor) -> float:
 
 @torch.no_grad()
 def describe(model: Discriminator, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-    h = model.eval().encoder(batch["ids"], torch.zeros_like(batch["ids"]), batch["mask"])
+    h = model.eval().encoder(batch["ids"], batch["mask"])
     cls, tokens = h[:, 0], h[batch["mask"].bool()]
     return {"token_cos": mean_cosine(tokens), "token_rank": effective_rank(tokens),
             "cls_cos": mean_cosine(cls), "cls_rank": effective_rank(cls)}
@@ -70,7 +71,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     run = Path(args.model)
-    trained = load_pretrained(run, "discriminator")
+    trained = folders.load(run, "discriminator")[0]
     tok = load_tokenizer(run / "discriminator")
     tok.enable_padding(pad_id=0)
     tok.enable_truncation(128)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import statistics
 import tempfile
@@ -31,12 +32,11 @@ import torch
 import torch.nn.functional as F
 
 import electra.model as model_mod
-import electra.objective as obj
 from electra.config import load_run_config
 from electra.data.loader import BatchLoader, ShardDataset
-from electra.model import ElectraPretrainingModel
-from electra.optim import build_optimizer
-from electra.pretrain import autocast
+from electra.objective import ElectraPretrainingModel
+from electra.pretrain import make_trainer, train_step
+from electra.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,28 +75,23 @@ def default_data(tmp: str) -> str:
 
 
 def training_step(data_dir: str, config: str, batch: int) -> Callable[[str], int]:
-    """One full step of our training (forward under autocast, backward, clipping, AdamW) as
-    a function of the sampling method; it returns the step's real tokens. Same seed, model
-    and batches for every caller."""
+    """The training step `electra pretrain` runs (``electra.pretrain.train_step``: forward
+    under autocast, backward, the non-finite check, clipping, AdamW, the schedule) as a
+    function of the sampling method; it returns the step's real tokens. Same seed, model and
+    batches for every caller."""
     data = ShardDataset(data_dir)
-    cfg = load_run_config(config_file=config)
+    cfg = load_run_config(config_file=config, sets=[f"train.batch_size={batch}",
+                                                    "train.grad_accum=1"])
+    cfg = dataclasses.replace(cfg, model=cfg.model.replace(vocab_size=data.vocab_size))
     torch.manual_seed(0)
-    model = ElectraPretrainingModel(cfg.model.replace(vocab_size=data.vocab_size))
-    opt = build_optimizer(model, cfg.train)
+    model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special)
+    trainer = make_trainer(model, cfg, Runtime())
     loader = BatchLoader(data, batch, seed=0)
-    rng = torch.Generator().manual_seed(0)
-    dev = torch.device("cpu")
 
     def step(sampling: str = "inverse_cdf") -> int:
         b = next(loader)
-        objective = cfg.objective.__class__(**{**cfg.objective.to_dict(), "sampling": sampling})
-        with autocast(dev, cfg.train.precision):
-            out = obj.electra_forward(model, b["input_ids"], b["attention_mask"],
-                                      b["token_type_ids"], data.special, objective, rng)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        model.objective = dataclasses.replace(cfg.objective, sampling=sampling)
+        train_step(trainer, b, cfg, data.special, batch)
         return int(b["attention_mask"].sum())
 
     return step

@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from electra.pretrain import TIMING_KEYS, iter_metrics
+from electra.metrics import TIMING_KEYS, iter_metrics
 from electra.tokenizer import train_tokenizer
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(),
@@ -197,9 +197,9 @@ def test_fsdp_trains_like_ddp_and_resumes(setup, tmp_path):
 def test_finetune_on_two_processes_equals_one(tmp_path):
     from test_finetune import write_sentiment
 
+    from electra import folders
     from electra.config import model_preset
     from electra.model import Discriminator
-    from electra.pretrained import save_pretrained
 
     write_sentiment(tmp_path / "train.csv", 256, 0)
     write_sentiment(tmp_path / "dev.csv", 64, 1)
@@ -207,7 +207,7 @@ def test_finetune_on_two_processes_equals_one(tmp_path):
     torch.manual_seed(0)
     disc = Discriminator(model_preset("tiny", vocab_size=tok.get_vocab_size(), num_layers=2,
                                       hidden_dropout=0.0, attention_dropout=0.0))
-    save_pretrained(disc, "discriminator", tmp_path / "run/discriminator", tok.to_str())
+    folders.save(disc, "discriminator", tmp_path / "run/discriminator", tok.to_str())
     common = ["finetune", "--model", tmp_path / "run", "--task", "custom", "--train",
               tmp_path / "train.csv", "--dev", tmp_path / "dev.csv", "--set", "epochs=2",
               "--set", "precision=fp32", "--set", "batch_size=16"]

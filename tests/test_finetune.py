@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from conftest import cli_error
 
+from electra import folders
 from electra.cli import main
 from electra.config import model_preset
-from electra.finetune import SequenceClassifier, layer_depth, layerwise_groups
-from electra.model import Discriminator
-from electra.pretrained import save_pretrained
+from electra.model import Discriminator, SequenceClassifier
+from electra.optim import layer_depth, layerwise_groups
 from electra.tokenizer import train_tokenizer
 
 
@@ -82,7 +82,7 @@ def test_finetune_from_a_pretrained_discriminator(task):
 
     tok = load_tokenizer(task / "tok")
     disc = Discriminator(model_preset("tiny", vocab_size=tok.get_vocab_size()))
-    save_pretrained(disc, "discriminator", task / "run/discriminator", tok.to_str())
+    folders.save(disc, "discriminator", task / "run/discriminator", tok.to_str())
     assert main(["finetune", "--model", str(task / "run"), "--task", "custom", "--train",
                  str(task / "train.csv"), "--dev", str(task / "dev.csv"), "--out",
                  str(task / "ft"), "--set", "epochs=1"]) == 0
@@ -158,10 +158,13 @@ def test_double_pairs_adds_each_pair_swapped_to_the_chosen_subset(monkeypatch):
                        {"0": 0, "1": 1})
     cfg = ft.FinetuneConfig(lr=1e-4, layer_decay=0.8, epochs=1, batch_size=4,
                             precision="fp32", double_pairs=True, max_train_examples=10)
-    ft.finetune_one(None, model_preset("tiny", vocab_size=4, num_layers=1), tok, data, cfg, 1)
+    source = ft.ModelSource(None, model_preset("tiny", vocab_size=4, num_layers=1), Path("."),
+                            "random-init")
+    ft.finetune_one(source, tok, data, cfg, 1)
     used = seen[0]
     assert len(used) == 20
     first, swapped = used[:10], used[10:]
     assert len({e.text_a for e in first}) == 10 and all(e in train for e in first)
     assert [(e.text_a, e.text_b, e.label) for e in swapped] == [
         (e.text_b, e.text_a, e.label) for e in first]
+

@@ -10,10 +10,10 @@ from conftest import cli_error, make_batch
 from safetensors.torch import load_file
 from test_data import write_corpus
 
+from electra import folders
 from electra.cli import main
 from electra.config import model_preset
-from electra.model import ElectraPretrainingModel
-from electra.pretrained import load_pretrained, save_pretrained
+from electra.objective import ElectraPretrainingModel
 from electra.tokenizer import train_tokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -31,7 +31,7 @@ def make_run(tmp_path: Path, preset: str) -> tuple[Path, ElectraPretrainingModel
             p.add_(torch.randn_like(p) * 0.02)  # biases and LayerNorms away from their init
     run = tmp_path / "run"
     for kind in ("discriminator", "generator"):
-        save_pretrained(getattr(model, kind), kind, run / kind, tok.to_str())
+        folders.save(getattr(model, kind), kind, run / kind, tok.to_str())
     return run, model.eval()
 
 
@@ -55,11 +55,11 @@ def test_export_loads_in_transformers_with_equal_logits(tmp_path, preset):
     types[:, 30:] = 1
     real = mask.bool()
     with torch.no_grad():
-        ours = model.discriminator(ids, types, mask)
+        ours = model.discriminator(ids, mask, types)
         theirs = disc.eval()(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
         torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=1e-5)
         positions = torch.tensor([[1, 5, 9], [2, 3, 15], [60, 7, 30]])
-        ours_g = model.generator(ids, types, mask, positions)
+        ours_g = model.generator(ids, mask, types, positions)
         theirs_g = gen.eval()(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
         V = model.config.vocab_size
         torch.testing.assert_close(
@@ -95,14 +95,14 @@ def test_import_a_transformers_model_and_a_fresh_generator(tmp_path):
     run, _ = make_run(tmp_path, "tiny")  # only for a vocab.txt of 120 tokens
     (tmp_path / "hfd/vocab.txt").write_text((run / "discriminator/vocab.txt").read_text())
     assert main(["import", str(tmp_path / "hfd"), "--out", str(tmp_path / "ours")]) == 0
-    disc = load_pretrained(tmp_path / "ours", "discriminator").eval()
-    gen = load_pretrained(tmp_path / "ours", "generator")
+    disc = folders.load(tmp_path / "ours", "discriminator")[0].eval()
+    gen = folders.load(tmp_path / "ours", "generator")[0]
     assert gen.config.hidden_size == cfg.hidden_size // 4
     assert torch.equal(gen.encoder.embeddings.word_embeddings.weight,
                        disc.encoder.embeddings.word_embeddings.weight)
     ids, mask, types = make_batch([30, 12], 32, vocab_size=120)
     with torch.no_grad():
-        torch.testing.assert_close(disc(ids, types, mask)[mask.bool()], hf(
+        torch.testing.assert_close(disc(ids, mask, types)[mask.bool()], hf(
             input_ids=ids, attention_mask=mask, token_type_ids=types).logits[mask.bool()],
             atol=1e-5, rtol=1e-5)
 
@@ -142,7 +142,7 @@ def test_export_from_a_checkpoint_folder(tmp_path):
     ids, mask, types = make_batch([20, 32], 32, vocab_size=model.config.vocab_size)
     with torch.no_grad():
         torch.testing.assert_close(
-            model.discriminator(ids, types, mask)[mask.bool()],
+            model.discriminator(ids, mask, types)[mask.bool()],
             disc.eval()(input_ids=ids, attention_mask=mask, token_type_ids=types
                         ).logits[mask.bool()], atol=1e-5, rtol=1e-5)
 
@@ -165,16 +165,16 @@ def test_pretrain_init_starts_from_imported_weights(tmp_path):
         b = load_file(tmp_path / "cont" / kind / "model.safetensors")
         assert all(torch.equal(a[k], b[k]) for k in a), kind
     # A preset's shape is replaced by the imported model's (tiny here, whatever the preset).
-    assert load_pretrained(tmp_path / "cont").config.hidden_size == 128
+    assert folders.load(tmp_path / "cont")[0].config.hidden_size == 128
 
 
 def test_init_refuses_a_generator_that_is_not_a_width_multiple(tmp_path, capsys):
     run, _ = make_run(tmp_path, "tiny")
-    gen = load_pretrained(run, "generator")
+    gen = folders.load(run, "generator")[0]
     from electra.model import Generator
 
     odd = Generator(gen.config.replace(intermediate_size=100))
-    save_pretrained(odd, "generator", run / "generator",
+    folders.save(odd, "generator", run / "generator",
                     (run / "discriminator/tokenizer.json").read_text())
     from electra.data.prepare import PrepareOptions, prepare
 
@@ -187,13 +187,10 @@ def test_init_refuses_a_generator_that_is_not_a_width_multiple(tmp_path, capsys)
 
 @pytest.mark.parametrize("regression", [False, True])
 def test_finetuned_classifier_exports_with_equal_predictions(tmp_path, regression):
-    from electra.finetune import (
-        FinetuneConfig,
-        SequenceClassifier,
-        TaskData,
-        load_classifier,
-        save_classifier,
-    )
+    from electra.config import FinetuneConfig
+    from electra.data.tasks import TaskData
+    from electra.finetune import load_classifier, save_classifier
+    from electra.model import SequenceClassifier
 
     run, _ = make_run(tmp_path, "tiny")
     tok_json = (run / "discriminator/tokenizer.json").read_text()
@@ -219,7 +216,7 @@ def test_finetuned_classifier_exports_with_equal_predictions(tmp_path, regressio
     ids, mask, types = make_batch([40, 17, 64], 64, vocab_size=120)
     types[:, 30:] = 1
     with torch.no_grad():
-        a = ours.eval()(ids, types, mask)
+        a = ours.eval()(ids, mask, types)
         b = hf.eval()(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     if not regression:

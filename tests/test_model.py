@@ -9,7 +9,8 @@ from conftest import make_batch, tiny_config
 from electra.config import ModelConfig, ObjectiveConfig, model_preset
 from electra.errors import UserError
 from electra.hf import from_hf_state_dict, to_hf_config, to_hf_state_dict
-from electra.model import Discriminator, ElectraPretrainingModel, count_parameters
+from electra.model import Discriminator, count_parameters
+from electra.objective import ElectraPretrainingModel
 from electra.tokenizer import SpecialTokens
 
 transformers = pytest.importorskip("transformers")
@@ -67,10 +68,10 @@ def test_tied_output_layer_follows_the_word_table_after_an_update():
     out.loss.backward()
     opt.step()
     g = m.generator
-    h = g.encoder(ids, types, mask)
+    h = g.encoder(ids, mask, types)
     h = g.head_norm(torch.nn.functional.gelu(g.head_dense(h)))
     expected = h @ m.discriminator.encoder.embeddings.word_embeddings.weight.T + g.output_bias
-    torch.testing.assert_close(g(ids, types, mask), expected)
+    torch.testing.assert_close(g(ids, mask, types), expected)
 
 
 @pytest.mark.parametrize("preset", ["tiny", "small"])
@@ -86,11 +87,11 @@ def test_logits_equal_transformers_with_padding(preset):
     types[:, 20:] = 1
     real = mask.bool()
     with torch.no_grad():
-        ours = m.discriminator(ids, types, mask)
+        ours = m.discriminator(ids, mask, types)
         theirs = hf_d(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
         torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=1e-5)
         positions = torch.tensor([[1, 5, 9], [2, 3, 15], [60, 7, 30]])
-        ours_g = m.generator(ids, types, mask, positions)
+        ours_g = m.generator(ids, mask, types, positions)
         theirs_g = hf_g(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
         torch.testing.assert_close(
             ours_g, torch.gather(theirs_g, 1, positions[..., None].expand(-1, -1, 500)),
@@ -113,7 +114,7 @@ def test_padding_does_not_change_real_token_outputs():
     padded = torch.cat([ids, torch.zeros(1, 12, dtype=torch.long)], 1)
     pmask = torch.cat([mask, torch.zeros(1, 12, dtype=torch.long)], 1)
     with torch.no_grad():
-        torch.testing.assert_close(d(ids, None, mask), d(padded, None, pmask)[:, :20])
+        torch.testing.assert_close(d(ids, mask), d(padded, pmask)[:, :20])
 
 
 def test_cpu_training_attention_equals_sdpa_and_its_dropout_is_unbiased():
@@ -150,12 +151,12 @@ def test_block_uses_sdpa_outside_cpu_training_with_attention_dropout(monkeypatch
     monkeypatch.setattr(model_mod, "attention", lambda *a: calls.append(1) or a[2])
     d = Discriminator(tiny_config(attention_dropout=0.1))
     ids, mask, _ = make_batch([12, 9], 12)
-    d.eval()(ids, None, mask)
+    d.eval()(ids, mask)
     assert calls == []  # evaluation: SDPA, no dropout
-    d.train()(ids, None, mask)
+    d.train()(ids, mask)
     assert len(calls) == tiny_config().num_layers
     calls.clear()
-    Discriminator(tiny_config(attention_dropout=0.0)).train()(ids, None, mask)
+    Discriminator(tiny_config(attention_dropout=0.0)).train()(ids, mask)
     assert calls == []
 
 

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from conftest import SPECIAL, make_batch, tiny_config
 
 from electra.config import ObjectiveConfig
-from electra.model import ElectraPretrainingModel
 from electra.objective import (
+    ElectraPretrainingModel,
     candidate_mask,
     choose_positions,
     corrupt,
@@ -150,9 +150,9 @@ def test_gathered_loss_equals_full_vocabulary_loss():
     model.eval()
     ids, mask, types = make_batch([30, 12, 32], 32)
     m = mask_inputs(ids, mask, SPECIAL, 101, ObjectiveConfig(), torch.Generator().manual_seed(0))
-    gathered = generator_loss(model.generator(m.input_ids, types, mask, m.positions),
+    gathered = generator_loss(model.generator(m.input_ids, mask, types, m.positions),
                               m.targets, m.weights)
-    full_logits = model.generator(m.input_ids, types, mask)  # (B, T, V) at every position
+    full_logits = model.generator(m.input_ids, mask, types)  # (B, T, V) at every position
     labels = torch.full_like(ids, -100)
     for r in range(ids.shape[0]):
         chosen = m.positions[r][m.weights[r]]

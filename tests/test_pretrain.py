@@ -14,15 +14,16 @@ from safetensors.torch import load_file
 from test_data import write_corpus
 
 from electra import objective
-from electra import pretrain as pt
 from electra.cli import main
 from electra.config import ObjectiveConfig, RunConfig, TrainConfig, load_run_config, model_preset
 from electra.data.prepare import PrepareOptions, prepare
 from electra.demo import python_docs_corpus
 from electra.errors import UserError
+from electra.metrics import TIMING_KEYS, iter_metrics
 from electra.optim import param_groups, warmup_linear
-from electra.pretrain import PretrainOptions, iter_metrics, pretrain
+from electra.pretrain import PretrainOptions, pretrain
 from electra.tokenizer import train_tokenizer
+from electra.trainer import TrainingDiverged
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +52,7 @@ def run(data: Path, out: Path, cfg: RunConfig, **kw) -> dict:
 
 
 def without_timing(records: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in pt.TIMING_KEYS} for r in records]
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
 
 
 def test_resume_equals_uninterrupted_run(data, tmp_path):
@@ -158,7 +159,7 @@ def test_nonfinite_loss_stops_with_the_step_or_is_skipped(data, tmp_path, monkey
         return out
 
     monkeypatch.setattr(objective, "electra_forward", poisoned)
-    with pytest.raises(pt.TrainingDiverged, match=r"step 6 .*step-0000004"):
+    with pytest.raises(TrainingDiverged, match=r"step 6 .*step-0000004"):
         run(data, tmp_path / "r", config(eval_every=0))
     ck = tmp_path / "r/checkpoints/step-0000004"
     from electra.checkpoint import verify_checkpoint
@@ -265,7 +266,7 @@ def test_set_overrides_and_unknown_keys():
 def test_schedule_and_weight_decay_groups():
     f = warmup_linear(10, 110)
     assert [f(0), f(5), f(10), f(60), f(110), f(200)] == [0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
-    from electra.model import ElectraPretrainingModel
+    from electra.objective import ElectraPretrainingModel
 
     m = ElectraPretrainingModel(small_model(vocab_size=50))
     decay, plain = param_groups(m, 0.01)
@@ -342,3 +343,4 @@ def test_accumulation_trains_like_one_big_batch(data, tmp_path):
     wb = load_file(tmp_path / "four/discriminator/model.safetensors")
     for k in wa:
         torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5)
+

@@ -16,9 +16,11 @@ _LAZY = {
     "ObjectiveConfig": "electra.config",
     "model_preset": "electra.config",
     "UserError": "electra.errors",
+    "FinetuneConfig": "electra.config",
     "Discriminator": "electra.model",
     "Generator": "electra.model",
-    "ElectraPretrainingModel": "electra.model",
+    "SequenceClassifier": "electra.model",
+    "ElectraPretrainingModel": "electra.objective",
 }
 __all__ = sorted(_LAZY)
 

@@ -27,8 +27,8 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from electra.atomic import publish, staging_dir
 from electra.errors import UserError
+from electra.files import publish, staging_dir
 
 FILES = ("model.safetensors", "state.pt", "config.json")
 

@@ -1,18 +1,31 @@
-"""Typed configuration: the model shape and the ELECTRA objective.
+"""Typed configuration: the model shape, the objective, the pretraining loop, fine-tuning.
 
-Every config is a dataclass validated on construction. ``from_dict`` rejects unknown keys
-with the list of valid ones, so a typo never silently falls back to a default.
+Every config is a frozen dataclass validated on construction: each field's type (an int where
+an int belongs, no NaN or infinity) and range, each message naming the key, the value and
+what is valid. ``config_from_dict`` rejects unknown keys with the list of valid ones, so a typo
+never silently falls back to a default.
+
+    [model]      ModelConfig       the discriminator's shape (the generator is derived)
+    [objective]  ObjectiveConfig   masking, sampling, λ
+    [train]      TrainConfig       the pretraining loop
+    --set k=v    FinetuneConfig    fine-tuning (keys without a section)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
 
 from electra.errors import UserError
 
 T = TypeVar("T")
+DEFAULT_TIMEOUT_S = 1800.0
+"""Under torchrun: seconds a process waits for the others (longer than any rank-0-only pause,
+such as writing a checkpoint) before stopping with an error."""
+_TYPES: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
 
 
 def config_from_dict(cls: type[T], values: dict[str, Any], where: str = "") -> T:
@@ -39,10 +52,33 @@ def _check(ok: bool, message: str) -> None:
         raise UserError(message)
 
 
+def _check_types(config: Any) -> None:
+    """Check every field of a config dataclass against its annotation (ints become floats
+    where a float belongs); floats must be finite. Names the key in the error."""
+    section = type(config).SECTION
+    for f in fields(config):
+        value = getattr(config, f.name)
+        kinds = [k.strip() for k in str(f.type).split("|")]
+        key = f"{section}.{f.name}" if section else f.name
+        if value is None and "None" in kinds:
+            continue
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if "float" in kinds and number:
+            _check(math.isfinite(value), f"{key} must be a finite number, got {value!r}")
+            object.__setattr__(config, f.name, float(value))
+        elif not any(isinstance(value, _TYPES[k]) and not (k == "int" and isinstance(
+                value, bool)) for k in kinds if k in _TYPES):
+            wanted = " or ".join("a number" if k == "float" else "an integer" if k == "int"
+                                 else "true or false" if k == "bool" else "a string"
+                                 if k == "str" else "unset" for k in kinds)
+            raise UserError(f"{key} must be {wanted}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Shape of one ELECTRA transformer (the discriminator; the generator is derived)."""
 
+    SECTION: ClassVar[str] = "model"
     vocab_size: int = 30522
     """Rows of the word-embedding table (set from the tokenizer)."""
     embedding_size: int = 128
@@ -75,6 +111,7 @@ class ModelConfig:
     """Generator and discriminator share one embedding module (word, position, type, LN)."""
 
     def __post_init__(self) -> None:
+        _check_types(self)
         for name in ("vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             value = getattr(self, name)
@@ -88,6 +125,9 @@ class ModelConfig:
             _check(0.0 <= value < 1.0, f"model.{name} must be in [0, 1), got {value!r}")
         _check(0.0 < self.generator_size <= 1.0,
                f"model.generator_size must be in (0, 1], got {self.generator_size!r}")
+        _check(self.layer_norm_eps > 0 and self.initializer_range > 0,
+               f"model.layer_norm_eps ({self.layer_norm_eps!r}) and model.initializer_range "
+               f"({self.initializer_range!r}) must be > 0; BERT uses 1e-12 and 0.02")
         _check(0 <= self.pad_token_id < self.vocab_size,
                f"model.pad_token_id={self.pad_token_id} is outside the vocabulary "
                f"(size {self.vocab_size})")
@@ -136,6 +176,7 @@ def model_preset(name: str, **overrides: Any) -> ModelConfig:
 class ObjectiveConfig:
     """The replaced-token-detection objective (ELECTRA paper, section 2)."""
 
+    SECTION: ClassVar[str] = "objective"
     mask_prob: float = 0.15
     """Fraction of candidate tokens chosen per sequence for the generator to predict."""
     max_predictions: int = 19
@@ -153,6 +194,7 @@ class ObjectiveConfig:
     inverse_cdf is ~4x cheaper (see objective.sample)."""
 
     def __post_init__(self) -> None:
+        _check_types(self)
         _check(0.0 < self.mask_prob < 1.0,
                f"objective.mask_prob must be in (0, 1), got {self.mask_prob!r}")
         _check(isinstance(self.max_predictions, int) and self.max_predictions >= 1,
@@ -182,6 +224,7 @@ PRECISIONS = ("bf16", "fp16", "fp32")
 class TrainConfig:
     """The pretraining loop: optimisation, precision, logging and checkpoints."""
 
+    SECTION: ClassVar[str] = "train"
     lr: float = 5e-4
     """Peak learning rate (ELECTRA-Small 5e-4, Base 2e-4, Large 2e-4)."""
     batch_size: int = 128
@@ -222,6 +265,7 @@ class TrainConfig:
     gradients and optimizer state sharded over processes, for models too big for one)."""
 
     def __post_init__(self) -> None:
+        _check_types(self)
         for name in ("batch_size", "grad_accum", "max_steps", "log_every", "eval_batches",
                      "save_every", "keep_checkpoints"):
             value = getattr(self, name)
@@ -231,11 +275,11 @@ class TrainConfig:
                f"train.batch_size={self.batch_size} is not divisible by "
                f"train.grad_accum={self.grad_accum}; choose an accumulation that divides it")
         _check(self.lr > 0, f"train.lr must be > 0, got {self.lr!r}")
-        _check(self.warmup_steps >= 0 and self.eval_every >= 0 and self.threads >= 0
-               and self.max_nonfinite_skips >= 0 and self.weight_decay >= 0
-               and self.grad_clip >= 0,
-               "train.warmup_steps, eval_every, threads, max_nonfinite_skips, weight_decay "
-               "and grad_clip must be >= 0")
+        for name in ("warmup_steps", "eval_every", "threads", "max_nonfinite_skips",
+                     "weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            _check(value >= 0, f"train.{name} must be >= 0, got {value!r}")
+        _check_adam(self.adam_beta1, self.adam_beta2, self.adam_eps, "train.")
         _check(self.parallel in ("ddp", "fsdp"),
                f"train.parallel must be ddp or fsdp, got {self.parallel!r}")
         _check(self.precision in PRECISIONS,
@@ -244,6 +288,13 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _check_adam(beta1: float, beta2: float, eps: float, prefix: str) -> None:
+    _check(0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0,
+           f"{prefix}adam_beta1 ({beta1!r}) and {prefix}adam_beta2 ({beta2!r}) must be in "
+           f"[0, 1); ELECTRA uses 0.9 and 0.999")
+    _check(eps > 0.0, f"{prefix}adam_eps must be > 0, got {eps!r}; ELECTRA uses 1e-6")
 
 
 TRAIN_PRESETS: dict[str, dict[str, Any]] = {
@@ -278,7 +329,10 @@ class RunConfig:
         base = run_preset(preset) if preset else cls()
         built = {}
         for name, klass in sections.items():
-            values = {**getattr(base, name).to_dict(), **d.get(name, {})}
+            given = d.get(name, {})
+            if not isinstance(given, dict):
+                raise UserError(f"[{name}] must be a table of settings, got {given!r}")
+            values = {**getattr(base, name).to_dict(), **given}
             built[name] = config_from_dict(klass, values, f"[{name}]")
         return cls(**built)
 
@@ -363,7 +417,121 @@ def load_run_config(preset: str | None = None, config_file: str | None = None,
             raise UserError(f"--config {config_file}: no such file") from None
         except tomllib.TOMLDecodeError as err:
             raise UserError(f"--config {config_file}: not valid TOML ({err})") from None
-    try:
-        return RunConfig.from_dict(apply_overrides(d, sets or []))
-    except TypeError as err:  # a value of the wrong type reaching a dataclass
-        raise UserError(f"bad config value: {err}") from None
+    return RunConfig.from_dict(apply_overrides(d, sets or []))
+
+
+def resumed_run_config(run: str | Path, sets: list[str] | None = None) -> RunConfig:
+    """`pretrain --resume` without --preset/--config: the run's own config, then ``--set``."""
+    from electra.files import read_json
+
+    path = Path(run) / "config.json"
+    if not path.is_file():
+        raise UserError(f"--resume: {path} not found; give --preset or --config to start a run")
+    saved = read_json(path, "the run's config")
+    return RunConfig.from_dict(apply_overrides(
+        {k: saved.get(k, {}) for k in ("model", "objective", "train")}, sets or []))
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Fine-tuning a discriminator on a task (``--set key=value``, no section).
+
+    ``None`` means the paper's value for the model and task (see :meth:`resolved`).
+    """
+
+    SECTION: ClassVar[str] = ""
+    lr: float | None = None
+    """Peak learning rate; None: 3e-4 up to width 256 (Small), else 1e-4 (Base, Large)."""
+    layer_decay: float | None = None
+    """Layer-wise learning-rate decay; None: 0.8, or 0.9 for models of 24+ layers."""
+    epochs: int | None = None
+    """Passes over the training set; None: 3, or 10 for RTE and STS-B."""
+    batch_size: int = 32
+    """Examples per optimizer step, over all processes and accumulation steps."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step; must divide batch_size."""
+    max_length: int = 128
+    """Tokens per example ([CLS] A [SEP] B [SEP]); longer inputs are truncated."""
+    warmup_fraction: float = 0.1
+    """Fraction of the steps with a linear warmup, then linear decay to 0."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (none on LayerNorm weights and biases)."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 turns clipping off)."""
+    precision: str = "bf16"
+    """bf16 | fp16 (with a gradient scaler) | fp32 autocast; weights stay fp32."""
+    double_pairs: bool = False
+    """MRPC/STS-B: also train on each pair swapped (b, a), as the original code can."""
+    max_train_examples: int = 0
+    """>0: a fixed random subset of the training set (the same for every seed)."""
+    save_every: int = 0
+    """Steps between checkpoints for --resume (0: at the end of every epoch)."""
+    keep_checkpoints: int = 1
+    """How many recent checkpoints to keep while a seed trains (removed when it ends)."""
+    max_nonfinite_skips: int = 0
+    """Batches with a non-finite loss to skip before stopping (0: stop at the first)."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _check(self.lr is None or self.lr > 0, f"lr must be > 0, got {self.lr!r}")
+        _check(self.layer_decay is None or 0.0 < self.layer_decay <= 1.0,
+               f"layer_decay must be in (0, 1], got {self.layer_decay!r}; the paper uses 0.8")
+        for name in ("epochs", "batch_size", "grad_accum", "keep_checkpoints"):
+            value = getattr(self, name)
+            _check(value is None or value >= 1,
+                   f"{name} must be a positive integer, got {value!r}")
+        _check(self.batch_size % self.grad_accum == 0,
+               f"batch_size={self.batch_size} is not divisible by grad_accum="
+               f"{self.grad_accum}; choose an accumulation that divides it")
+        _check(self.max_length >= 8, f"max_length must be at least 8, got {self.max_length!r}")
+        _check(0.0 <= self.warmup_fraction < 1.0,
+               f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
+        for name in ("weight_decay", "grad_clip", "max_train_examples", "save_every",
+                     "max_nonfinite_skips"):
+            value = getattr(self, name)
+            _check(value >= 0, f"{name} must be >= 0, got {value!r}")
+        _check(self.precision in PRECISIONS,
+               f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+
+    def resolved(self, model_cfg: ModelConfig, task: str) -> FinetuneConfig:
+        """The paper's values where this config leaves them unset, for this model and task."""
+        _check(self.max_length <= model_cfg.max_position_embeddings,
+               f"--set max_length={self.max_length} exceeds the model's "
+               f"{model_cfg.max_position_embeddings} positions")
+        return dataclasses.replace(
+            self,
+            lr=self.lr if self.lr is not None else
+            (3e-4 if model_cfg.hidden_size <= 256 else 1e-4),
+            layer_decay=self.layer_decay if self.layer_decay is not None else
+            (0.9 if model_cfg.num_layers >= 24 else 0.8),
+            epochs=self.epochs if self.epochs is not None else
+            (10 if task in ("rte", "stsb") else 3))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_finetune_config(sets: list[str]) -> FinetuneConfig:
+    """``--set key=value`` items of `electra finetune` (unknown keys refused)."""
+    values = dict(parse_set(item, "lr=1e-4") for item in sets)
+    return config_from_dict(FinetuneConfig, values, "fine-tuning settings")
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"lr": 1}}`` -> ``{"train.lr": 1}``."""
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_diffs(saved: dict[str, Any], now: dict[str, Any], free: set[str]) -> list[str]:
+    """What differs between a saved run's config and the one given now, as
+    ``"train.lr: run has 0.001, now 0.002"``; keys in ``free`` (settings a resumed run may
+    change) and keys only one side has (fields added since) are not compared."""
+    a, b = flatten(saved), flatten(now)
+    return [f"{k}: run has {a[k]!r}, now {b[k]!r}" for k in sorted(set(a) & set(b))
+            if k not in free and a[k] != b[k]]

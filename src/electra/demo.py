@@ -134,14 +134,14 @@ def run_demo(out: str | Path = "runs/demo", steps: int | None = None, overwrite:
 @torch.no_grad()
 def show_example(run: Path, heldout: Path, seed: int = 3) -> None:
     """Corrupt one held-out sentence with the generator and print what the discriminator flags."""
+    from electra import folders
     from electra.objective import corrupt, mask_inputs, sample
-    from electra.pretrained import load_pretrained
     from electra.tokenizer import SpecialTokens, load_tokenizer
 
     tok = load_tokenizer(run / "discriminator")
     special = SpecialTokens.from_vocab(tok.get_vocab())
-    disc = load_pretrained(run, "discriminator").eval()
-    gen = load_pretrained(run, "generator").eval()
+    disc = folders.load(run, "discriminator")[0].eval()
+    gen = folders.load(run, "generator")[0].eval()
     gen.encoder.embeddings = disc.encoder.embeddings  # shared in training, shared here
     lines = [ln for ln in heldout.read_text(encoding="utf-8").splitlines()
              if 12 <= len(ln.split()) <= 30]
@@ -150,9 +150,9 @@ def show_example(run: Path, heldout: Path, seed: int = 3) -> None:
     mask = torch.ones_like(ids)
     rng = torch.Generator().manual_seed(seed)
     m = mask_inputs(ids, mask, special, gen.config.vocab_size, ObjectiveConfig(), rng)
-    sampled = sample(gen(m.input_ids, None, mask, m.positions), DEMO_TEMPERATURE, rng=rng)
+    sampled = sample(gen(m.input_ids, mask, None, m.positions), DEMO_TEMPERATURE, rng=rng)
     corrupted = corrupt(ids, m.positions, m.weights, sampled)
-    prob = torch.sigmoid(disc(corrupted, None, mask))[0]
+    prob = torch.sigmoid(disc(corrupted, mask))[0]
     print("\nA held-out sentence, corrupted by the generator; the discriminator's verdict:")
     print(f"  original : {text}")
     words = []

@@ -1,240 +1,282 @@
-"""Fine-tuning and evaluating the discriminator on a sentence (pair) task.
+"""Fine-tuning and evaluating the discriminator on a sentence (pair) task, on the scaffold.
 
-The paper's recipe as defaults: AdamW, lr 3e-4 for small-size and 1e-4 for base-size models,
-layer-wise learning-rate decay 0.8 (0.9 for 24-layer models), 10% warmup then linear decay,
-3 epochs (10 for RTE and STS-B), batch 32, max length 128.
+The paper's recipe as defaults (``electra.config.FinetuneConfig``): AdamW, lr 3e-4 for
+small-size and 1e-4 for base-size models, layer-wise learning-rate decay 0.8 (0.9 for
+24-layer models; ``electra.optim.layerwise_groups``), 10% warmup then linear decay, 3 epochs
+(10 for RTE and STS-B), batch 32, max length 128. The scaffold (``electra.trainer``) adds
+gradient accumulation, fp16 with loss scaling, non-finite handling and checkpoints.
 
-Layer-wise decay, applied as the paper describes (the original code's off-by-one gives the
-top layer decay²): the task head and the top layer train at the full rate, each layer below
-is multiplied by the decay once more, and the embeddings sit one step below layer 0.
-
-    OUT/seed-S/   model.safetensors, config.json (labels, task), tokenizer files
+    OUT/seed-S/               model.safetensors, config.json (labels, task), tokenizer files,
+                              metrics.jsonl and tb/ (training loss per epoch), result.json
     OUT/seed-S/predictions/   GLUE submission files (with --predict test)
     OUT/results.json, OUT/results.md   per-seed metrics and their medians
+
+Everything is written into ``OUT.partial/`` and renamed to ``OUT`` at the end. An interrupted
+run continues with ``--resume``: finished seeds (with their ``result.json``) are kept, the
+seed in progress restarts from its last checkpoint (``OUT.partial/seed-S/checkpoints``, at
+the end of every epoch or every ``save_every`` steps), bitwise as if never stopped.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from electra.atomic import publish, staging_dir
-from electra.config import ModelConfig, config_from_dict
-from electra.data.tasks import Example, compute_metrics, label_map
-from electra.distributed import DEFAULT_TIMEOUT_S
+from electra import folders
+from electra.checkpoint import latest_checkpoint
+from electra.config import (
+    DEFAULT_TIMEOUT_S,
+    FinetuneConfig,
+    ModelConfig,
+    config_diffs,
+    config_from_dict,
+    load_finetune_config,
+    model_preset,
+)
+from electra.data.tasks import Example, TaskData, compute_metrics, encode, label_map, load_task
 from electra.errors import UserError
-from electra.model import Encoder, init_weights
-from electra.optim import no_decay, warmup_linear
+from electra.files import check_out, publish, read_json, staging_dir, write_json
+from electra.model import SequenceClassifier
+from electra.optim import layerwise_groups
+from electra.runtime import Runtime, autocast, start
+from electra.trainer import RandomStreams, Settings, Trainer
 
 
-class SequenceClassifier(nn.Module):
-    """Encoder + ELECTRA's head on [CLS]: dense -> GELU -> dropout -> dense (1 for regression).
+@dataclass(frozen=True)
+class ModelSource:
+    """What a fine-tune starts from: a discriminator's encoder, or random weights."""
 
-    Keys map onto transformers' ElectraForSequenceClassification (classifier.dense,
-    classifier.out_proj).
-    """
-
-    def __init__(self, cfg: ModelConfig, num_labels: int) -> None:
-        super().__init__()
-        self.config = cfg
-        self.num_labels = num_labels
-        self.encoder = Encoder(cfg)
-        self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.head_dropout = nn.Dropout(cfg.hidden_dropout)
-        self.head_out = nn.Linear(cfg.hidden_size, num_labels)
-        init_weights(self, cfg.initializer_range)
-
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
-        h = self.encoder(input_ids, token_type_ids, attention_mask)[:, 0]  # [CLS], (B, H)
-        h = self.head_dropout(F.gelu(self.head_dense(self.head_dropout(h))))
-        return self.head_out(h)  # (B, num_labels)
+    init: Path | None  # the folder whose encoder weights are loaded; None: random init
+    config: ModelConfig
+    tokenizer: Path
+    name: str  # for results.json: the --model given, or "random-init"
 
 
-def layer_depth(name: str, num_layers: int) -> int:
-    """0 for embeddings, i+1 for block i, num_layers+1 for the task head."""
-    if name.startswith("encoder.embeddings"):  # also encoder.embeddings_project
-        return 0
-    if name.startswith("encoder.layers."):
-        return int(name.split(".")[2]) + 1
-    return num_layers + 1
+def model_source(model: str | None = None, random_init: str | None = None,
+                 tokenizer: str | None = None) -> ModelSource:
+    """``--model RUN`` (a pretraining run, its discriminator/, or a fine-tuned model), or
+    ``--random-init PRESET --tokenizer PATH`` / ``--random-init RUN`` (that run's shape)."""
+    from electra.tokenizer import load_tokenizer
+
+    if random_init:
+        if Path(random_init).is_dir():  # a model folder's shape (and tokenizer), fresh weights
+            folder = folders.resolve(random_init, "discriminator", "--random-init")
+            cfg, _ = folders.read_config(folder, "discriminator", "--random-init")
+            return ModelSource(None, cfg, folder, "random-init")
+        if not tokenizer:
+            raise UserError("--random-init PRESET needs --tokenizer (vocab.txt or "
+                            "tokenizer.json)")
+        vocab = load_tokenizer(tokenizer).get_vocab_size()
+        return ModelSource(None, model_preset(random_init, vocab_size=vocab), Path(tokenizer),
+                           "random-init")
+    if not model:
+        raise UserError("give --model RUN (or --random-init PRESET --tokenizer PATH)")
+    folder = folders.resolve(model, "discriminator")
+    kind = read_json(folder / "config.json", "a model folder's config").get("kind")
+    cfg, _ = folders.read_config(folder, "classifier" if kind == "classifier"
+                                 else "discriminator")
+    return ModelSource(folder, cfg, folder, str(model))
 
 
-def layerwise_groups(model: SequenceClassifier, lr: float, decay: float,
-                     weight_decay: float) -> list[dict[str, Any]]:
-    """One param group per (depth, decay-or-not): lr * decay ** max(0, L - depth)."""
-    L = model.config.num_layers
-    groups: dict[tuple[int, bool], dict[str, Any]] = {}
-    for name, p in model.named_parameters():
-        depth = layer_depth(name, L)
-        plain = no_decay(name, p)
-        g = groups.setdefault((depth, plain), {
-            "params": [], "lr": lr * decay ** max(0, L - depth),
-            "weight_decay": 0.0 if plain else weight_decay, "depth": depth})
-        g["params"].append(p)
-    return list(groups.values())
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise UserError(f"--seeds {text}: give distinct non-negative integers separated by "
+                        f"commas, e.g. 1,2,3")
+    return seeds
 
 
-@dataclass
-class FinetuneConfig:
-    lr: float | None = None  # None: 3e-4 up to width 256, else 1e-4
-    layer_decay: float | None = None  # None: 0.8, or 0.9 for 24+ layers
-    epochs: int | None = None  # None: 3, or 10 for RTE and STS-B
-    batch_size: int = 32
-    max_length: int = 128
-    warmup_fraction: float = 0.1
-    weight_decay: float = 0.01
-    precision: str = "bf16"
-    double_pairs: bool = False  # MRPC/STS-B: also train on (b, a), as the original can
-    max_train_examples: int = 0  # >0: a fixed random subset (the same for every seed)
-
-    def resolved(self, model_cfg: ModelConfig, task: str) -> FinetuneConfig:
-        out = FinetuneConfig(**asdict(self))
-        if out.lr is None:
-            out.lr = 3e-4 if model_cfg.hidden_size <= 256 else 1e-4
-        if out.layer_decay is None:
-            out.layer_decay = 0.9 if model_cfg.num_layers >= 24 else 0.8
-        if out.epochs is None:
-            out.epochs = 10 if task in ("rte", "stsb") else 3
-        if out.max_length > model_cfg.max_position_embeddings:
-            raise UserError(f"--set max_length={out.max_length} exceeds the model's "
-                            f"{model_cfg.max_position_embeddings} positions")
-        return out
+def main(task: str, out: str, model: str | None = None, random_init: str | None = None,
+         tokenizer: str | None = None, data: str | None = None, train: str | None = None,
+         dev: str | None = None, text_columns: str = "text", label_column: str = "label",
+         regression: bool = False, seeds: str = "1", sets: list[str] | None = None,
+         overwrite: bool = False, resume: bool = False, predict: str | None = None,
+         device: str = "auto", progress: bool = True,
+         dist_timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any] | None:
+    """`electra finetune`: the task, the model to start from, the settings, then one
+    fine-tune per seed in this command's runtime."""
+    seed_list = parse_seeds(seeds)
+    cfg = load_finetune_config(sets or [])
+    task_data = load_task(task, data, train, dev, text_columns, label_column, regression,
+                          predict)
+    source = model_source(model, random_init, tokenizer)
+    with start(device, dist_timeout) as rt:
+        return run_finetune(source, task_data, out, cfg, seed_list, rt, overwrite=overwrite,
+                            resume=resume, progress=progress)
 
 
-@dataclass
-class TaskData:
-    name: str
-    train: list[Example]
-    dev: dict[str, list[Example]]
-    metrics: tuple[str, ...]
-    regression: bool
-    labels: dict[str, int] = field(default_factory=dict)
-    test: dict[str, list[Example]] = field(default_factory=dict)  # for --predict test
+def evaluate(model: str, task: str, data: str | None = None, dev: str | None = None,
+             text_columns: str = "text", label_column: str = "label", regression: bool = False,
+             split: str = "dev") -> dict[str, Any]:
+    """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s)."""
+    from electra.tokenizer import load_tokenizer
+
+    classifier, meta = load_classifier(model)
+    if task != meta["task"]:
+        raise UserError(f"--model {model} was fine-tuned on {meta['task']}, not {task}")
+    task_data = load_task(task, data, None, dev, text_columns, label_column, regression,
+                          split=split)
+    task_data.labels = meta["labels"]
+    cfg = config_from_dict(FinetuneConfig, meta["finetune"], f"{model}/config.json")
+    res = evaluate_model(classifier, load_tokenizer(model), task_data, cfg)
+    print(json.dumps(res))
+    return res
 
 
-def encode(tok: Any, examples: list[Example], max_length: int,
-           labels: dict[str, int] | None, regression: bool) -> dict[str, torch.Tensor]:
-    """Tokenize ([CLS] A [SEP] B [SEP]), truncate to max_length, pad to the longest."""
-    tok.enable_truncation(max_length)
-    pad_id = tok.token_to_id("[PAD]")
-    tok.enable_padding(pad_id=pad_id, pad_token="[PAD]")
-    inputs = [(e.text_a, e.text_b) if e.text_b is not None else e.text_a for e in examples]
-    encs = tok.encode_batch(inputs)
-    out = {
-        "input_ids": torch.tensor([e.ids for e in encs]),
-        "token_type_ids": torch.tensor([e.type_ids for e in encs]),
-        "attention_mask": torch.tensor([e.attention_mask for e in encs]),
-    }
-    if all(e.label is not None for e in examples):
-        if regression:
-            out["labels"] = torch.tensor([float(e.label) for e in examples])
-        else:
-            assert labels is not None
-            out["labels"] = torch.tensor([labels[str(e.label)] for e in examples])
-    return out
+# -- one fine-tune ----------------------------------------------------------------------
+
+
+class EpochBatches:
+    """The training examples in a new seeded order every epoch, one global batch per step
+    (a process takes its rows); resumable mid-epoch."""
+
+    def __init__(self, n: int, batch_size: int, steps_per_epoch: int, seed: int) -> None:
+        self.n, self.batch_size, self.steps_per_epoch = n, batch_size, steps_per_epoch
+        self.g = torch.Generator().manual_seed(seed)
+        self.epoch, self.position = 0, 0
+        self._start_epoch()
+
+    def _start_epoch(self) -> None:
+        self.order_state = self.g.get_state()  # to redraw this epoch's order on resume
+        self.order = torch.randperm(self.n, generator=self.g)
+
+    def next(self) -> torch.Tensor:
+        """The next global batch's example indices."""
+        if self.position == self.steps_per_epoch:
+            self.epoch, self.position = self.epoch + 1, 0
+            self._start_epoch()
+        first = self.position * self.batch_size
+        self.position += 1
+        return self.order[first : first + self.batch_size]
+
+    @property
+    def epoch_done(self) -> bool:
+        return self.position == self.steps_per_epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "position": self.position, "order_rng": self.order_state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.g.set_state(state["order_rng"])
+        self._start_epoch()
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
 def _loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> torch.Tensor:
+    """The summed loss of a micro-batch (cross-entropy, or squared error for regression)."""
     if regression:
-        return F.mse_loss(logits.squeeze(-1).float(), labels.float())
-    return F.cross_entropy(logits.float(), labels)
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float(), reduction="sum")
+    return F.cross_entropy(logits.float(), labels, reduction="sum")
+
+
+def _training_examples(data: TaskData, cfg: FinetuneConfig) -> list[Example]:
+    """The training set, or its fixed random subset, plus each pair swapped if asked."""
+    examples = list(data.train)
+    if 0 < cfg.max_train_examples < len(examples):
+        pick = torch.randperm(len(examples), generator=torch.Generator().manual_seed(0))
+        examples = [examples[i] for i in sorted(pick[: cfg.max_train_examples].tolist())]
+    if cfg.double_pairs:
+        examples += [Example(e.text_b, e.text_a, e.label) for e in examples
+                     if e.text_b is not None]
+    return examples
+
+
+def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneConfig,
+                 seed: int, rt: Runtime | None = None, folder: Path | None = None,
+                 resume: Path | None = None, progress: bool = False) -> SequenceClassifier:
+    """Fine-tune one seed from ``source`` (``cfg`` resolved); returns the trained model.
+
+    Under torchrun each process trains on its rows of every batch (DDP). ``folder``: where
+    the seed's checkpoints and metrics go (None: nowhere); ``resume``: a checkpoint of it.
+    """
+    rt = rt or Runtime()
+    torch.manual_seed(seed)
+    model = SequenceClassifier(source.config, 1 if data.regression else len(data.labels))
+    if source.init is not None:
+        weights = folders.read_weights(source.init / "model.safetensors")
+        folders.fit(model.encoder, {k[len("encoder."):]: v for k, v in weights.items()
+                                    if k.startswith("encoder.")}, source.init)
+    examples = _training_examples(data, cfg)
+    train = encode(tok, examples, cfg.max_length, data.labels, data.regression)
+    steps_per_epoch = max(1, len(examples) // cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs  # type: ignore[operator]
+    batches = EpochBatches(len(examples), cfg.batch_size, steps_per_epoch, seed)
+    settings = Settings(lr=cfg.lr, max_steps=total,  # type: ignore[arg-type]
+                        warmup_steps=int(cfg.warmup_fraction * total),
+                        precision=cfg.precision, grad_accum=cfg.grad_accum,
+                        grad_clip=cfg.grad_clip, max_nonfinite_skips=cfg.max_nonfinite_skips,
+                        keep_checkpoints=cfg.keep_checkpoints, prefix="")
+    trainer = Trainer(
+        model, rt, settings,
+        lambda m: layerwise_groups(m, cfg.lr, cfg.layer_decay, cfg.weight_decay),  # type: ignore[arg-type]
+        out=folder, config={"finetune": cfg.to_dict(), "task": data.name, "seed": seed,
+                            "model": source.name},
+        streams=RandomStreams(rt, seed),  # dropout: each rank its own stream
+        stateful={"batches": batches}, resume=resume, progress=progress)
+    per_rank = cfg.batch_size // rt.world_size
+    micro = per_rank // cfg.grad_accum
+    with trainer.running(total=total):
+        while trainer.step < total:
+            index = batches.next()
+            mine = {k: v[index[rt.rank * per_rank : (rt.rank + 1) * per_rank]]
+                    for k, v in train.items()}
+
+            def micro_step(step_model: nn.Module, j: int,
+                           b: dict[str, torch.Tensor] = mine) -> tuple[torch.Tensor, dict]:
+                rows = {k: v[j * micro : (j + 1) * micro] for k, v in b.items()}
+                keep = int(rows["attention_mask"].sum(1).max())  # drop all-pad columns
+                rows = {k: (v[:, :keep] if v.ndim == 2 else v).to(rt.device)
+                        for k, v in rows.items()}
+                logits = step_model(rows["input_ids"], rows["attention_mask"],
+                                    rows["token_type_ids"])
+                return _loss(logits, rows["labels"], data.regression) / cfg.batch_size, {}
+
+            tokens = train["attention_mask"][index].sum()
+            if trainer.train_step(micro_step, tokens) is None:
+                continue  # a non-finite loss: the step was skipped
+            if batches.epoch_done:
+                trainer.log({**trainer.metrics(), "epoch": batches.epoch + 1})
+            trainer.advance()
+            end = (trainer.every(cfg.save_every) if cfg.save_every else batches.epoch_done)
+            if end and trainer.step < total:
+                trainer.save()
+    return trainer.model  # type: ignore[return-value]
+
+
+# -- evaluation and predictions ---------------------------------------------------------
 
 
 @torch.no_grad()
 def predict(model: SequenceClassifier, batch: dict[str, torch.Tensor], regression: bool,
             precision: str = "bf16", batch_size: int = 128) -> torch.Tensor:
-    from electra.pretrain import autocast
-
+    """Predicted label ids (or scores, for regression) for encoded examples."""
     model.eval()
     device = next(model.parameters()).device
     outs = []
     for i in range(0, len(batch["input_ids"]), batch_size):
         part = {k: v[i : i + batch_size].to(device) for k, v in batch.items() if k != "labels"}
         with autocast(device, precision):
-            logits = model(part["input_ids"], part["token_type_ids"], part["attention_mask"])
+            logits = model(part["input_ids"], part["attention_mask"], part["token_type_ids"])
         outs.append(logits.float().cpu())
     logits = torch.cat(outs)
     return logits.squeeze(-1) if regression else logits.argmax(-1)
 
 
-def finetune_one(init: Path | None, model_cfg: ModelConfig, tok: Any, data: TaskData,
-                 cfg: FinetuneConfig, seed: int, place: Any = None,
-                 device: torch.device | None = None,
-                 ) -> tuple[SequenceClassifier, dict[str, Any] | None]:
-    """Fine-tune from the discriminator at ``init`` (or random weights if None); dev metrics.
-
-    Under torchrun each process trains on its rows of every batch (DDP); rank 0 evaluates
-    (the others get None).
-    """
-    from electra import distributed as dd
-    from electra.pretrain import autocast
-
-    place = place or dd.Dist()
-    device = device or torch.device("cpu")
-    torch.manual_seed(seed)
-    n_out = 1 if data.regression else len(data.labels)
-    model = SequenceClassifier(model_cfg, n_out)
-    if init is not None:
-        disc = load_file(str(init / "model.safetensors"))
-        enc = {k[len("encoder."):]: v for k, v in disc.items() if k.startswith("encoder.")}
-        model.encoder.load_state_dict(enc)
-    train_ex = list(data.train)
-    if 0 < cfg.max_train_examples < len(train_ex):
-        pick = torch.randperm(len(train_ex), generator=torch.Generator().manual_seed(0))
-        train_ex = [train_ex[i] for i in sorted(pick[: cfg.max_train_examples].tolist())]
-    if cfg.double_pairs:
-        train_ex += [Example(e.text_b, e.text_a, e.label) for e in train_ex
-                     if e.text_b is not None]
-    train = encode(tok, train_ex, cfg.max_length, data.labels, data.regression)
-    n = len(train_ex)
-    steps_per_epoch = max(1, n // cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs
-    model = model.to(device)
-    opt = torch.optim.AdamW(layerwise_groups(model, cfg.lr, cfg.layer_decay,
-                                             cfg.weight_decay), eps=1e-6,
-                            **({"fused": True} if device.type == "cuda" else {"foreach": True}))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, warmup_linear(int(cfg.warmup_fraction * total), total))
-    g = torch.Generator().manual_seed(seed)  # the batch order: the same on every rank
-    torch.manual_seed(dd.rank_seed(seed, place.rank))  # dropout: each rank its own
-    step_model: nn.Module = model
-    if place.enabled:
-        from torch.nn.parallel import DistributedDataParallel
-
-        step_model = DistributedDataParallel(
-            model, device_ids=[device] if device.type == "cuda" else None)
-    per_rank = cfg.batch_size // place.world_size
-    model.train()
-    for _ in range(cfg.epochs):
-        order = torch.randperm(n, generator=g)
-        for s in range(steps_per_epoch):
-            first = s * cfg.batch_size + place.rank * per_rank
-            idx = order[first : first + per_rank]
-            b = {k: v[idx] for k, v in train.items()}
-            keep = int(b["attention_mask"].sum(1).max())  # drop all-pad columns
-            b = {k: (v[:, :keep] if v.ndim == 2 else v).to(device) for k, v in b.items()}
-            with autocast(device, cfg.precision):
-                logits = step_model(b["input_ids"], b["token_type_ids"], b["attention_mask"])
-            loss = _loss(logits, b["labels"], data.regression)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-    return model, evaluate_model(model, tok, data, cfg) if place.is_main else None
-
-
 def evaluate_model(model: SequenceClassifier, tok: Any, data: TaskData,
                    cfg: FinetuneConfig) -> dict[str, Any]:
+    """The task's metrics on each dev split."""
     results: dict[str, Any] = {}
     for split, examples in data.dev.items():
         batch = encode(tok, examples, cfg.max_length, data.labels, data.regression)
@@ -264,115 +306,131 @@ def write_predictions(model: SequenceClassifier, tok: Any, data: TaskData,
     return written
 
 
-def save_classifier(model: SequenceClassifier, folder: Path, data: TaskData,
-                    cfg: FinetuneConfig, tok_json: str) -> None:
-    from tokenizers import Tokenizer
-
-    from electra.tokenizer import save_tokenizer
-
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()},
-              str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps({
-        "format_version": 1, "kind": "classifier", "model": model.config.to_dict(),
-        "task": data.name, "labels": data.labels, "regression": data.regression,
-        "metrics": list(data.metrics), "finetune": asdict(cfg)}, indent=2))
-    save_tokenizer(Tokenizer.from_str(tok_json), folder)
+# -- the whole command: seeds, resume, results ------------------------------------------
 
 
-def load_classifier(folder: str | Path) -> tuple[SequenceClassifier, dict[str, Any]]:
-    folder = Path(folder)
-    path = folder / "config.json"
-    if not path.is_file() or not (folder / "model.safetensors").is_file():
-        raise UserError(f"--model {folder}: not a fine-tuned model (config.json and "
-                        f"model.safetensors); give OUT/seed-N from `electra finetune`")
-    meta = json.loads(path.read_text())
-    if meta.get("kind") != "classifier":
-        raise UserError(f"--model {folder}: holds a {meta.get('kind')}, not a fine-tuned "
-                        f"classifier")
-    cfg = config_from_dict(ModelConfig, meta["model"], str(path))
-    model = SequenceClassifier(cfg, 1 if meta["regression"] else len(meta["labels"]))
-    model.load_state_dict(load_file(str(folder / "model.safetensors")))
-    return model, meta
+def _staging(out: Path, settings: dict[str, Any], overwrite: bool, resume: bool) -> Path:
+    """``OUT.partial``: a fresh one, or (``resume``) the interrupted one if its settings are
+    these. Rank 0 only."""
+    tmp = out.with_name(out.name + ".partial")
+    if resume and (tmp / "finetune.json").is_file():
+        saved = read_json(tmp / "finetune.json", "an interrupted fine-tune's settings")
+        diffs = config_diffs(saved, settings, {"seeds"})
+        if diffs:
+            raise UserError(f"--resume: {tmp} was started with other settings "
+                            f"({'; '.join(diffs[:3])}); resume with the same settings or "
+                            f"start again with --overwrite")
+        write_json(tmp / "finetune.json", settings)
+        return tmp
+    if resume and (out / "results.json").is_file():
+        raise UserError(f"--resume: {out} is already complete (results.json) and nothing was "
+                        f"interrupted; pass --overwrite to fine-tune again")
+    check_out(out, overwrite)
+    tmp = staging_dir(out)
+    write_json(tmp / "finetune.json", settings)
+    return tmp
 
 
-def _resolve_init(model_dir: str | Path | None, model_cfg: ModelConfig | None,
-                  tokenizer: str | Path | None) -> tuple[Path | None, ModelConfig, Any]:
-    init = None
-    if model_dir is not None:
-        model_dir = Path(model_dir)
-        init = model_dir / "discriminator" if (model_dir / "discriminator").is_dir() else model_dir
-        if not (init / "model.safetensors").is_file():
-            raise UserError(f"--model {model_dir}: no discriminator weights "
-                            f"(model.safetensors); give a pretraining run or its "
-                            f"discriminator/ folder")
-        meta = json.loads((init / "config.json").read_text())
-        model_cfg = config_from_dict(ModelConfig, meta["model"], str(init / "config.json"))
-        tokenizer = init
-    assert model_cfg is not None and tokenizer is not None
-    return init, model_cfg, tokenizer
-
-
-def run_finetune(model_dir: str | Path | None, model_cfg: ModelConfig | None, data: TaskData,
-                 out: str | Path, cfg: FinetuneConfig, seeds: list[int],
-                 overwrite: bool = False, tokenizer: str | Path | None = None,
-                 device: str = "auto", dist_timeout: float = DEFAULT_TIMEOUT_S) -> dict | None:
+def run_finetune(source: ModelSource, data: TaskData, out: str | Path, cfg: FinetuneConfig,
+                 seeds: list[int], rt: Runtime | None = None, overwrite: bool = False,
+                 resume: bool = False, progress: bool = False) -> dict[str, Any] | None:
     """Fine-tune once per seed; write per-seed models, results.json and results.md.
 
     Under torchrun the processes share each batch (DDP) and rank 0 evaluates and writes;
     it returns the results there and None elsewhere.
     """
-    from electra import distributed as dd
-    from electra.pretrain import resolve_device
     from electra.tokenizer import load_tokenizer
 
+    rt = rt or Runtime()
     out = Path(out)
-    place, dev = dd.setup(resolve_device(device), dist_timeout)
 
-    def check() -> tuple[Path | None, ModelConfig, Any, FinetuneConfig]:
-        if place.is_main and out.exists() and any(out.iterdir()) and not overwrite:
-            raise UserError(f"--out {out} already exists; pass --overwrite or choose another")
-        init, m_cfg, tok_path = _resolve_init(model_dir, model_cfg, tokenizer)
-        resolved = cfg.resolved(m_cfg, data.name)
-        if resolved.batch_size % place.world_size:
+    def check() -> tuple[FinetuneConfig, Any]:
+        resolved = cfg.resolved(source.config, data.name)
+        split = rt.world_size * resolved.grad_accum
+        if resolved.batch_size % split:
             raise UserError(f"--set batch_size={resolved.batch_size} does not split into "
-                            f"{place.world_size} processes; choose a multiple of "
-                            f"{place.world_size}")
-        return init, m_cfg, load_tokenizer(tok_path), resolved
+                            f"{rt.world_size} processes x grad_accum={resolved.grad_accum} "
+                            f"equal micro-batches; choose a multiple of {split}")
+        if not data.regression and not data.labels:
+            data.labels = label_map(data.train, [e for d in data.dev.values() for e in d])
+        return resolved, load_tokenizer(source.tokenizer)
 
-    init, m_cfg, tok, cfg = dd.agree(place, check, "checking the fine-tuning inputs")
-    if not data.regression and not data.labels:
-        data.labels = label_map(data.train, [e for d in data.dev.values() for e in d])
-    final = out
-    if place.is_main:
-        out = staging_dir(out)  # written into OUT.partial, published at the end
-    per_seed = {}
+    cfg, tok = rt.agree(check, "checking the fine-tuning inputs")
+    settings = {"task": data.name, "model": source.name, "config": cfg.to_dict(),
+                "labels": data.labels, "seeds": seeds}
+
+    def begin() -> tuple[Path, dict[int, Any], Path | None]:
+        tmp = _staging(out, settings, overwrite, resume)
+        done = {s: read_json(tmp / f"seed-{s}/result.json")["dev"] for s in seeds
+                if (tmp / f"seed-{s}/result.json").is_file()}
+        todo = [s for s in seeds if s not in done]
+        ckpt = latest_checkpoint(tmp / f"seed-{todo[0]}/checkpoints") if todo else None
+        return tmp, done, ckpt
+
+    tmp, per_seed, ckpt = rt.on_main(begin, "preparing the output folder")
     for seed in seeds:
+        if seed in per_seed:
+            if rt.is_main:
+                print(f"seed {seed}: {json.dumps(per_seed[seed])} (finished before)")
+            continue
         t0 = time.perf_counter()
-        model, res = finetune_one(init, m_cfg, tok, data, cfg, seed, place, dev)
-        if place.is_main:
-            save_classifier(model.cpu(), out / f"seed-{seed}", data, cfg, tok.to_str())
-            if data.test:
-                write_predictions(model, tok, data, cfg, out / f"seed-{seed}" / "predictions")
-            per_seed[seed] = res
-            print(f"seed {seed}: {json.dumps(res)} ({time.perf_counter() - t0:.0f}s)",
-                  flush=True)
-    if not place.is_main:
-        dd.barrier(place)
+        folder = tmp / f"seed-{seed}"
+        model = finetune_one(source, tok, data, cfg, seed, rt, folder, ckpt, progress)
+        ckpt = None  # only the first seed to run can have been interrupted
+        if rt.is_main:
+            per_seed[seed] = evaluate_model(model, tok, data, cfg)
+            _finish_seed(model.cpu(), folder, data, cfg, tok, seed, per_seed[seed],
+                         time.perf_counter() - t0)
+    if not rt.is_main:
+        rt.barrier()
         return None
+    results = _write_results(tmp, data, cfg, seeds, per_seed, source.name)
+    (tmp / "finetune.json").unlink()
+    publish(tmp, out)
+    rt.barrier()
+    return results
+
+
+def save_classifier(model: SequenceClassifier, folder: Path, data: TaskData,
+                    cfg: FinetuneConfig, tokenizer_json: str) -> None:
+    """A fine-tuned model's folder: what `evaluate`, `export` and `--model` read."""
+    folders.write(folder, model, "classifier", tokenizer_json, task=data.name,
+                  labels=data.labels, regression=data.regression, metrics=list(data.metrics),
+                  finetune=cfg.to_dict())
+
+
+def load_classifier(folder: str | Path) -> tuple[SequenceClassifier, dict[str, Any]]:
+    """A fine-tuned model and its config.json (task, labels, settings)."""
+    return folders.load(folder, "classifier")  # type: ignore[return-value]
+
+
+def _finish_seed(model: SequenceClassifier, folder: Path, data: TaskData, cfg: FinetuneConfig,
+                 tok: Any, seed: int, res: dict[str, Any], seconds: float) -> None:
+    """A finished seed's model folder and predictions; ``result.json`` last (it marks the seed
+    done for --resume); its checkpoints are removed."""
+    save_classifier(model, folder, data, cfg, tok.to_str())
+    if data.test:
+        write_predictions(model, tok, data, cfg, folder / "predictions")
+    shutil.rmtree(folder / "checkpoints", ignore_errors=True)
+    write_json(folder / "result.json", {"seed": seed, "dev": res,
+                                        "seconds": round(seconds, 1)})
+    print(f"seed {seed}: {json.dumps(res)} ({seconds:.0f}s)", flush=True)
+
+
+def _write_results(tmp: Path, data: TaskData, cfg: FinetuneConfig, seeds: list[int],
+                   per_seed: dict[int, Any], model_name: str) -> dict[str, Any]:
+    """results.json (every seed and the medians) and results.md (a table); prints it."""
     median = {split: {m: statistics.median(per_seed[s][split][m] for s in seeds)
                       for m in data.metrics} for split in data.dev}
-    results = {"task": data.name, "model": str(model_dir) if model_dir else "random-init",
-               "config": asdict(cfg), "seeds": per_seed, "median": median}
-    (out / "results.json").write_text(json.dumps(results, indent=2))
+    results = {"task": data.name, "model": model_name, "config": cfg.to_dict(),
+               "seeds": per_seed, "median": median}
+    write_json(tmp / "results.json", results)
     lines = [f"| split | metric | {' | '.join(f'seed {s}' for s in seeds)} | median |",
              f"|---|---|{'---|' * len(seeds)}---|"]
     for split in data.dev:
         for m in data.metrics:
             vals = " | ".join(f"{per_seed[s][split][m]:.4f}" for s in seeds)
             lines.append(f"| {split} | {m} | {vals} | {median[split][m]:.4f} |")
-    (out / "results.md").write_text("\n".join(lines) + "\n")
-    publish(out, final)
+    (tmp / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    dd.barrier(place)
     return results

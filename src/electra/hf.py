@@ -1,19 +1,32 @@
-"""The one key table between our parameters and transformers' ELECTRA checkpoints.
+"""transformers' ELECTRA format: the key table, the config mapping, ``export`` and ``import``.
 
 Our ``Discriminator`` <-> ``ElectraForPreTraining``, our ``Generator`` <-> ``ElectraForMaskedLM``,
-a fine-tuned ``SequenceClassifier`` <-> ``ElectraForSequenceClassification``.
-The mapping is one-to-one (no tensor is split, fused or transposed), so ours -> transformers
--> ours is bitwise identical. transformers itself is only needed for ``to_hf_config``.
+a fine-tuned ``SequenceClassifier`` <-> ``ElectraForSequenceClassification``. The key mapping is
+one-to-one (no tensor is split, fused or transposed), so ours -> transformers -> ours is
+bitwise identical; the config mapping is :func:`to_hf_config` / :func:`from_hf_config`.
+
+`electra export` writes ``DIR/discriminator`` and ``DIR/generator`` (or, for a fine-tuned model,
+one ``ElectraForSequenceClassification`` folder with its label names), each with
+``config.json``, ``model.safetensors`` and the tokenizer files, loadable with
+``from_pretrained`` and no missing or unexpected weights. `electra import` reads such folders
+(the layout of the released google/electra-* checkpoints) into our ``RUN/discriminator`` and
+``RUN/generator``. transformers itself is needed only to write configs (``to_hf_config``).
 """
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from electra import folders
 from electra.config import ModelConfig
+from electra.errors import UserError
+from electra.files import check_out, publish, read_json, staging_dir
+from electra.tokenizer import load_tokenizer, save_tokenizer
 
 # (our key pattern, transformers key pattern); "{i}" is a layer index.
 _ENCODER = [
@@ -118,3 +131,191 @@ def to_hf_config(cfg: ModelConfig, **extra: Any) -> Any:
         type_vocab_size=cfg.type_vocab_size, initializer_range=cfg.initializer_range,
         layer_norm_eps=cfg.layer_norm_eps, pad_token_id=cfg.pad_token_id, **extra,
     )
+
+
+def from_hf_config(hf: dict[str, Any], where: str = "config.json") -> ModelConfig:
+    """Our ModelConfig from a transformers ELECTRA ``config.json`` (as a dict)."""
+    try:
+        return ModelConfig(
+            vocab_size=hf["vocab_size"],
+            embedding_size=hf.get("embedding_size", hf["hidden_size"]),
+            hidden_size=hf["hidden_size"], num_layers=hf["num_hidden_layers"],
+            num_heads=hf["num_attention_heads"], intermediate_size=hf["intermediate_size"],
+            max_position_embeddings=hf["max_position_embeddings"],
+            type_vocab_size=hf.get("type_vocab_size", 2),
+            hidden_dropout=hf.get("hidden_dropout_prob", 0.1),
+            attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
+            layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+            initializer_range=hf.get("initializer_range", 0.02),
+            pad_token_id=hf.get("pad_token_id", 0) or 0)
+    except KeyError as err:
+        raise UserError(f"{where}: an ELECTRA config needs {err.args[0]!r}; the file is "
+                        f"incomplete") from None
+
+
+HF_CLASSES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM",
+              "classifier": "ElectraForSequenceClassification"}
+
+
+def _need_transformers() -> None:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise UserError("export and import need transformers: pip install 'electra[hf]' "
+                        "(or pip install transformers)") from None
+
+
+def _load_source(src: Path) -> tuple[dict[str, torch.nn.Module], Path]:
+    """Discriminator and generator from a run folder or a checkpoint folder; tokenizer path."""
+    if (src / "discriminator" / "config.json").is_file():
+        models = {k: folders.load(src, k, flag="export")[0]
+                  for k in ("discriminator", "generator")}
+        models["generator"].encoder.embeddings = models["discriminator"].encoder.embeddings
+        return models, src / "discriminator"
+    if (src / "manifest.json").is_file():  # a checkpoint: RUN/checkpoints/step-N
+        from electra.checkpoint import load_checkpoint
+        from electra.config import config_from_dict
+        from electra.objective import ElectraPretrainingModel
+
+        saved = read_json(src / "config.json", "a checkpoint's config")
+        model = ElectraPretrainingModel(config_from_dict(ModelConfig, saved["model"],
+                                                         str(src / "config.json")))
+        load_checkpoint(src, model)
+        run = src.parent.parent
+        return {"discriminator": model.discriminator, "generator": model.generator}, run
+    raise UserError(f"{src}: neither a pretraining run (discriminator/ and generator/) nor a "
+                    f"checkpoint folder (manifest.json); give RUN or RUN/checkpoints/step-N")
+
+
+def _write_hf_folder(folder: Path, module: torch.nn.Module, kind: str, tok: Any,
+                     **hf_extra: Any) -> None:
+    """config.json, model.safetensors and the tokenizer files transformers expects."""
+    from safetensors.torch import save_file
+
+    cfg: ModelConfig = module.config  # type: ignore[assignment]
+    folder.mkdir(exist_ok=True)
+    hf_cfg = to_hf_config(cfg, **hf_extra)
+    hf_cfg.architectures = [HF_CLASSES[kind]]
+    hf_cfg.save_pretrained(folder)
+    # safetensors refuses tensors that share memory: the tied output layer is a copy.
+    state = {k: v.detach().cpu().contiguous().clone()
+             for k, v in to_hf_state_dict(module.state_dict(), kind).items()}
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    save_tokenizer(tok, folder)
+    normalizer = json.loads(tok.to_str()).get("normalizer") or {}
+    specials = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                "cls_token": "[CLS]", "mask_token": "[MASK]"}
+    (folder / "special_tokens_map.json").write_text(json.dumps(specials, indent=2))
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "ElectraTokenizer",
+         "do_lower_case": bool(normalizer.get("lowercase", False)),
+         "model_max_length": cfg.max_position_embeddings, **specials}, indent=2))
+
+
+def _is_classifier(src: Path) -> bool:
+    path = src / "config.json"
+    if not path.is_file() or (src / "manifest.json").is_file():
+        return False
+    meta = read_json(path, "a model folder's config")
+    return isinstance(meta, dict) and meta.get("kind") == "classifier"
+
+
+def _classifier_labels(meta: dict[str, Any]) -> dict[str, Any]:
+    """transformers' label fields for a fine-tuned model's config.json."""
+    if meta["regression"]:
+        return {"id2label": {0: "score"}, "label2id": {"score": 0},
+                "problem_type": "regression"}
+    ids = meta["labels"]  # name -> id
+    return {"id2label": {i: name for name, i in ids.items()}, "label2id": dict(ids),
+            "problem_type": "single_label_classification"}
+
+
+def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+    """Write transformers folders for a run's (or checkpoint's) discriminator and generator,
+    or one ``ElectraForSequenceClassification`` folder for a fine-tuned model."""
+    _need_transformers()
+    src, out = Path(source), check_out(out, overwrite)
+    if _is_classifier(src):
+        model, meta = folders.load(src, "classifier", flag="export")
+        labels = _classifier_labels(meta)
+        tmp = staging_dir(out)
+        _write_hf_folder(tmp, model, "classifier", load_tokenizer(src),
+                         finetuning_task=meta["task"], **labels)
+        publish(tmp, out)
+        print(f"wrote {out} ({HF_CLASSES['classifier']}, task {meta['task']}, labels "
+              f"{list(labels['label2id'])})")
+        return out
+    models, tok_path = _load_source(src)
+    tok = load_tokenizer(tok_path)
+    tmp = staging_dir(out)
+    for kind, module in models.items():
+        _write_hf_folder(tmp / kind, module, kind, tok)
+    publish(tmp, out)
+    print(f"wrote {out}/discriminator ({HF_CLASSES['discriminator']}) and {out}/generator "
+          f"({HF_CLASSES['generator']})")
+    return out
+
+
+def _read_hf_folder(folder: Path, kind: str) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    cfg_path = folder / "config.json"
+    if not cfg_path.is_file():
+        raise UserError(f"{folder}: no config.json, so not a transformers model folder")
+    hf = read_json(cfg_path, "a transformers config")
+    if not isinstance(hf, dict) or hf.get("model_type") != "electra":
+        got = hf.get("model_type") if isinstance(hf, dict) else None
+        raise UserError(f"{folder}: model_type is {got!r}, not 'electra'")
+    weights = next((folder / n for n in ("model.safetensors", "pytorch_model.bin")
+                    if (folder / n).is_file()), None)
+    if weights is None:
+        raise UserError(f"{folder}: no model.safetensors or pytorch_model.bin")
+    state = folders.read_weights(weights)
+    found = sorted({k.split(".")[0] for k in state})
+    head = "discriminator_predictions" if kind == "discriminator" else "generator_predictions"
+    if not any(k.startswith(head) for k in state):
+        raise UserError(f"{folder}: not an ELECTRA {kind} (expected {head}.* weights; "
+                        f"found {', '.join(found)})")
+    try:
+        ours = from_hf_state_dict({k: v for k, v in state.items()
+                                   if not k.endswith("position_ids")}, kind)
+    except KeyError as err:
+        raise UserError(f"{folder}: unexpected weight {err}; not an ELECTRA {kind}") from None
+    return from_hf_config(hf, str(cfg_path)), ours
+
+
+def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None = None,
+              overwrite: bool = False) -> Path:
+    """Read a transformers ELECTRA discriminator (and generator) into our run layout.
+
+    Without a generator folder a fresh one (¼ width) is made, sharing the discriminator's
+    embeddings, so the run can be fine-tuned or pretrained further.
+    """
+    from electra.model import Discriminator, Generator
+
+    disc_dir, out = Path(hf_dir), check_out(out, overwrite)
+    d_cfg, d_state = _read_hf_folder(disc_dir, "discriminator")
+    disc = Discriminator(d_cfg)
+    folders.fit(disc, d_state, disc_dir)
+    if generator is not None:
+        g_cfg, g_state = _read_hf_folder(Path(generator), "generator")
+        if (g_cfg.vocab_size, g_cfg.embedding_size) != (d_cfg.vocab_size, d_cfg.embedding_size):
+            raise UserError(f"generator {generator} has vocabulary {g_cfg.vocab_size} and "
+                            f"embedding size {g_cfg.embedding_size}, the discriminator "
+                            f"{d_cfg.vocab_size} and {d_cfg.embedding_size}; they must match "
+                            f"to share embeddings")
+        gen = Generator(g_cfg.replace(generator_size=1.0))
+        folders.fit(gen, g_state, Path(generator))
+    else:
+        gen = Generator(d_cfg.generator_config(), disc.encoder.embeddings)
+    tok_src = next((p for p in (disc_dir / "tokenizer.json", disc_dir / "vocab.txt")
+                    if p.is_file()), None)
+    if tok_src is None:
+        raise UserError(f"{disc_dir}: no tokenizer.json or vocab.txt beside the weights")
+    tok_json = load_tokenizer(tok_src).to_str()
+    tmp = staging_dir(out)
+    folders.write(tmp / "discriminator", disc, "discriminator", tok_json)
+    folders.write(tmp / "generator", gen, "generator", tok_json)
+    publish(tmp, out)
+    print(f"wrote {out}/discriminator and {out}/generator"
+          + ("" if generator else " (a fresh generator, sharing the discriminator's "
+                                  "embeddings)"))
+    return out

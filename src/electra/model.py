@@ -1,8 +1,12 @@
-"""The ELECTRA model: a BERT-style encoder, the generator and the discriminator.
+"""The ELECTRA encoder family and every head: generator, discriminator, sequence classifier.
 
-Single-device and free of training machinery: autocast, compile and DDP are applied from
-outside. Parameters map one-to-one onto transformers' ``ElectraForMaskedLM`` (generator)
-and ``ElectraForPreTraining`` (discriminator); ``electra.hf`` holds that key table.
+Single-device and free of training machinery: autocast, compile and DDP/FSDP are applied from
+outside (``electra.runtime``, ``electra.parallel``); the generator/discriminator pair trained
+together is the objective's (``electra.objective.ElectraPretrainingModel``). Every forward
+takes transformers' argument order ``(input_ids, attention_mask, token_type_ids)``.
+Parameters map one-to-one onto transformers' ``ElectraForMaskedLM`` (generator),
+``ElectraForPreTraining`` (discriminator) and ``ElectraForSequenceClassification``
+(classifier); ``electra.hf`` holds that key table.
 
 Shapes: B batch, T sequence length, P predicted positions per sequence, E embedding size,
 H hidden size, nh heads, hs head size (H / nh), V vocabulary size.
@@ -138,8 +142,8 @@ class Encoder(nn.Module):
     def forward(
         self,
         input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Hidden states (B, T, H). ``attention_mask`` (B, T) is 1/True on real tokens."""
         if token_type_ids is None:
@@ -192,10 +196,10 @@ class Discriminator(nn.Module):
     def forward(
         self,
         input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        h = self.encoder(input_ids, token_type_ids, attention_mask)
+        h = self.encoder(input_ids, attention_mask, token_type_ids)
         return self.head_out(F.gelu(self.head_dense(h))).squeeze(-1)  # (B, T)
 
 
@@ -219,12 +223,12 @@ class Generator(nn.Module):
     def forward(
         self,
         input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits (B, P, V) at ``positions`` (B, P), or (B, T, V) when ``positions`` is None."""
-        h = self.encoder(input_ids, token_type_ids, attention_mask)  # (B, T, H)
+        h = self.encoder(input_ids, attention_mask, token_type_ids)  # (B, T, H)
         if positions is not None:
             h = torch.gather(h, 1, positions[..., None].expand(-1, -1, h.shape[-1]))  # (B, P, H)
         h = self.head_norm(F.gelu(self.head_dense(h)))  # (B, P, E)
@@ -232,24 +236,30 @@ class Generator(nn.Module):
         return F.linear(h, self.encoder.embeddings.word_embeddings.weight, self.output_bias)
 
 
-class ElectraPretrainingModel(nn.Module):
-    """Generator and discriminator trained together; embeddings shared unless turned off."""
+class SequenceClassifier(nn.Module):
+    """Encoder + ELECTRA's head on [CLS]: dropout -> dense -> GELU -> dropout -> dense
+    (``num_labels`` logits; 1 for regression). Keys map onto transformers'
+    ElectraForSequenceClassification (``classifier.dense``, ``classifier.out_proj``)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, num_labels: int) -> None:
         super().__init__()
         self.config = cfg
-        self.discriminator = Discriminator(cfg)
-        shared = self.discriminator.encoder.embeddings if cfg.share_embeddings else None
-        self.generator = Generator(cfg.generator_config(), shared)
+        self.num_labels = num_labels
+        self.encoder = Encoder(cfg)
+        self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.head_dropout = nn.Dropout(cfg.hidden_dropout)
+        self.head_out = nn.Linear(cfg.hidden_size, num_labels)
+        init_weights(self, cfg.initializer_range)
 
-    def forward(self, input_ids, attention_mask, token_type_ids, special, objective, rng=None,
-                noise=None, norm=None):
-        """The whole ELECTRA objective (``electra.objective.electra_forward``); a forward
-        method so that DDP and FSDP wrappers see it."""
-        from electra import objective as obj
-
-        return obj.electra_forward(self, input_ids, attention_mask, token_type_ids, special,
-                                   objective, rng, noise, norm)
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        h = self.encoder(input_ids, attention_mask, token_type_ids)[:, 0]  # [CLS], (B, H)
+        h = self.head_dropout(F.gelu(self.head_dense(self.head_dropout(h))))
+        return self.head_out(h)  # (B, num_labels)
 
 
 def count_parameters(module: nn.Module) -> int:

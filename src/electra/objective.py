@@ -10,6 +10,10 @@
     5. L_disc:     mean over non-pad tokens of BCE(D(x_corrupt)_i, replaced_i)
     6. L = L_MLM + λ·L_disc, one joint update.
 
+:class:`ElectraPretrainingModel` is the pair trained together (the generator, the
+discriminator, their shared embeddings); its forward is :func:`electra_forward`, so that DDP and
+FSDP wrappers see the whole objective as one module call.
+
 Nothing here calls ``.item()``: no host-device sync inside a step. Randomness comes from an
 explicit ``torch.Generator`` so that masking and sampling are reproducible and resumable.
 A training step draws its ``Noise`` for the whole global batch up front and each process (and
@@ -23,10 +27,39 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from electra.config import ObjectiveConfig
-from electra.model import ElectraPretrainingModel
+from electra.config import ModelConfig, ObjectiveConfig
+from electra.model import Discriminator, Generator
 from electra.tokenizer import SpecialTokens
+
+
+class ElectraPretrainingModel(nn.Module):
+    """Generator and discriminator trained together; embeddings shared unless turned off.
+
+    Built from the model config (the generator is derived by ``generator_size``); the
+    objective and the special-token ids are the ones :meth:`forward` trains with.
+    """
+
+    def __init__(self, cfg: ModelConfig, objective: ObjectiveConfig | None = None,
+                 special: SpecialTokens | None = None) -> None:
+        super().__init__()
+        self.config = cfg
+        self.objective = objective or ObjectiveConfig()
+        self.special = special
+        self.discriminator = Discriminator(cfg)
+        shared = self.discriminator.encoder.embeddings if cfg.share_embeddings else None
+        self.generator = Generator(cfg.generator_config(), shared)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None, noise: Noise | None = None,
+                norm: Norm | None = None, rng: torch.Generator | None = None) -> ElectraOutput:
+        """The whole objective on a batch (:func:`electra_forward`)."""
+        if self.special is None:
+            raise ValueError("ElectraPretrainingModel needs the special-token ids to train: "
+                             "build it with special=SpecialTokens(...)")
+        return electra_forward(self, input_ids, attention_mask, token_type_ids, self.special,
+                               self.objective, rng, noise, norm)
 
 
 @dataclass
@@ -321,7 +354,7 @@ def electra_forward(
         noise = Noise.draw(*input_ids.shape, gen.config.vocab_size, cfg, rng, input_ids.device)
     masked = mask_inputs(input_ids, attention_mask, special, gen.config.vocab_size, cfg,
                          noise=noise)
-    gen_logits = gen(masked.input_ids, token_type_ids, attention_mask,
+    gen_logits = gen(masked.input_ids, attention_mask, token_type_ids,
                      masked.positions)  # (B, P, V)
     gen_loss, probs, zmax, target_logit = _mlm_loss(
         gen_logits, masked.targets, masked.weights, None if norm is None else norm.chosen)
@@ -338,7 +371,7 @@ def electra_forward(
     corrupted = corrupt(input_ids, masked.positions, masked.weights, sampled)
     labels = corrupted != input_ids  # a sample equal to the original is "original"
 
-    disc_logits = model.discriminator(corrupted, token_type_ids, attention_mask)  # (B, T)
+    disc_logits = model.discriminator(corrupted, attention_mask, token_type_ids)  # (B, T)
     disc_loss = discriminator_loss(disc_logits, labels, attention_mask,
                                    None if norm is None else norm.tokens)
     loss = gen_loss + cfg.disc_weight * disc_loss

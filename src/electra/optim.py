@@ -1,11 +1,18 @@
-"""AdamW with BERT's parameter groups, and the warmup-then-linear-decay schedule."""
+"""AdamW with BERT's parameter groups, layer-wise learning-rate decay, and the schedule.
+
+Layer-wise decay (fine-tuning), applied as the ELECTRA paper describes (the original code's
+off-by-one gives the top layer decay²): the task head and the top layer train at the full
+rate, each layer below is multiplied by the decay once more, and the embeddings sit one step
+below layer 0.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import nn
-
-from electra.config import TrainConfig
 
 
 def no_decay(name: str, p: torch.Tensor) -> bool:
@@ -13,7 +20,7 @@ def no_decay(name: str, p: torch.Tensor) -> bool:
     return p.ndim < 2 or name.endswith(".bias")
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Two groups: with and without weight decay; each shared tensor appears once."""
     decay, plain = [], []
     for name, p in model.named_parameters():  # named_parameters() skips shared duplicates
@@ -23,16 +30,41 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             {"params": plain, "weight_decay": 0.0}]
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """torch's AdamW (fused on GPU, foreach on CPU) with the config's betas and epsilon."""
-    device = next(model.parameters()).device
-    kwargs = {"fused": True} if device.type == "cuda" else {"foreach": True}
-    return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr,
-                             betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
-                             **kwargs)
+def layer_depth(name: str, num_layers: int) -> int:
+    """0 for embeddings, i+1 for block i, num_layers+1 for the task head."""
+    if name.startswith("encoder.embeddings"):  # also encoder.embeddings_project
+        return 0
+    if name.startswith("encoder.layers."):
+        return int(name.split(".")[2]) + 1
+    return num_layers + 1
 
 
-def warmup_linear(warmup_steps: int, max_steps: int):
+def layerwise_groups(model: nn.Module, lr: float, decay: float,
+                     weight_decay: float) -> list[dict[str, Any]]:
+    """One group per (depth, decay-or-not) of an encoder + head: lr * decay ** max(0, L - depth).
+    """
+    L = model.config.num_layers  # type: ignore[union-attr]
+    groups: dict[tuple[int, bool], dict[str, Any]] = {}
+    for name, p in model.named_parameters():
+        depth = layer_depth(name, L)
+        plain = no_decay(name, p)
+        g = groups.setdefault((depth, plain), {
+            "params": [], "lr": lr * decay ** max(0, L - depth),
+            "weight_decay": 0.0 if plain else weight_decay, "depth": depth})
+        g["params"].append(p)
+    return list(groups.values())
+
+
+def adamw(groups: list[dict[str, Any]], lr: float, betas: tuple[float, float] = (0.9, 0.999),
+          eps: float = 1e-6) -> torch.optim.AdamW:
+    """torch's AdamW, fused on GPU and foreach on CPU; ``lr`` for groups without their own."""
+    device = groups[0]["params"][0].device if groups and groups[0]["params"] else None
+    kwargs = {"fused": True} if device is not None and device.type == "cuda" else {
+        "foreach": True}
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **kwargs)
+
+
+def warmup_linear(warmup_steps: int, max_steps: int) -> Callable[[int], float]:
     """Multiplier of the peak rate at a step: 0 -> 1 over warmup, then 1 -> 0 at max_steps."""
 
     def f(step: int) -> float:
@@ -41,9 +73,3 @@ def warmup_linear(warmup_steps: int, max_steps: int):
         return max(0.0, (max_steps - step) / max(1, max_steps - warmup_steps))
 
     return f
-
-
-def build_scheduler(opt: torch.optim.Optimizer,
-                    cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
-    return torch.optim.lr_scheduler.LambdaLR(
-        opt, warmup_linear(cfg.warmup_steps, cfg.max_steps))

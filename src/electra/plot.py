@@ -5,7 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from electra.errors import UserError
-from electra.pretrain import iter_metrics
+from electra.metrics import iter_metrics
+
+
+def main(run: str, out: str | None = None) -> None:
+    """`electra plot RUN`."""
+    print(f"wrote {plot_run(run, out)}")
 
 
 def plot_run(run: str | Path, out: str | Path | None = None) -> Path:

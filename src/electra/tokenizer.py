@@ -138,16 +138,13 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
     from tokenizers import Tokenizer, trainers
     from tokenizers.models import WordPiece
 
-    from electra.atomic import publish, staging_dir
     from electra.data.text import expand_inputs, read_chunks
+    from electra.files import check_out, publish, staging_dir
 
-    out = Path(out)
     if not 64 <= vocab_size <= 1 << 20:
         raise UserError(f"--vocab-size {vocab_size} is out of range; use 64 to 1048576 "
                         f"(BERT uses 30522)")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise UserError(f"--out {out} already exists and is not empty; pass --overwrite "
-                        f"to replace it or choose another folder")
+    out = check_out(out, overwrite)
     files = expand_inputs(inputs)
     tok = Tokenizer(WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
     _bert_pipeline(tok, lowercase)

@@ -24,7 +24,6 @@ nothing that loads as complete, and an existing ``OUT`` is replaced only then.
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import random
@@ -39,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from electra.atomic import publish, staging_dir
 from electra.data.text import Chunk, ReadStats, expand_inputs, read_chunks
 from electra.errors import UserError
+from electra.files import check_out, publish, staging_dir, write_json
 from electra.tokenizer import SpecialTokens, load_tokenizer, tokenizer_checksum
 
 FORMAT_VERSION = 1
@@ -275,10 +274,7 @@ def _check_options(opt: PrepareOptions) -> None:
     if opt.val_fraction is not None and not 0.0 < opt.val_fraction < 1.0:
         raise UserError(f"--val-fraction {opt.val_fraction} must be between 0 and 1 "
                         f"(for example 0.01)")
-    out = Path(opt.out)
-    if out.exists() and not opt.overwrite and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"--out {out} already holds data; pass --overwrite to replace it or "
-                        f"choose another folder")
+    check_out(opt.out, opt.overwrite)
 
 
 def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json: str,
@@ -323,6 +319,17 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
         else:
             os.environ["TOKENIZERS_PARALLELISM"] = env_before
+
+
+def main(inputs: list[str], tokenizer: str, out: str, seq_len: int = 128, workers: int = 1,
+         seed: int = 12345, val_inputs: list[str] | None = None,
+         val_fraction: float | None = None, text_field: str = "text",
+         overwrite: bool = False) -> None:
+    """`electra prepare`."""
+    prepare(PrepareOptions(inputs=inputs, tokenizer=tokenizer, out=out, seq_len=seq_len,
+                           workers=workers, seed=seed, val_inputs=val_inputs,
+                           val_fraction=val_fraction, text_field=text_field,
+                           overwrite=overwrite))
 
 
 def prepare(opt: PrepareOptions) -> dict[str, Any]:
@@ -374,20 +381,11 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
         "seconds": round(seconds, 2),
     }
     tok.save(str(tmp / "tokenizer.json"))
-    _write_json_atomic(tmp / "meta.json", meta)
+    write_json(tmp / "meta.json", meta)
     publish(tmp, out)  # only now is what was there replaced
     if not opt.quiet:
         _report(meta, out)
     return meta
-
-
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    part = path.with_name(path.name + ".tmp")
-    with open(part, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    part.rename(path)
 
 
 def _report(meta: dict[str, Any], out: Path) -> None:

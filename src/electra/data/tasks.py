@@ -4,6 +4,9 @@ GLUE quirks handled here: CoLA's train/dev have no header (its test has one), MR
 with a UTF-8 byte-order mark, MNLI has matched and mismatched dev sets, STS-B is regression,
 QQP's train has a few malformed rows (skipped and counted, as the original processors do).
 Metrics are GLUE's own definitions, computed with scikit-learn and scipy.
+
+:func:`load_task` turns what `electra finetune`/`evaluate` are given into a :class:`TaskData`;
+:func:`encode` tokenizes examples as the model sees them, in training and evaluation alike.
 """
 
 from __future__ import annotations
@@ -233,4 +236,76 @@ def compute_metrics(names: tuple[str, ...], preds: Any, labels: Any) -> dict[str
             out[name] = float(spearmanr(p, y)[0])
         else:
             raise ValueError(f"unknown metric {name!r}")
+    return out
+
+
+@dataclass
+class TaskData:
+    """A task's examples and how it is scored."""
+
+    name: str
+    train: list[Example]
+    dev: dict[str, list[Example]]
+    metrics: tuple[str, ...]
+    regression: bool
+    labels: dict[str, int] = field(default_factory=dict)  # name -> id (classification)
+    test: dict[str, list[Example]] = field(default_factory=dict)  # for --predict test
+
+
+def load_task(task: str, data: str | None = None, train: str | None = None,
+              dev: str | None = None, text_columns: str = "text",
+              label_column: str = "label", regression: bool = False,
+              predict: str | None = None, split: str | None = None) -> TaskData:
+    """A GLUE task from its folder (``data``), or ``custom`` from ``train``/``dev`` files.
+
+    ``split`` (evaluation only): which dev split to read, and no training set; None reads
+    the training set and every dev split (fine-tuning).
+    """
+    if task == "custom":
+        if predict:
+            raise UserError("--predict test writes GLUE submission files; for a custom task "
+                            "score your file with `electra evaluate --dev FILE`")
+        if (not train and split is None) or not dev:
+            raise UserError("--task custom needs --train FILE and --dev FILE (and "
+                            "--text-columns, --label-column)")
+        cols = [c for c in text_columns.split(",") if c]
+        examples = read_custom(train, cols, label_column, regression) if train else []
+        metrics = ("pearson", "spearman") if regression else ("accuracy",)
+        return TaskData("custom", examples, {"dev": read_custom(dev, cols, label_column,
+                                                                 regression)},
+                        metrics, regression)
+    spec = glue_task(task)
+    if data is None:
+        raise UserError(f"--task {task} needs --data GLUE_TASK_DIR")
+    splits = list(spec.dev) if split in (None, "dev") else [split]
+    labels = {label: i for i, label in enumerate(spec.labels)} if spec.labels else {}
+    return TaskData(spec.name, read_glue(spec, data, "train") if split is None else [],
+                    {s: read_glue(spec, data, s) for s in splits}, spec.metrics,
+                    spec.is_regression, labels,
+                    {s: read_glue(spec, data, s) for s in spec.test} if predict == "test"
+                    else {})
+
+
+def encode(tok: Any, examples: list[Example], max_length: int,
+           labels: dict[str, int] | None, regression: bool) -> dict[str, Any]:
+    """Tokenize ([CLS] A [SEP] B [SEP]), truncate to max_length, pad to the longest; tensors
+    input_ids, token_type_ids, attention_mask (and labels when every example has one)."""
+    import torch
+
+    tok.enable_truncation(max_length)
+    pad_id = tok.token_to_id("[PAD]")
+    tok.enable_padding(pad_id=pad_id, pad_token="[PAD]")
+    inputs = [(e.text_a, e.text_b) if e.text_b is not None else e.text_a for e in examples]
+    encs = tok.encode_batch(inputs)
+    out = {
+        "input_ids": torch.tensor([e.ids for e in encs]),
+        "token_type_ids": torch.tensor([e.type_ids for e in encs]),
+        "attention_mask": torch.tensor([e.attention_mask for e in encs]),
+    }
+    if all(e.label is not None for e in examples):
+        if regression:
+            out["labels"] = torch.tensor([float(e.label) for e in examples])  # type: ignore[arg-type]
+        else:
+            assert labels is not None
+            out["labels"] = torch.tensor([labels[str(e.label)] for e in examples])
     return out

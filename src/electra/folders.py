@@ -1,0 +1,136 @@
+"""Model folders: what pretraining and fine-tuning leave, and what ``--model`` names.
+
+    RUN/discriminator/, RUN/generator/   written at the end of pretraining (or by import)
+    FT/seed-N/                           a fine-tuned classifier
+        model.safetensors   the module's weights
+        config.json         {"format_version": 1, "kind": ..., "model": ModelConfig fields,
+                             ...}  (a classifier adds task, labels, regression, metrics,
+                             finetune settings)
+        tokenizer.json      the tokenizer the model was trained with
+        vocab.txt           the same vocabulary, one token per line (ids in order)
+
+:func:`resolve` turns what a user names (a run folder, or the kind's folder itself) into the
+folder; :func:`load` builds the module from it. Every problem with a folder (missing, not
+that kind, damaged files, weights that do not fit the config) is one UserError naming it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from electra.config import ModelConfig, config_from_dict
+from electra.errors import UserError
+from electra.files import publish, read_json, staging_dir, write_json
+
+KINDS = ("discriminator", "generator", "classifier")
+_HINT = {"classifier": "give OUT/seed-N from `electra finetune`"}
+
+
+def _hint(kind: str) -> str:
+    return _HINT.get(kind, f"give a pretraining run or its {kind}/ folder")
+
+
+def resolve(path: str | Path, kind: str = "discriminator", flag: str = "--model") -> Path:
+    """The folder holding ``kind`` weights: ``path`` itself, or ``path/kind`` (a run)."""
+    folder = Path(path)
+    if (folder / kind / "config.json").is_file():
+        folder = folder / kind
+    if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
+        raise UserError(f"{flag} {path}: no {kind} weights (config.json and "
+                        f"model.safetensors); {_hint(kind)}")
+    return folder
+
+
+def read_config(folder: Path, kind: str, flag: str = "--model") -> tuple[ModelConfig,
+                                                                          dict[str, Any]]:
+    """(model config, the whole config.json) of a ``kind`` folder; refuses other kinds."""
+    meta = read_json(folder / "config.json", "a model folder's config")
+    if not isinstance(meta, dict) or "model" not in meta:
+        raise UserError(f"{flag} {folder}: config.json is not an electra model config; "
+                        f"{_hint(kind)}")
+    if meta.get("kind") != kind:
+        raise UserError(f"{flag} {folder}: holds a {meta.get('kind')}, not a {kind}")
+    return config_from_dict(ModelConfig, meta["model"], str(folder / "config.json")), meta
+
+
+def build(kind: str, cfg: ModelConfig, meta: dict[str, Any] | None = None) -> nn.Module:
+    """A fresh module of ``kind`` (a classifier's label count from ``meta``)."""
+    from electra.model import Discriminator, Generator, SequenceClassifier
+
+    if kind == "discriminator":
+        return Discriminator(cfg)
+    if kind == "generator":
+        return Generator(cfg)
+    meta = meta or {}
+    return SequenceClassifier(cfg, 1 if meta.get("regression") else len(meta["labels"]))
+
+
+def read_weights(path: Path) -> dict[str, Any]:
+    """The tensors in a ``.safetensors`` file (or a ``.bin``, loaded with weights_only: no
+    code runs); damage or refused content is a UserError naming the file."""
+    import pickle
+
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        if path.suffix == ".bin":
+            return torch.load(path, map_location="cpu", weights_only=True)
+        return load_file(str(path))
+    except pickle.UnpicklingError as err:
+        first = str(err).strip().splitlines()[0]
+        raise UserError(f"{path}: refused, it holds more than tensors ({first}); only "
+                        f"weights from a source you trust can be converted") from None
+    except (SafetensorError, OSError, RuntimeError, EOFError) as err:
+        raise UserError(f"{path}: cannot be read ({str(err).splitlines()[0]}); the file is "
+                        f"damaged or truncated") from None
+
+
+def fit(module: nn.Module, state: dict[str, Any], where: Path) -> None:
+    """Load ``state`` into ``module``; a shape mismatch is a UserError naming ``where``."""
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as err:
+        lines = [ln.strip() for ln in str(err).strip().splitlines()]
+        detail = lines[1] if len(lines) > 1 else lines[0]
+        raise UserError(f"{where}: the weights do not fit the model its config describes "
+                        f"({detail})") from None
+
+
+def load(path: str | Path, kind: str = "discriminator",
+         flag: str = "--model") -> tuple[nn.Module, dict[str, Any]]:
+    """The module in a ``kind`` folder (or a run's ``kind``/), and its config.json."""
+    folder = resolve(path, kind, flag)
+    cfg, meta = read_config(folder, kind, flag)
+    module = build(kind, cfg, meta)
+    fit(module, read_weights(folder / "model.safetensors"), folder)
+    return module, meta
+
+
+def write(folder: Path, module: nn.Module, kind: str, tokenizer_json: str,
+          **meta: Any) -> None:
+    """Write ``module`` (its config from ``module.config``) and the tokenizer into ``folder``;
+    ``meta`` adds to config.json."""
+    from safetensors.torch import save_file
+    from tokenizers import Tokenizer
+
+    from electra.tokenizer import save_tokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
+    save_file(state, str(folder / "model.safetensors"), metadata={"kind": kind})
+    cfg: ModelConfig = module.config  # type: ignore[assignment]
+    write_json(folder / "config.json",
+               {"format_version": 1, "kind": kind, "model": cfg.to_dict(), **meta})
+    save_tokenizer(Tokenizer.from_str(tokenizer_json), folder)
+
+
+def save(module: nn.Module, kind: str, folder: Path, tokenizer_json: str, **meta: Any) -> None:
+    """:func:`write` into ``folder`` atomically (a staged copy replaces it when complete)."""
+    tmp = staging_dir(folder)
+    write(tmp, module, kind, tokenizer_json, **meta)
+    publish(tmp, folder)

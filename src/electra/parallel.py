@@ -1,0 +1,127 @@
+"""Data parallelism applied from outside the model: DDP or FSDP2, and whole states from shards.
+
+    step_model = wrap(model, rt, "ddp" | "fsdp")   # the module the training step calls
+    with no_sync(step_model, sync=False): ...      # accumulate without the gradient all-reduce
+
+Under FSDP (``fully_shard`` on every transformer block, then on the root) each process holds a
+shard of every parameter, gradient and optimizer state. Checkpoints and final model folders
+hold whole tensors all the same (gathered tensor by tensor, :func:`unsharded`,
+:func:`optimizer_state`), laid out exactly as in a one-process run, so any run resumes any
+other and export reads them alike. In one process every function here is the identity.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from electra.model import Block
+from electra.runtime import Runtime
+
+
+def wrap(model: nn.Module, rt: Runtime, parallel: str = "ddp") -> nn.Module:
+    """The module a training step calls: ``model`` itself in one process, a DDP wrapper of it,
+    or (``fsdp``) ``model`` sharded in place. Call before building the optimizer."""
+    if not rt.enabled:
+        return model
+    if parallel == "fsdp":
+        _shard(model, rt)
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(
+        model, device_ids=[rt.device] if rt.device.type == "cuda" else None,
+        gradient_as_bucket_view=True)
+
+
+def is_sharded(model: nn.Module) -> bool:
+    return any(hasattr(p, "device_mesh") for p in model.parameters())
+
+
+def _fully_shard() -> Any:
+    try:
+        from torch.distributed.fsdp import fully_shard  # torch >= 2.6
+    except ImportError:  # torch 2.4-2.5
+        from torch.distributed._composable.fsdp import fully_shard
+    return fully_shard
+
+
+def _shard(model: nn.Module, rt: Runtime) -> None:
+    """FSDP2: each transformer block its own unit, the rest (embeddings, heads) the root's."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    # A root that returns a dataclass of tensors (the pretraining objective's output) makes
+    # FSDP2 warn about views; nothing modifies them in place, which is what it warns about.
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view")
+    fully_shard = _fully_shard()
+    mesh = init_device_mesh(rt.device.type, (rt.world_size,))
+    for block in [m for m in model.modules() if isinstance(m, Block)]:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def no_sync(step_model: nn.Module, sync: bool) -> contextlib.AbstractContextManager:
+    """Skip the gradient all-reduce on all but the last accumulation micro-batch."""
+    if sync:
+        return contextlib.nullcontext()
+    if is_sharded(step_model):
+        step_model.set_requires_gradient_sync(False)  # type: ignore[operator]
+        return _resync(step_model)
+    if hasattr(step_model, "no_sync"):  # DDP
+        return step_model.no_sync()  # type: ignore[operator]
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _resync(model: nn.Module) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)  # type: ignore[operator]
+
+
+def _whole(t: Any) -> Any:
+    """A sharded (DTensor) tensor as a whole CPU tensor; a collective, call on every rank."""
+    return t.full_tensor().cpu() if hasattr(t, "full_tensor") else t
+
+
+def unsharded(model: nn.Module, rebuild: Callable[[], nn.Module] | None) -> nn.Module:
+    """``model`` itself, or under FSDP an unsharded CPU copy (``rebuild()`` with the gathered
+    weights); a collective under FSDP, so call it on every rank."""
+    if not is_sharded(model):
+        return model
+    assert rebuild is not None, "a sharded model needs rebuild() to gather a whole copy"
+    full = {k: _whole(v) for k, v in model.state_dict().items()}
+    copy = rebuild()
+    copy.load_state_dict(full)
+    return copy
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """``optimizer.state_dict()`` with every tensor whole, laid out as in one process (a
+    collective under FSDP)."""
+    sd = optimizer.state_dict()
+    if not any(hasattr(v, "full_tensor") for st in sd["state"].values() for v in st.values()):
+        return sd
+    return {"state": {i: {k: _whole(v) for k, v in sorted(st.items())}
+                      for i, st in sorted(sd["state"].items())},
+            "param_groups": sd["param_groups"]}
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load a whole optimizer state, sharding each tensor like the parameter it belongs to."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    if any(hasattr(p, "device_mesh") for p in params):
+        from torch.distributed.tensor import distribute_tensor
+
+        for i, st in state["state"].items():
+            p = params[int(i)]
+            for k, v in st.items():
+                if hasattr(p, "device_mesh") and v.shape == p.shape:
+                    st[k] = distribute_tensor(v.to(p.device), p.device_mesh, p.placements)
+    optimizer.load_state_dict(state)

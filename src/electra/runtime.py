@@ -1,0 +1,194 @@
+"""Where and how this process runs: its device, its precision, and its place among processes.
+
+`torchrun --nproc-per-node N -m electra pretrain ...` (or `finetune`) sets RANK, WORLD_SIZE
+and LOCAL_RANK; :func:`start`, entered by the command's entry point, then joins the process
+group (NCCL on GPUs, gloo on CPU) with a timeout, so that a rank that dies makes the others
+stop with an error instead of waiting forever, and leaves it when the command ends. Without
+those variables everything runs in one process and every collective here is the identity.
+
+Only rank 0 writes files. Errors found on one rank (a missing data folder, a config that
+differs) are shared with :meth:`Runtime.agree` so that every rank stops with the same message.
+
+Precision is one string: ``bf16`` | ``fp16`` (with a gradient scaler) | ``fp32``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from electra.config import DEFAULT_TIMEOUT_S
+from electra.errors import UserError
+
+T = TypeVar("T")
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``; anything else, or a
+    device this machine does not have, is a UserError naming the choices."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise UserError(f"--device {name}: not a device; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cpu":
+        return device
+    if device.type != "cuda":
+        raise UserError(f"--device {name}: electra runs on cpu or cuda; use auto, cpu, cuda "
+                        f"or cuda:N")
+    if not torch.cuda.is_available():
+        raise UserError(f"--device {name}: this machine has no CUDA device (or this torch "
+                        f"build has no CUDA); use --device cpu")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise UserError(f"--device {name}: there are {torch.cuda.device_count()} CUDA "
+                        f"device(s), numbered from 0")
+    return device
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """The one place precision becomes an autocast context (fp32: none)."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler | None:
+    """fp16 needs loss scaling (its gradients underflow); bf16 and fp32 do not."""
+    return torch.amp.GradScaler(device.type) if precision == "fp16" else None
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """A seed for rank ``rank``'s own streams (dropout), derived from the run's seed."""
+    return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
+
+
+def fingerprint(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """This process: its rank among ``world_size`` processes, and its device."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    @property
+    def enabled(self) -> bool:
+        """Launched by torchrun with more than one process."""
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    # -- collectives: each is the identity in one process -------------------------------
+
+    def all_sum(self, t: torch.Tensor) -> torch.Tensor:
+        """The sum of ``t`` over ranks (in place, returned)."""
+        if self.enabled:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t
+
+    def gather(self, obj: T) -> list[T]:
+        """Every rank's ``obj``, in rank order (``[obj]`` in one process)."""
+        if not self.enabled:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+    def agree(self, fn: Callable[[], T], what: str) -> T:
+        """Run ``fn`` on every rank; if it fails on any, every rank raises that rank's error.
+
+        Call it at the same point on every rank. ``what`` names the step for the message.
+        """
+        if not self.enabled:
+            return fn()
+        result: Any = None
+        error: str | None = None
+        try:
+            result = fn()
+        except UserError as err:
+            error = str(err)
+        bad = [(r, e) for r, e in enumerate(self.gather(error)) if e is not None]
+        if bad:
+            rank, message = bad[0]
+            # Every rank raises it; only rank 0 prints it.
+            raise _shared(message if rank == 0 else f"rank {rank} ({what}): {message}")
+        return result
+
+    def on_main(self, fn: Callable[[], T], what: str) -> T:
+        """Run ``fn`` on rank 0 only and hand its result (or its error) to every rank."""
+        result = self.agree(fn if self.is_main else (lambda: None), what)
+        if not self.enabled:
+            return result
+        box = [result]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def check_same(self, value: Any, what: str) -> None:
+        """Stop every rank when ranks disagree on ``value`` (config, data), naming the ranks."""
+        if not self.enabled:
+            return
+        prints = self.gather(fingerprint(value))
+        differ = [r for r, p in enumerate(prints) if p != prints[0]]
+        if differ:
+            raise _shared(f"ranks disagree on {what}: rank(s) {', '.join(map(str, differ))} "
+                          f"differ from rank 0; launch every rank with the same arguments, "
+                          f"data and code")
+
+
+def _shared(message: str) -> UserError:
+    err = UserError(message)
+    err.shared = True
+    return err
+
+
+def launched() -> Runtime:
+    """This process's place, from torchrun's environment (one process when absent)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Runtime()
+    return Runtime(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+@contextlib.contextmanager
+def start(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> Iterator[Runtime]:
+    """The runtime of a command, for its whole length: under torchrun, join the process group
+    (one GPU per process) and leave it at the end, however the command ends."""
+    place = launched()
+    dev = resolve_device(device)
+    if not place.enabled:
+        yield Runtime(device=dev)
+        return
+    if dev.type == "cuda":
+        dev = torch.device("cuda", place.local_rank)
+        torch.cuda.set_device(dev)
+    joined = not dist.is_initialized()
+    if joined:
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo",
+                                timeout=timedelta(seconds=timeout_s))
+    try:
+        yield Runtime(place.rank, place.world_size, place.local_rank, dev)
+    finally:
+        if joined and dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,424 @@
+"""The training scaffold that pretraining and fine-tuning share.
+
+    trainer = Trainer(model, rt, settings, groups, out=RUN, config=..., streams=...,
+                      stateful={"loader": loader}, resume=checkpoint_or_None)
+    with trainer.running():                        # progress bar, metrics, Ctrl-C checkpoint
+        while trainer.step < max_steps:
+            trainer.train_step(micro_step, tokens) # one optimizer step, see below
+            if trainer.every(log_every):
+                trainer.log(trainer.metrics())
+            if trainer.every(save_every):
+                trainer.save()                     # everything resumable, in one call
+
+One optimizer step: ``grad_accum`` micro-batches, each a forward under autocast (DDP's
+gradient all-reduce only on the last) and a backward (loss-scaled in fp16); then one sync to
+see whether the loss is finite on every rank (a non-finite step is skipped, or stops the run
+naming the last good checkpoint); unscaling, clipping, AdamW, the schedule.
+
+What a checkpoint holds, and ``resume`` restores, is the whole state: weights, optimizer,
+schedule, scaler, step and token counts, every random stream (shared ones once, each rank's
+own), the loop's stateful parts (data position...) and the unlogged metrics window. It is
+taken as of the last completed step, so a checkpoint written on Ctrl-C in the middle of a step
+replays that step exactly on ``--resume``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from electra import parallel
+from electra.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from electra.errors import UserError
+from electra.metrics import MetricsLog
+from electra.optim import adamw, warmup_linear
+from electra.runtime import Runtime, autocast, grad_scaler, rank_seed
+
+# A micro-batch: (loss, statistics) from the step model and the micro-batch's index. The loss
+# is this rank's share of the global batch's mean loss; each statistic is detached float64,
+# either a 0-d share of a mean (pooled as a mean over steps) or a (2,) numerator/denominator
+# count (pooled as their ratio).
+MicroStep = Callable[[nn.Module, int], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class TrainingDiverged(UserError):
+    """The loss became non-finite more often than allowed."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the scaffold steps; each loop fills it from its own config."""
+
+    lr: float
+    max_steps: int
+    warmup_steps: int
+    precision: str = "bf16"
+    grad_accum: int = 1
+    grad_clip: float = 1.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-6
+    max_nonfinite_skips: int = 0
+    keep_checkpoints: int = 3
+    parallel: str = "ddp"
+    prefix: str = "train."
+    """How the user names these settings in ``--set`` (``train.lr`` or ``lr``), for messages."""
+
+
+def pool(rt: Runtime, sums: dict[str, torch.Tensor], steps: int) -> dict[str, float]:
+    """Statistics summed over steps, micro-batches and ranks (one all-reduce): a 0-d share of a
+    step's mean becomes the mean over ``steps``, a (2,) count its ratio."""
+    keys = sorted(sums)
+    values = iter(rt.all_sum(torch.cat([sums[k].reshape(-1) for k in keys])).tolist())
+    out = {}
+    for key in keys:
+        if sums[key].dim() == 0:
+            out[key] = next(values) / steps
+        else:
+            num, den = next(values), next(values)
+            out[key] = num / max(den, 1.0)
+    return out
+
+
+def add_into(sums: dict[str, torch.Tensor], stats: dict[str, torch.Tensor]) -> None:
+    for key, value in stats.items():
+        sums[key] = sums[key] + value if key in sums else value
+
+
+class Window:
+    """The statistics of the steps since the last metrics line (this rank's share)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.sums: dict[str, torch.Tensor] = {}
+        self.steps = self.tokens = 0
+        self.grad_norm = torch.zeros((), dtype=torch.float64, device=device)
+        self.clock = time.perf_counter()
+
+    def add(self, stats: dict[str, torch.Tensor], grad_norm: torch.Tensor, tokens: int) -> None:
+        add_into(self.sums, stats)
+        self.grad_norm = self.grad_norm + grad_norm.detach().double()
+        self.steps += 1
+        self.tokens += tokens
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sums": dict(self.sums), "steps": self.steps, "tokens": self.tokens,
+                "grad_norm": self.grad_norm}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sums = {k: v.to(self.device) for k, v in state["sums"].items()}
+        self.steps, self.tokens = int(state["steps"]), int(state["tokens"])
+        self.grad_norm = state["grad_norm"].to(self.device)
+
+
+class RandomStreams:
+    """The run's random-number streams.
+
+    ``shared`` streams draw the same numbers on every rank (a step's masking, for the whole
+    global batch); ``local`` ones are each rank's own, as is torch's global generator
+    (dropout). Stream ``name: offset`` is seeded ``seed + offset`` (shared) or from
+    ``(seed + offset, rank)`` (local).
+    """
+
+    def __init__(self, rt: Runtime, seed: int, shared: dict[str, int] | None = None,
+                 local: dict[str, int] | None = None) -> None:
+        self.rt, self.seed, self.offsets = rt, seed, dict(local or {})
+        self.shared = {name: torch.Generator(rt.device).manual_seed(seed + off)
+                       for name, off in (shared or {}).items()}
+        self.local = {name: torch.Generator(rt.device).manual_seed(rank_seed(seed + off, rt.rank))
+                      for name, off in self.offsets.items()}
+        torch.manual_seed(rank_seed(seed, rt.rank))
+
+    def __getitem__(self, name: str) -> torch.Generator:
+        return self.shared[name] if name in self.shared else self.local[name]
+
+    def local_state(self) -> dict[str, Any]:
+        state = {"torch": torch.get_rng_state(),
+                 **{name: g.get_state() for name, g in self.local.items()}}
+        if self.rt.device.type == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state(self.rt.device)
+        return state
+
+    def shared_state(self) -> dict[str, Any]:
+        return {name: g.get_state() for name, g in self.shared.items()}
+
+    def load(self, state: dict[str, Any], step: int) -> int:
+        """Restore from a checkpoint's ``rng``; returns how many processes saved it. When that
+        is another number, each rank's own streams restart from ``(seed, step, rank)``."""
+        for name, g in self.shared.items():
+            g.set_state(state[name])
+        ranks = state.get("ranks", [state])  # older checkpoints: one process's streams
+        if len(ranks) != self.rt.world_size:
+            base = self.seed * 1_000_003 + step
+            torch.manual_seed(rank_seed(base, self.rt.rank))
+            for name, g in self.local.items():
+                g.manual_seed(rank_seed(base + self.offsets[name], self.rt.rank))
+            return len(ranks)
+        mine = ranks[self.rt.rank]
+        torch.set_rng_state(mine["torch"])
+        for name, g in self.local.items():
+            if name in mine:
+                g.set_state(mine[name])
+        if "cuda" in mine and self.rt.device.type == "cuda":
+            torch.cuda.set_rng_state(mine["cuda"], self.rt.device)
+        return len(ranks)
+
+
+class Trainer:
+    """A model, its optimizer and schedule, and everything a resumable training run tracks.
+
+    Args:
+        model: the module to train (on the CPU; moved to ``rt.device`` here).
+        rt: this process's runtime.
+        settings: how to step.
+        groups: the model's parameter groups (called after DDP/FSDP wrapping).
+        out: the run folder (``out/checkpoints``, ``out/metrics.jsonl``, ``out/tb``);
+            None: no checkpoints or metrics files.
+        config: the run's resolved config, stored with every checkpoint.
+        streams: the run's random streams.
+        stateful: the loop's parts to save and restore (a data loader...).
+        resume: a checkpoint folder to continue from.
+        rebuild: a fresh model of the same shape (needed under FSDP to gather a whole copy).
+        progress: show a progress bar (rank 0).
+    """
+
+    def __init__(self, model: nn.Module, rt: Runtime, settings: Settings,
+                 groups: Callable[[nn.Module], list[dict[str, Any]]], *,
+                 out: Path | None = None, config: dict[str, Any] | None = None,
+                 streams: RandomStreams, stateful: dict[str, Stateful] | None = None,
+                 resume: Path | None = None, rebuild: Callable[[], nn.Module] | None = None,
+                 progress: bool = False) -> None:
+        self.rt, self.settings, self.out = rt, settings, out
+        self.config = config or {}
+        self.streams = streams
+        self.stateful = dict(stateful or {})
+        self.rebuild = rebuild
+        self.progress = progress
+        self.step = self.tokens = self.skips = 0
+        state = None
+        if resume is not None:
+            state, _ = rt.agree(lambda: load_checkpoint(resume, model), "loading the checkpoint")
+        self.model = model.to(rt.device)
+        self.step_model = parallel.wrap(self.model, rt, settings.parallel)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = adamw(groups(self.model), settings.lr, settings.betas, settings.eps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, warmup_linear(settings.warmup_steps, settings.max_steps))
+        self.scaler = grad_scaler(rt.device, settings.precision)
+        self.window = Window(rt.device)
+        self.saved_world_size = rt.world_size  # of the checkpoint resumed from
+        if state is not None:
+            self._load(state)
+        self.boundary = self._snapshot()
+        self.last: dict[str, Any] = {}
+        self.log_file: MetricsLog | None = None
+        self.bar: Any = None
+
+    # -- resumable state ------------------------------------------------------------------
+
+    def _snapshot(self) -> dict[str, Any]:
+        """This rank's data position and random streams as of now (taken after every
+        completed step: a step interrupted half-way has consumed some of both)."""
+        return {"parts": {k: v.state_dict() for k, v in self.stateful.items()},
+                "shared": self.streams.shared_state(), "local": self.streams.local_state()}
+
+    def _load(self, state: dict[str, Any]) -> None:
+        parallel.load_optimizer_state(self.optimizer, state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+        for name, part in self.stateful.items():
+            part.load_state_dict(state[name])
+        self.step, self.tokens = int(state["step"]), int(state["tokens"])
+        self.saved_world_size = self.streams.load(state["rng"], self.step)
+        windows = state.get("window")  # one per rank (absent in older checkpoints)
+        if windows is None:
+            return
+        if self.saved_world_size == self.rt.world_size:
+            self.window.load_state_dict(windows[self.rt.rank])
+        else:  # steps, tokens and grad norm are global; the sums go to rank 0 (pool sums)
+            mine = dict(windows[0])
+            mine["sums"] = ({k: sum(w["sums"][k] for w in windows) for k in mine["sums"]}
+                            if self.rt.is_main else {})
+            self.window.load_state_dict(mine)
+
+    def save(self, interrupted: bool = False) -> None:
+        """A checkpoint of the last completed step under ``out/checkpoints`` (rank 0 writes).
+
+        Every rank calls this, except on Ctrl-C (``interrupted``): rank 0 alone then, and
+        the other ranks' own streams are left out (a resume restarts them). The metrics window
+        is taken as it is now: it changes only when a step completes and when a line is logged.
+        """
+        if self.out is None:
+            return
+        b = self.boundary
+        alone = interrupted and self.rt.enabled
+        ranks = [b["local"]] if alone else self.rt.gather(b["local"])
+        window = self.window.state_dict()
+        windows = [window] if alone else self.rt.gather(window)
+        optim_state = parallel.optimizer_state(self.optimizer)
+        weights = self.whole_model()
+        if not self.rt.is_main:
+            return
+        state = {"optimizer": optim_state, "scheduler": self.scheduler.state_dict(),
+                 **b["parts"], "rng": {**b["shared"], "ranks": ranks}, "window": windows,
+                 "step": self.step, "tokens": self.tokens, "world_size": self.rt.world_size}
+        if self.scaler is not None:
+            state["scaler"] = self.scaler.state_dict()
+        save_checkpoint(self.out / "checkpoints", self.step, weights, state,
+                        {**self.config, "step": self.step, "tokens": self.tokens},
+                        self.settings.keep_checkpoints)
+
+    def whole_model(self) -> nn.Module:
+        """The model with whole tensors (a collective under FSDP: call on every rank)."""
+        return parallel.unsharded(self.model, self.rebuild)
+
+    # -- one optimizer step ---------------------------------------------------------------
+
+    def train_step(self, micro_step: MicroStep,
+                   tokens: torch.Tensor | int = 0) -> dict[str, torch.Tensor] | None:
+        """One optimizer step over ``grad_accum`` micro-batches; ``tokens`` the global batch's
+        real tokens (read only after the step's one sync). Returns the step's statistics
+        summed over micro-batches (this rank's), with ``loss``; None when a non-finite loss
+        made it skip the step."""
+        s, rt = self.settings, self.rt
+        stats: dict[str, torch.Tensor] = {}
+        for j in range(s.grad_accum):
+            with parallel.no_sync(self.step_model, j == s.grad_accum - 1), autocast(
+                    rt.device, s.precision):
+                loss, micro_stats = micro_step(self.step_model, j)
+                # DDP and FSDP average gradients over ranks; the loss is already this rank's
+                # share of the global mean, so its gradient is scaled back up.
+                scaled = loss * rt.world_size
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            add_into(stats, {"loss": loss.detach().double(), **micro_stats})
+        bad = rt.all_sum((~torch.isfinite(stats["loss"])).float())
+        if bad:  # the one host sync of a step; every rank takes the same branch
+            self._skip(stats)
+            return None
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = (torch.nn.utils.clip_grad_norm_(self.params, s.grad_clip)
+                     if s.grad_clip > 0 else torch.zeros((), device=rt.device))
+        if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
+            grad_norm = grad_norm.full_tensor()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        tokens = int(tokens)  # exact below 2**24 when a float; in sync already
+        self.tokens += tokens
+        self.window.add(stats, grad_norm, tokens)
+        self.boundary = self._snapshot()
+        return stats
+
+    def _skip(self, stats: dict[str, torch.Tensor]) -> None:
+        self.skips += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.skips <= self.settings.max_nonfinite_skips:
+            return
+        good = latest_checkpoint(self.out / "checkpoints") if self.out else None
+        losses = ", ".join(f"{k} {float(v):.4g}" for k, v in stats.items() if v.dim() == 0)
+        p = self.settings.prefix
+        raise TrainingDiverged(
+            f"the loss is not finite at step {self.step + 1} ({losses}); stopped. Last good "
+            f"checkpoint: {good or 'none'}. Lower {p}lr, try --set {p}precision=fp32, or "
+            f"allow skips with --set {p}max_nonfinite_skips=N")
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def every(self, n: int) -> bool:
+        """Whether the step just taken is a multiple of ``n`` (never for n = 0)."""
+        return n > 0 and self.step % n == 0
+
+    @property
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def metrics(self) -> dict[str, Any]:
+        """The window since the last line, pooled over ranks (a collective), then reset:
+        step, tokens, lr, each statistic, grad_norm, tokens_per_s."""
+        w = self.window
+        record: dict[str, Any] = {"step": self.step, "tokens": self.tokens, "lr": self.lr}
+        record.update(pool(self.rt, w.sums, max(w.steps, 1)))
+        record["grad_norm"] = float(w.grad_norm) / max(w.steps, 1)
+        record["tokens_per_s"] = w.tokens / max(time.perf_counter() - w.clock, 1e-9)
+        self.window = Window(self.rt.device)
+        return record
+
+    def log(self, record: dict[str, Any],
+            show: tuple[str, ...] = ("loss", "tokens_per_s")) -> None:
+        """Write a metrics line (rank 0), show ``show`` fields on the progress bar, restart
+        the window's clock (so time spent validating is not counted as training)."""
+        if self.log_file is not None:
+            self.log_file.write(record)
+        self.last = record
+        if self.bar is not None:
+            names = {"tokens_per_s": "tok/s", "val_disc_auc": "val_auc"}
+            self.bar.set_postfix({names.get(k, k): f"{record[k]:,.0f}" if k == "tokens_per_s"
+                                  else f"{record[k]:.3f}" for k in show if k in record},
+                                 refresh=False)
+        self.window.clock = time.perf_counter()
+
+    def say(self, message: str) -> None:
+        """Print a line on rank 0 (above the progress bar)."""
+        if not self.rt.is_main:
+            return
+        if self.bar is not None:
+            self.bar.write(message)
+        else:
+            print(message, flush=True)
+
+    @contextlib.contextmanager
+    def running(self, total: int | None = None) -> Iterator[Trainer]:
+        """The loop's context: metrics files and a progress bar (rank 0); on Ctrl-C a
+        checkpoint of the last completed step where one can be written, then the interrupt
+        goes on."""
+        if self.out is not None:
+            self.log_file = MetricsLog(self.out, self.step, enabled=self.rt.is_main)
+        if self.progress and self.rt.is_main:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total or self.settings.max_steps, initial=self.step,
+                            unit="step", dynamic_ncols=True)
+        self.window.clock = time.perf_counter()
+        try:
+            yield self
+        except KeyboardInterrupt:
+            sharded = parallel.is_sharded(self.model)
+            if self.step > 0 and self.rt.is_main and not sharded and self.out is not None:
+                self.say(f"interrupted: saving a checkpoint at step {self.step} ...")
+                self.save(interrupted=True)
+                print(f"electra: interrupted at step {self.step}; checkpoint saved, continue "
+                      f"with --resume", flush=True)
+            elif self.rt.is_main and self.out is not None:
+                print(f"electra: interrupted at step {self.step}; continue from the last "
+                      f"checkpoint with --resume", flush=True)
+            raise
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
+            if self.log_file is not None:
+                self.log_file.close()
+                self.log_file = None
+
+    def advance(self) -> None:
+        """Move the progress bar one step."""
+        if self.bar is not None:
+            self.bar.update(1)
