@@ -7,7 +7,9 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import cli_error
+from safetensors.torch import load_file
 
 from electra import folders
 from electra.cli import main
@@ -168,3 +170,166 @@ def test_double_pairs_adds_each_pair_swapped_to_the_chosen_subset(monkeypatch):
     assert [(e.text_a, e.text_b, e.label) for e in swapped] == [
         (e.text_b, e.text_a, e.label) for e in first]
 
+
+def write_dropout_free_run(task: Path) -> Path:
+    """A pretraining-run folder whose (random) discriminator has no dropout."""
+    from electra.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(task / "tok")
+    torch.manual_seed(0)
+    disc = Discriminator(model_preset("tiny", vocab_size=tok.get_vocab_size(), num_layers=2,
+                                      hidden_dropout=0.0, attention_dropout=0.0))
+    folders.save(disc, "discriminator", task / "run/discriminator", tok.to_str())
+    return task / "run"
+
+
+def custom_args(task: Path) -> list[str]:
+    return ["--task", "custom", "--train", str(task / "train.csv"), "--dev",
+            str(task / "dev.csv")]
+
+
+def test_gradient_accumulation_trains_like_one_big_batch(task):
+    """batch 16 as 4 micro-batches of 4 = batch 16 at once (no dropout: only summation order
+    and padding length differ)."""
+    run = write_dropout_free_run(task)
+    for accum in (1, 4):
+        assert main(["finetune", "--model", str(run), *custom_args(task), "--out",
+                     str(task / f"ft{accum}"), "--quiet", "--set", "epochs=2", "--set",
+                     "precision=fp32", "--set", "batch_size=16", "--set",
+                     f"grad_accum={accum}"]) == 0
+    r1 = json.loads((task / "ft1/results.json").read_text())
+    r4 = json.loads((task / "ft4/results.json").read_text())
+    assert r4["config"]["grad_accum"] == 4
+    assert r1["seeds"] == r4["seeds"]
+    w1 = load_file(task / "ft1/seed-1/model.safetensors")
+    w4 = load_file(task / "ft4/seed-1/model.safetensors")
+    for k in w1:
+        torch.testing.assert_close(w1[k], w4[k], rtol=1e-4, atol=1e-5, msg=k)
+    # The per-epoch training loss is logged for each seed.
+    lines = [json.loads(x) for x in (task / "ft4/seed-1/metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in lines] == [1, 2] and lines[1]["loss"] < lines[0]["loss"]
+
+
+def test_fp16_scales_the_loss_and_unscales_before_clipping():
+    """One step from the same weights and batch: in fp16 the gradient the optimizer sees
+    (and the norm that is clipped and reported) is the true one, not 65536 times it."""
+    from electra.optim import param_groups
+    from electra.runtime import Runtime
+    from electra.trainer import RandomStreams, Settings, Trainer
+
+    cfg = model_preset("tiny", vocab_size=50, num_layers=2, hidden_dropout=0.0,
+                       attention_dropout=0.0)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 50, (8, 12), generator=g)
+    labels = torch.randint(0, 2, (8,), generator=g)
+    norms = {}
+    for precision in ("fp32", "fp16"):
+        torch.manual_seed(0)
+        model = SequenceClassifier(cfg, 2)
+        trainer = Trainer(model, Runtime(), Settings(lr=1e-3, max_steps=10, warmup_steps=0,
+                                                     precision=precision),
+                          lambda m: param_groups(m, 0.0), streams=RandomStreams(Runtime(), 0))
+        assert (trainer.scaler is not None) == (precision == "fp16")
+
+        def micro(m, j):
+            logits = m(ids, torch.ones_like(ids))
+            return torch.nn.functional.cross_entropy(logits.float(), labels), {}
+
+        assert trainer.train_step(micro) is not None
+        norms[precision] = trainer.metrics()["grad_norm"]
+    assert norms["fp16"] == pytest.approx(norms["fp32"], rel=0.05), norms
+
+
+def test_fp16_finetuning_learns_a_separable_task(task):
+    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(task / "tok"),
+                 *custom_args(task), "--out", str(task / "ft"), "--quiet", "--set", "epochs=4",
+                 "--set", "lr=1e-3", "--set", "precision=fp16"]) == 0
+    results = json.loads((task / "ft/results.json").read_text())
+    assert results["config"]["precision"] == "fp16"
+    assert results["median"]["dev"]["accuracy"] >= 0.95
+
+
+def test_interrupted_finetune_resumes_bitwise(task, monkeypatch):
+    """Two seeds; Ctrl-C in the middle of seed 2's 12th step (after its forward). --resume
+    keeps seed 1 and continues seed 2 from a checkpoint of step 11: every number and weight
+    equals an uninterrupted run's (fp32, with dropout)."""
+    from electra.trainer import Trainer
+
+    args = ["finetune", "--random-init", "tiny", "--tokenizer", str(task / "tok"),
+            *custom_args(task), "--seeds", "1,2", "--quiet", "--set", "epochs=2", "--set",
+            "precision=fp32", "--set", "batch_size=16", "--set", "save_every=5"]
+    assert main([*args, "--out", str(task / "a")]) == 0
+    real = Trainer.train_step
+    calls = {"n": 0}
+
+    def interrupted(self, micro_step, tokens=0):
+        calls["n"] += 1
+        if calls["n"] == 50 + 12:  # seed 1 has 2 epochs x 25 steps
+
+            def forward_then_ctrl_c(model, j):
+                micro_step(model, j)
+                raise KeyboardInterrupt
+
+            return real(self, forward_then_ctrl_c, tokens)
+        return real(self, micro_step, tokens)
+
+    monkeypatch.setattr(Trainer, "train_step", interrupted)
+    assert main([*args, "--out", str(task / "b")]) == 130
+    monkeypatch.undo()
+    partial = task / "b.partial"
+    assert not (task / "b").exists() and (partial / "seed-1/result.json").is_file()
+    assert sorted(p.name for p in (partial / "seed-2/checkpoints").iterdir()) == [
+        "step-0000011"]  # keep_checkpoints=1: the Ctrl-C one replaced step 10's
+    seed1 = (partial / "seed-1/model.safetensors").stat().st_mtime_ns
+    assert main([*args, "--out", str(task / "b"), "--resume"]) == 0
+    assert not partial.exists()
+    assert (task / "b/seed-1/model.safetensors").stat().st_mtime_ns == seed1  # not retrained
+    assert not (task / "b/seed-2/checkpoints").exists()
+    ra = json.loads((task / "a/results.json").read_text())
+    rb = json.loads((task / "b/results.json").read_text())
+    assert ra["seeds"] == rb["seeds"] and ra["median"] == rb["median"]
+    for seed in (1, 2):
+        wa = load_file(task / f"a/seed-{seed}/model.safetensors")
+        wb = load_file(task / f"b/seed-{seed}/model.safetensors")
+        assert all(torch.equal(wa[k], wb[k]) for k in wa), seed
+    ma = (task / "a/seed-2/metrics.jsonl").read_text().splitlines()
+    mb = (task / "b/seed-2/metrics.jsonl").read_text().splitlines()
+    strip = [{k: v for k, v in json.loads(x).items() if k != "tokens_per_s"} for x in ma]
+    assert strip == [{k: v for k, v in json.loads(x).items() if k != "tokens_per_s"}
+                     for x in mb]
+
+
+def test_resume_refuses_other_settings_and_a_finished_run(task, capsys):
+    args = ["finetune", "--random-init", "tiny", "--tokenizer", str(task / "tok"),
+            *custom_args(task), "--quiet", "--set", "epochs=1"]
+    assert main([*args, "--out", str(task / "a")]) == 0
+    assert "already complete" in cli_error(capsys, *args, "--out", task / "a", "--resume")
+    (task / "b.partial").mkdir()
+    (task / "b.partial/finetune.json").write_text(json.dumps(
+        {"task": "custom", "model": "random-init", "config": {"lr": 1.0}, "labels": {},
+         "seeds": [1]}))
+    assert "other settings" in cli_error(capsys, *args, "--out", task / "b", "--resume")
+
+
+@pytest.mark.parametrize("setting, words", [
+    ("precision=bf61", "precision must be one of bf16, fp16, fp32, got 'bf61'"),
+    ("grad_accum=3", "batch_size=32 is not divisible by grad_accum=3"),
+    ("grad_accum=0", "grad_accum must be a positive integer, got 0"),
+    ("epochs=abc", "epochs must be an integer or unset, got 'abc'"),
+    ("lr=nan", "lr must be a finite number"),
+    ("lr=-1", "lr must be > 0, got -1.0"),
+    ("max_length=0", "max_length must be at least 8"),
+    ("batch_size=0", "batch_size must be a positive integer, got 0"),
+    ("layer_decay=1.5", "layer_decay must be in (0, 1]"),
+])
+def test_bad_finetuning_settings_name_the_value(task, capsys, setting, words):
+    err = cli_error(capsys, "finetune", "--random-init", "tiny", "--tokenizer", task / "tok",
+                    *custom_args(task), "--out", task / "o", "--set", setting)
+    assert words in err
+    assert not (task / "o").exists() and not (task / "o.partial").exists()
+
+
+def test_bad_seeds_are_one_line(task, capsys):
+    assert "--seeds abc" in cli_error(capsys, "finetune", "--random-init", "tiny",
+                                      "--tokenizer", task / "tok", *custom_args(task),
+                                      "--out", task / "o", "--seeds", "abc")

@@ -344,3 +344,16 @@ def test_accumulation_trains_like_one_big_batch(data, tmp_path):
     for k in wa:
         torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5)
 
+
+def test_resume_between_log_lines_writes_the_same_metrics(data, tmp_path):
+    """Checkpoints at steps 4 and 8, lines every 3 steps: the steps since the last line are
+    part of the checkpoint, so the resumed run's lines equal the uninterrupted run's."""
+    cfg = config(log_every=3, eval_every=6)
+    run(data, tmp_path / "a", cfg)
+    run(data, tmp_path / "b", cfg, stop_after=4)
+    run(data, tmp_path / "b", cfg, resume=True, stop_after=4)
+    run(data, tmp_path / "b", cfg, resume=True)
+    a = without_timing(list(iter_metrics(tmp_path / "a")))
+    b = without_timing(list(iter_metrics(tmp_path / "b")))
+    assert [r["step"] for r in a] == [3, 6, 9, 12]
+    assert a == b

@@ -1,0 +1,133 @@
+"""The shape of the house: imports point one way, training loops are imported only by what
+runs them, and the CLI is a table whose every command fits the function it calls."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+# The training loops, and the modules that run them (the CLI names them by string only).
+LOOPS = {"electra.pretrain": {"electra.demo"}, "electra.finetune": set()}
+# What the CLI module may import: no loading, no training, no torch.
+CLI_IMPORTS = {"electra", "electra.config", "electra.errors", "electra.runtime"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the package -> the package modules it imports (anywhere in the file,
+    function-level imports included)."""
+    files = {module_name(f): f for f in (SRC / "electra").rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                targets = [f"{base}.{a.name}" for a in node.names] + [base]
+            else:
+                continue
+            for t in targets:
+                while t and t not in files:
+                    t = t.rpartition(".")[0]
+                if t and t != mod:
+                    graph[mod].add(t)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    assert {"electra.model", "electra.objective", "electra.trainer", "electra.pretrain"} <= set(
+        graph)
+    assert "electra.objective" in graph["electra.pretrain"]  # the graph sees real imports
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_training_loops_are_imported_only_by_what_runs_them():
+    graph = import_graph()
+    for loop, runners in LOOPS.items():
+        importers = {m for m, deps in graph.items() if loop in deps and m != "electra"}
+        assert importers <= runners, f"{loop} imported by {sorted(importers - runners)}"
+
+
+def test_model_file_holds_no_training_machinery():
+    deps = import_graph()["electra.model"]
+    assert deps <= {"electra.config"}, deps
+
+
+def test_cli_imports_nothing_that_loads_or_trains():
+    assert import_graph()["electra.cli"] <= CLI_IMPORTS
+    tree = ast.parse((SRC / "electra/cli.py").read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                for a in n.names}
+    assert "torch" not in imported
+
+
+@pytest.mark.parametrize("name", sorted(__import__("electra.cli").cli.COMMANDS))
+def test_every_command_fits_its_function(name):
+    """Every flag's destination is a parameter of the command's function, and every
+    parameter without a default is a flag."""
+    import importlib
+
+    from electra.cli import build_parser
+
+    parser = build_parser()
+    words = name.split()
+    sub = parser
+    for w in words:
+        sub = next(a for a in sub._actions if a.dest in ("command", f"{words[0]}_command")
+                   ).choices[w]
+    dests = {a.dest for a in sub._actions if a.dest not in ("help",)}
+    module, function = sub.get_default("_target").split(":")
+    params = inspect.signature(getattr(importlib.import_module(module), function)).parameters
+    assert dests <= set(params), f"{name}: flags without a parameter: {dests - set(params)}"
+    required = {p for p, v in params.items() if v.default is inspect.Parameter.empty}
+    assert required <= dests, f"{name}: parameters without a flag: {required - dests}"
