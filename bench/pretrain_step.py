@@ -12,6 +12,9 @@ vocabulary 30,522, seq 128, masking 15% (max 19 per sequence), lambda = 50, Adam
   and cross-entropy over all positions (labels -100 off the masked ones), Gumbel-max
   sampling at the masked positions, torch's AdamW.
 
+Both sides run with malloc keeping freed memory (``electra.runtime.keep_freed_memory``, as
+`electra pretrain` sets it), so the ratio compares the steps, not the allocators.
+
 First, from the same weights and batch in fp32 with dropout off, both must give the same
 generator and discriminator losses (tolerance printed). Then each (side, batch) is timed in
 its own process, interleaved ours/hf for `repeats` rounds, reporting tokens/s min/median/max,
@@ -173,6 +176,9 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
 
 
 def worker(side: str, bs: int, steps: int) -> None:
+    from electra.runtime import keep_freed_memory
+
+    keep_freed_memory()
     _, step = build(side)
     step(batch(bs, 0))  # warm-up (allocations, kernels)
     t0 = time.perf_counter()

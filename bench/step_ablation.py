@@ -36,7 +36,7 @@ from electra.config import load_run_config
 from electra.data.loader import BatchLoader, ShardDataset
 from electra.objective import ElectraPretrainingModel
 from electra.pretrain import make_trainer, train_step
-from electra.runtime import Runtime
+from electra.runtime import Runtime, keep_freed_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,9 +76,10 @@ def default_data(tmp: str) -> str:
 
 def training_step(data_dir: str, config: str, batch: int) -> Callable[[str], int]:
     """The training step `electra pretrain` runs (``electra.pretrain.train_step``: forward
-    under autocast, backward, the non-finite check, clipping, AdamW, the schedule) as a
-    function of the sampling method; it returns the step's real tokens. Same seed, model and
-    batches for every caller."""
+    under autocast, backward, the non-finite check, clipping, AdamW, the schedule, with malloc
+    keeping freed memory as `electra pretrain` sets it) as a function of the sampling method;
+    it returns the step's real tokens. Same seed, model and batches for every caller."""
+    keep_freed_memory()
     data = ShardDataset(data_dir)
     cfg = load_run_config(config_file=config, sets=[f"train.batch_size={batch}",
                                                     "train.grad_accum=1"])

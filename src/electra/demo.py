@@ -94,6 +94,7 @@ def run_demo(out: str | Path = "runs/demo", steps: int | None = None, overwrite:
     """Build the corpus, tokenizer and shards, pretrain, then report and show an example."""
     from electra.data.prepare import PrepareOptions, prepare
     from electra.pretrain import PretrainOptions, pretrain
+    from electra.runtime import start
     from electra.tokenizer import train_tokenizer
 
     out = Path(out)
@@ -113,8 +114,9 @@ def run_demo(out: str | Path = "runs/demo", steps: int | None = None, overwrite:
           f" replacements sampled at temperature {DEMO_TEMPERATURE:g} (the paper uses 1, which"
           f" needs far more than a few CPU minutes to leave the all-original plateau)")
     cfg = demo_config(steps)
-    last = pretrain(PretrainOptions(data=str(out / "data"), out=str(out / "run"), config=cfg,
-                                    overwrite=overwrite, progress=progress))
+    with start("auto", keep_memory=True) as rt:
+        last = pretrain(PretrainOptions(data=str(out / "data"), out=str(out / "run"),
+                                        config=cfg, overwrite=overwrite, progress=progress), rt)
     minutes = (time.perf_counter() - t0) / 60
     acc, base = last["val_disc_acc"], last["val_baseline_acc"]
     margin = 100 * (acc - base)

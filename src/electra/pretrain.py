@@ -80,7 +80,7 @@ def main(data: str, out: str, preset: str | None = None, config: str | None = No
         raise UserError(f"--stop-after {stop_after}: give a number of steps >= 1")
     opt = PretrainOptions(data=data, out=out, config=cfg, resume=resume, overwrite=overwrite,
                           progress=progress, device=device, stop_after=stop_after, init=init)
-    with start(device, dist_timeout) as rt:
+    with start(device, dist_timeout, keep_memory=True) as rt:
         pretrain(opt, rt)
 
 
