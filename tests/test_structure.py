@@ -13,7 +13,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # The training loops, and the modules that run them (the CLI names them by string only).
 LOOPS = {"electra.pretrain": {"electra.demo"}, "electra.finetune": set()}
 # What the CLI module may import: no loading, no training, no torch.
-CLI_IMPORTS = {"electra", "electra.config", "electra.errors", "electra.runtime"}
+CLI_IMPORTS = {"electra", "electra.config", "electra.errors", "electra.files",
+               "electra.runtime"}
 
 
 def module_name(path: Path) -> str:

@@ -16,7 +16,6 @@ corrupted checkpoint before anything is loaded.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -28,17 +27,9 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from electra.errors import UserError
-from electra.files import publish, staging_dir
+from electra.files import read_json, sha256_file, staged
 
 FILES = ("model.safetensors", "state.pt", "config.json")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _fsync_write(path: Path, data: bytes) -> None:
@@ -60,22 +51,15 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, state: dict[str, An
         UserError: when writing fails (a full disk, say); the previous checkpoints stay.
     """
     final = step_dir(root, step)
-    tmp = final.with_name(final.name + ".partial")
-    try:
-        tmp = staging_dir(final)
+    prev = latest_checkpoint(root)
+    kept = f"; {prev.name} is intact" if prev else ""
+    with staged(final, f"free disk space and rerun with --resume{kept}") as tmp:
         save_model(model, str(tmp / "model.safetensors"))
         torch.save(state, tmp / "state.pt")
         _fsync_write(tmp / "config.json", json.dumps(config, indent=2).encode())
-        manifest = {name: {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
-                    for name in FILES}
+        manifest = {name: {"bytes": (tmp / name).stat().st_size,
+                           "sha256": sha256_file(tmp / name)} for name in FILES}
         _fsync_write(tmp / "manifest.json", json.dumps(manifest, indent=2).encode())
-        publish(tmp, final)
-    except OSError as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        prev = latest_checkpoint(root)
-        kept = f"; {prev.name} is intact" if prev else ""
-        raise UserError(f"could not write checkpoint {final} ({err.strerror or err}){kept}; "
-                        f"free disk space and rerun with --resume") from None
     for old in list_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -114,18 +98,26 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
             problem = "is missing"
         elif f.stat().st_size != entry["bytes"]:
             problem = f"is truncated ({f.stat().st_size} of {entry['bytes']} bytes)"
-        elif _sha256(f) != entry["sha256"]:
+        elif sha256_file(f) != entry["sha256"]:
             problem = "is corrupted (checksum mismatch)"
         if problem:
             raise UserError(f"checkpoint {path}: {name} {problem}; nothing was loaded. Delete "
                             f"{path} to resume from an earlier checkpoint")
-    return json.loads((path / "config.json").read_text())
+    return read_json(path / "config.json", "a checkpoint's config")
 
 
 def load_checkpoint(path: Path, model: nn.Module) -> tuple[dict[str, Any], dict[str, Any]]:
     """Verify, then load weights into ``model``; returns (state, config)."""
+    import pickle
+
     config = verify_checkpoint(path)
-    state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+    try:  # weights_only: plain tensors and containers; anything that would run code is refused
+        state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        first = str(err).strip().splitlines()[0]
+        raise UserError(f"{path}/state.pt: refused, it holds more than tensors ({first}); "
+                        f"nothing was loaded. Delete {path} to resume from an earlier "
+                        f"checkpoint") from None
     missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
     if missing or unexpected:
         raise UserError(f"checkpoint {path} does not fit this model (missing "

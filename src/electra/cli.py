@@ -90,13 +90,12 @@ COMMANDS: dict[str, Command] = {
             arg("--overwrite", action="store_true", help="replace an existing tokenizer"))),
     "prepare": Command(
         "tokenize and pack text into memory-mapped shards", "electra.data.prepare:main", (
-            arg("--input", dest="inputs", nargs="+", required=True, metavar="PATH",
+            arg("--input", dest="inputs", nargs="+", metavar="PATH",
                 help="text files, directories or globs (.txt, .jsonl, .gz): one sentence or "
                 "paragraph per line, blank line between documents"),
-            arg("--tokenizer", required=True,
-                help="a tokenizer folder, tokenizer.json or vocab.txt"),
+            arg("--tokenizer", help="a tokenizer folder, tokenizer.json or vocab.txt"),
             arg("--seq-len", type=int, default=128, help="example length (default: 128)"),
-            arg("--out", required=True, help="output folder"),
+            arg("--out", help="output folder"),
             arg("--workers", type=int, default=1, help="processes (default: 1); the output "
                 "is identical whatever the count"),
             arg("--seed", type=int, default=12345, help="packing seed (default: 12345)"),
@@ -105,7 +104,11 @@ COMMANDS: dict[str, Command] = {
                    arg("--val-fraction", type=float, default=None,
                        help="send this fraction of documents to the validation split"))),
             arg("--text-field", default="text", help="JSONL field holding the text"),
-            arg("--overwrite", action="store_true", help="replace an existing output"))),
+            arg("--overwrite", action="store_true", help="replace an existing output"),
+            arg("--verify", metavar="DATA", help="instead: check a prepared folder in full "
+                "(every token id and segment, token counts, file checksums) and exit")),
+        description="Tokenize and pack text into memory-mapped shards: --input, --tokenizer "
+        "and --out. Or check a prepared folder: --verify DATA."),
     "pretrain": Command(
         "pretrain generator + discriminator (ELECTRA)", "electra.pretrain:main", (
             OneOf((arg("--preset", choices=["tiny", "small", "base", "large"],
@@ -138,7 +141,7 @@ COMMANDS: dict[str, Command] = {
         "a short pretraining demo on text that ships with Python", "electra.demo:run_demo", (
             arg("--out", default="runs/demo", help="where to write (default: runs/demo)"),
             arg("--steps", type=int, default=None, help="pretraining steps (default: the "
-                "demo's own, about 3 minutes on 2 CPU cores)"),
+                "demo's own, about 2 minutes on 2 CPU cores)"),
             _quiet())),
     "finetune": Command(
         "fine-tune the discriminator on GLUE or a custom task", "electra.finetune:main", (
@@ -266,6 +269,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("electra: interrupted", file=sys.stderr)
         return 130
+    except OSError as err:  # a writer the disk failed under, that said nothing more itself
+        from pathlib import Path
+
+        from electra.files import disk_problem
+
+        problem = disk_problem(err, Path(err.filename or "."))
+        if problem is None:
+            raise
+        print(f"electra: error: {problem}: {err.filename or 'a file'}; free some space (or "
+              f"choose another --out) and run it again", file=sys.stderr)
+        return 2
 
 
 def entry() -> NoReturn:

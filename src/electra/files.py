@@ -1,21 +1,27 @@
 """Writing outputs so that nothing a user has is ever half-replaced, and reading JSON safely.
 
-    check_out(out, overwrite)  # before any work: refuse an existing output, a file in the way
-    tmp = staging_dir(out)     # a fresh OUT.partial/
-    ... write into tmp ...
-    publish(tmp, out)          # OUT.partial -> OUT; an old OUT is removed only afterwards
+    check_out(out, overwrite)  # before any work: refuse an existing output, a file in the
+                               # way, a place that cannot be written
+    with staged(out) as tmp:   # a fresh OUT.partial/, renamed to OUT at the end of the block
+        ... write into tmp ...  # (an old OUT removed only then); on any error it is removed
     write_json(path, obj)      # path.tmp, fsync, rename: readers see the old file or the new
     read_json(path, what)      # a missing or damaged file is one UserError naming the path
+    with disk_errors(path): ...  # a full disk or read-only filesystem: one UserError
 
-Nothing loads from ``*.partial``, so an interrupted writer leaves nothing that looks complete,
-and an existing output survives every failure before ``publish``.
+Nothing loads from ``*.partial``, so an interrupted writer (even one killed with -9) leaves
+nothing that looks complete, and an existing output survives every failure before ``publish``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import json
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +41,27 @@ def check_out(out: str | Path, overwrite: bool = False, flag: str = "--out") -> 
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UserError(f"{flag} {out} already exists and is not empty; pass --overwrite to "
                         f"replace it or choose another folder")
+    check_writable(out, flag)
     return out
+
+
+def check_writable(out: Path, flag: str = "--out") -> None:
+    """Refuse an output that cannot be written (read-only filesystem, no permission, a file
+    where a folder must go): the nearest existing folder at or above ``out`` must take a new
+    file (a probe, removed at once)."""
+    place = out
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    if not place.is_dir():
+        where = f"{flag} {out} is" if place == out else f"{flag} {out}: {place} is"
+        raise UserError(f"{where} a file, not a folder; choose another path")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".electra-probe-", dir=place)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise UserError(f"{flag} {out}: cannot write under {place} ({err.strerror or err}); "
+                        f"choose a writable folder") from None
 
 
 def staging_dir(out: Path) -> Path:
@@ -58,6 +84,60 @@ def publish(tmp: Path, out: Path) -> None:
         tmp.rename(out)
 
 
+@contextlib.contextmanager
+def staged(out: Path, hint: str | None = None) -> Iterator[Path]:
+    """Write folder ``out`` whole or not at all: the block writes into a fresh ``OUT.partial``,
+    which replaces ``out`` when the block ends; on any error (or Ctrl-C) it is removed and
+    ``out`` is untouched. A full disk or read-only filesystem becomes one UserError (ending
+    with ``hint``, what to do)."""
+    tmp = staging_dir(out)
+    try:
+        with disk_errors(out, hint):
+            yield tmp
+            publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+_DISK = {e: os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES,
+                                     errno.EPERM)}  # "No space left on device", ...
+
+
+def disk_problem(err: BaseException, path: Path) -> str | None:
+    """What an error raised while writing under ``path`` says about the disk, in words; None
+    when it is not about the disk (then it is a bug and keeps its traceback)."""
+    if isinstance(err, OSError) and err.errno in _DISK:
+        return _DISK[err.errno]
+    text = str(err)
+    if "os error 28" in text or "No space left" in text:  # safetensors, and others
+        return _DISK[errno.ENOSPC]
+    if isinstance(err, RuntimeError) and ("inline_container" in text or "write" in text):
+        # torch.save on a full disk says only "unexpected pos ..." or "file write failed"
+        place = path
+        while not place.exists() and place != place.parent:
+            place = place.parent
+        if shutil.disk_usage(place).free < 64 << 20:
+            return _DISK[errno.ENOSPC]
+    return None
+
+
+@contextlib.contextmanager
+def disk_errors(path: Path, hint: str | None = None) -> Iterator[None]:
+    """Turn a full disk, a quota, a read-only filesystem or a permission error while writing
+    under ``path`` into one UserError naming it; anything else goes on as it is."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as err:  # safetensors' own error type is a bare Exception
+        problem = disk_problem(err, path)
+        if problem is None:
+            raise
+        hint = hint or "free some space (or choose another --out) and run it again"
+        raise UserError(f"{problem} while writing {path}; {hint}") from None
+
+
 def write_json(path: Path, obj: Any) -> None:
     """Write ``obj`` as indented JSON atomically (a crash leaves the old file or the new)."""
     part = path.with_name(path.name + ".tmp")
@@ -66,6 +146,14 @@ def write_json(path: Path, obj: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     part.replace(path)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def read_json(path: Path, what: str = "") -> Any:

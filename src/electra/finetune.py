@@ -44,8 +44,8 @@ from electra.config import (
 )
 from electra.data.tasks import Example, TaskData, compute_metrics, encode, label_map, load_task
 from electra.errors import UserError
-from electra.files import check_out, publish, read_json, staging_dir, write_json
-from electra.model import SequenceClassifier
+from electra.files import check_out, disk_errors, publish, read_json, staging_dir, write_json
+from electra.model import Encoder, SequenceClassifier
 from electra.optim import layerwise_groups
 from electra.runtime import Runtime, autocast, start
 from electra.trainer import RandomStreams, Settings, Trainer
@@ -59,6 +59,7 @@ class ModelSource:
     config: ModelConfig
     tokenizer: Path
     name: str  # for results.json: the --model given, or "random-init"
+    encoder: dict[str, Any] | None = None  # the encoder's weights (read and checked once)
 
 
 def model_source(model: str | None = None, random_init: str | None = None,
@@ -84,7 +85,10 @@ def model_source(model: str | None = None, random_init: str | None = None,
     kind = read_json(folder / "config.json", "a model folder's config").get("kind")
     cfg, _ = folders.read_config(folder, "classifier" if kind == "classifier"
                                  else "discriminator")
-    return ModelSource(folder, cfg, folder, str(model))
+    weights = folders.read_weights(folder / "model.safetensors")
+    encoder = {k[len("encoder."):]: v for k, v in weights.items() if k.startswith("encoder.")}
+    folders.fit(Encoder(cfg), encoder, folder)  # refused now, not after the output exists
+    return ModelSource(folder, cfg, folder, str(model), encoder)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -204,10 +208,8 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
     rt = rt or Runtime()
     torch.manual_seed(seed)
     model = SequenceClassifier(source.config, 1 if data.regression else len(data.labels))
-    if source.init is not None:
-        weights = folders.read_weights(source.init / "model.safetensors")
-        folders.fit(model.encoder, {k[len("encoder."):]: v for k, v in weights.items()
-                                    if k.startswith("encoder.")}, source.init)
+    if source.encoder is not None:
+        folders.fit(model.encoder, source.encoder, source.init)  # type: ignore[arg-type]
     examples = _training_examples(data, cfg)
     train = encode(tok, examples, cfg.max_length, data.labels, data.regression)
     steps_per_epoch = max(1, len(examples) // cfg.batch_size)
@@ -368,6 +370,23 @@ def run_finetune(source: ModelSource, data: TaskData, out: str | Path, cfg: Fine
         return tmp, done, ckpt
 
     tmp, per_seed, ckpt = rt.on_main(begin, "preparing the output folder")
+    with disk_errors(tmp, f"free disk space and rerun the same command with --resume ({tmp} "
+                     f"holds what is done)"):
+        results = _run_seeds(source, data, cfg, seeds, rt, tok, tmp, per_seed, ckpt, progress)
+    if results is None:
+        rt.barrier()
+        return None
+    (tmp / "finetune.json").unlink()
+    publish(tmp, out)
+    rt.barrier()
+    return results
+
+
+def _run_seeds(source: ModelSource, data: TaskData, cfg: FinetuneConfig, seeds: list[int],
+               rt: Runtime, tok: Any, tmp: Path, per_seed: dict[int, Any], ckpt: Path | None,
+               progress: bool) -> dict[str, Any] | None:
+    """Each seed not yet done: fine-tune, evaluate, write its folder; then the results
+    (rank 0; other ranks return None)."""
     for seed in seeds:
         if seed in per_seed:
             if rt.is_main:
@@ -382,13 +401,8 @@ def run_finetune(source: ModelSource, data: TaskData, out: str | Path, cfg: Fine
             _finish_seed(model.cpu(), folder, data, cfg, tok, seed, per_seed[seed],
                          time.perf_counter() - t0)
     if not rt.is_main:
-        rt.barrier()
         return None
-    results = _write_results(tmp, data, cfg, seeds, per_seed, source.name)
-    (tmp / "finetune.json").unlink()
-    publish(tmp, out)
-    rt.barrier()
-    return results
+    return _write_results(tmp, data, cfg, seeds, per_seed, source.name)
 
 
 def save_classifier(model: SequenceClassifier, folder: Path, data: TaskData,

@@ -23,7 +23,7 @@ from torch import nn
 
 from electra.config import ModelConfig, config_from_dict
 from electra.errors import UserError
-from electra.files import publish, read_json, staging_dir, write_json
+from electra.files import read_json, staged, write_json
 
 KINDS = ("discriminator", "generator", "classifier")
 _HINT = {"classifier": "give OUT/seed-N from `electra finetune`"}
@@ -131,6 +131,5 @@ def write(folder: Path, module: nn.Module, kind: str, tokenizer_json: str,
 
 def save(module: nn.Module, kind: str, folder: Path, tokenizer_json: str, **meta: Any) -> None:
     """:func:`write` into ``folder`` atomically (a staged copy replaces it when complete)."""
-    tmp = staging_dir(folder)
-    write(tmp, module, kind, tokenizer_json, **meta)
-    publish(tmp, folder)
+    with staged(folder) as tmp:
+        write(tmp, module, kind, tokenizer_json, **meta)

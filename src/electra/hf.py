@@ -25,7 +25,7 @@ import torch
 from electra import folders
 from electra.config import ModelConfig
 from electra.errors import UserError
-from electra.files import check_out, publish, read_json, staging_dir
+from electra.files import check_out, read_json, staged
 from electra.tokenizer import load_tokenizer, save_tokenizer
 
 # (our key pattern, transformers key pattern); "{i}" is a layer index.
@@ -238,19 +238,17 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
     if _is_classifier(src):
         model, meta = folders.load(src, "classifier", flag="export")
         labels = _classifier_labels(meta)
-        tmp = staging_dir(out)
-        _write_hf_folder(tmp, model, "classifier", load_tokenizer(src),
-                         finetuning_task=meta["task"], **labels)
-        publish(tmp, out)
+        with staged(out) as tmp:
+            _write_hf_folder(tmp, model, "classifier", load_tokenizer(src),
+                             finetuning_task=meta["task"], **labels)
         print(f"wrote {out} ({HF_CLASSES['classifier']}, task {meta['task']}, labels "
               f"{list(labels['label2id'])})")
         return out
     models, tok_path = _load_source(src)
     tok = load_tokenizer(tok_path)
-    tmp = staging_dir(out)
-    for kind, module in models.items():
-        _write_hf_folder(tmp / kind, module, kind, tok)
-    publish(tmp, out)
+    with staged(out) as tmp:
+        for kind, module in models.items():
+            _write_hf_folder(tmp / kind, module, kind, tok)
     print(f"wrote {out}/discriminator ({HF_CLASSES['discriminator']}) and {out}/generator "
           f"({HF_CLASSES['generator']})")
     return out
@@ -311,10 +309,9 @@ def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None 
     if tok_src is None:
         raise UserError(f"{disc_dir}: no tokenizer.json or vocab.txt beside the weights")
     tok_json = load_tokenizer(tok_src).to_str()
-    tmp = staging_dir(out)
-    folders.write(tmp / "discriminator", disc, "discriminator", tok_json)
-    folders.write(tmp / "generator", gen, "generator", tok_json)
-    publish(tmp, out)
+    with staged(out) as tmp:
+        folders.write(tmp / "discriminator", disc, "discriminator", tok_json)
+        folders.write(tmp / "generator", gen, "generator", tok_json)
     print(f"wrote {out}/discriminator and {out}/generator"
           + ("" if generator else " (a fresh generator, sharing the discriminator's "
                                   "embeddings)"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from electra.errors import UserError
+from electra.files import check_writable, disk_errors
 from electra.metrics import iter_metrics
 
 
@@ -22,10 +23,13 @@ def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UserError("plotting needs matplotlib: pip install matplotlib") from None
+    out = Path(out) if out else Path(run) / "curves.png"
+    if out.is_dir():
+        raise UserError(f"--out {out} is a folder; give the path of a .png file")
+    check_writable(out)
     records = list(iter_metrics(run))
     if not records:
         raise UserError(f"{run}/metrics.jsonl is empty; nothing to plot yet")
-    out = Path(out) if out else Path(run) / "curves.png"
 
     def series(key: str) -> tuple[list[int], list[float]]:
         pts = [(r["step"], r[key]) for r in records if key in r]
@@ -52,6 +56,7 @@ def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
     fig.suptitle(f"{Path(run).name}: {records[-1]['tokens']:,} tokens, step "
                  f"{records[-1]['step']:,}")
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    with disk_errors(out):
+        fig.savefig(out, dpi=100)
     plt.close(fig)
     return out

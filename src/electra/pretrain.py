@@ -41,12 +41,12 @@ from electra.config import (
 )
 from electra.data.loader import BatchLoader, ShardDataset
 from electra.errors import UserError
-from electra.files import read_json, write_json
+from electra.files import check_writable, disk_errors, read_json, write_json
 from electra.model import count_parameters
 from electra.objective import ElectraPretrainingModel
 from electra.optim import param_groups
 from electra.runtime import Runtime, autocast, resolve_device, start
-from electra.tokenizer import SpecialTokens
+from electra.tokenizer import SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.trainer import RandomStreams, Settings, Trainer, add_into, pool
 
 # Settings that may change when a run is resumed; all others must match the saved run.
@@ -102,7 +102,8 @@ def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
     p = build(opt, rt)
     trainer, tc = p.trainer, p.cfg.train
     stop_at = min(tc.max_steps, trainer.step + (opt.stop_after or tc.max_steps))
-    with trainer.running():
+    resume_hint = "free disk space and rerun with --resume"
+    with disk_errors(Path(opt.out), resume_hint), trainer.running():
         while trainer.step < stop_at:
             if train_step(trainer, next(p.loader), p.cfg, p.data.special, p.micro) is None:
                 continue  # a non-finite loss: the step was skipped
@@ -281,15 +282,21 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
     """Data, validation split, init weights, the resolved config, this rank's loader and the
     batch split, each checked (a UserError on any rank stops every rank)."""
     cfg, tc = opt.config, opt.config.train
+    check_writable(Path(opt.out))
     data = ShardDataset(opt.data, "train")
     val = ShardDataset(opt.data, "val") if "val" in data.meta["splits"] else None
     init = _load_init(opt.init, cfg.model) if opt.init else None
     model_cfg = (init[0] if init else cfg.model).replace(vocab_size=data.vocab_size,
                                                         pad_token_id=data.special.pad)
-    if init and init[0].vocab_size != data.vocab_size:
-        raise UserError(f"--init {opt.init}: the model's vocabulary has {init[0].vocab_size} "
-                        f"tokens but --data {opt.data} was prepared with {data.vocab_size}; "
-                        f"prepare the data with the model's tokenizer")
+    if init:
+        if init[0].vocab_size != data.vocab_size:
+            raise UserError(f"--init {opt.init}: the model's vocabulary has "
+                            f"{init[0].vocab_size} tokens but --data {opt.data} was prepared "
+                            f"with {data.vocab_size}; prepare the data with the model's "
+                            f"tokenizer")
+        tok = load_tokenizer(folders.resolve(opt.init, "discriminator", "--init"))
+        data.check_tokenizer(tokenizer_checksum(tok), tok.get_vocab_size(),
+                             f"--init {opt.init}")
     if data.seq_len > model_cfg.max_position_embeddings:
         raise UserError(f"--data {opt.data}: sequence length {data.seq_len} exceeds the "
                         f"model's {model_cfg.max_position_embeddings} positions; prepare with "
@@ -347,12 +354,22 @@ def _run_folder(opt: PretrainOptions, run_config: dict[str, Any],
             raise UserError(f"--resume: --data {opt.data} was prepared with another tokenizer "
                             f"than the run in {out} (tokenizer checksums differ); resume with "
                             f"the run's data or start a new --out")
-        diffs = config_diffs(saved, run_config, {f"train.{k}" for k in RESUMABLE_CHANGES})
+        free = {f"train.{k}" for k in RESUMABLE_CHANGES}
+        diffs = config_diffs(saved, run_config, free)
         if diffs:
             raise UserError(f"--resume: the settings differ from the run being resumed ("
                             f"{'; '.join(diffs[:3])}); resume with the same settings or start "
                             f"a new --out")
         found = latest_checkpoint(out / "checkpoints")
+        if found is not None:
+            theirs = read_json(found / "config.json", "a checkpoint's config")
+            diffs = config_diffs(theirs, run_config, free | {"step", "tokens"})
+            if diffs:
+                raise UserError(f"--resume: checkpoint {found.name} was written by another run "
+                                f"({'; '.join(diffs[:3])}); remove {found} to resume from an "
+                                f"earlier checkpoint, or start a new --out")
     write_json(out / "config.json", run_config)
-    shutil.copyfile(data.folder / "tokenizer.json", out / "tokenizer.json")
+    part = out / "tokenizer.json.tmp"
+    shutil.copyfile(data.folder / "tokenizer.json", part)
+    part.replace(out / "tokenizer.json")
     return found

@@ -139,7 +139,7 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
     from tokenizers.models import WordPiece
 
     from electra.data.text import expand_inputs, read_chunks
-    from electra.files import check_out, publish, staging_dir
+    from electra.files import check_out, staged
 
     if not 64 <= vocab_size <= 1 << 20:
         raise UserError(f"--vocab-size {vocab_size} is out of range; use 64 to 1048576 "
@@ -162,9 +162,8 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
     if tok.get_vocab_size() <= len(SPECIAL_TOKENS):
         raise UserError(f"--input {' '.join(inputs)}: no text to train on (the files are "
                         f"empty)")
-    tmp = staging_dir(out)
-    save_tokenizer(tok, tmp)
-    publish(tmp, out)
+    with staged(out) as tmp:
+        save_tokenizer(tok, tmp)
     print(f"wrote {out}/tokenizer.json and vocab.txt ({tok.get_vocab_size()} tokens, "
           f"{'uncased' if lowercase else 'cased'})")
     return tok

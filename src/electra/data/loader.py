@@ -4,11 +4,15 @@ The order is a permutation of the examples per epoch, drawn from ``(seed, epoch)
 step consumes one *global* batch from it; a process of a distributed run takes its own
 contiguous slice of that batch, so ranks read disjoint examples and the position in the
 data (epoch, examples consumed) means the same thing at any world size.
+
+Opening a split checks it cheaply: meta.json readable and complete, each file the size
+meta.json implies, and a sample of rows with every token id inside the vocabulary and every
+segment boundary inside its example. :meth:`ShardDataset.verify` (``electra prepare
+--verify DATA``) checks every row and the files' checksums.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,9 +20,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from electra.data.prepare import FORMAT_VERSION
 from electra.errors import UserError
+from electra.files import read_json, sha256_file
 from electra.tokenizer import SpecialTokens
+
+FORMAT_VERSION = 1  # of the folders `electra prepare` writes
+META_KEYS = ("format_version", "seq_len", "dtype", "vocab_size", "tokenizer_sha256",
+             "special_tokens", "splits")
 
 
 class ShardDataset:
@@ -33,7 +41,11 @@ class ShardDataset:
                     self.folder.with_name(self.folder.name + ".partial").exists() else "")
             raise UserError(f"--data {folder}: no meta.json, so this is not prepared data"
                             f"{hint}; make it with `electra prepare`")
-        meta = json.loads(meta_path.read_text())
+        meta = read_json(meta_path, "the prepared data's description")
+        missing = [k for k in META_KEYS if not isinstance(meta, dict) or k not in meta]
+        if missing:
+            raise UserError(f"--data {folder}: meta.json lacks {', '.join(missing)}; prepare "
+                            f"the data again")
         if meta.get("format_version") != FORMAT_VERSION:
             raise UserError(f"--data {folder}: format version {meta.get('format_version')} "
                             f"but this electra reads {FORMAT_VERSION}; prepare the data again")
@@ -47,13 +59,49 @@ class ShardDataset:
         self.special = SpecialTokens(**meta["special_tokens"])
         n = meta["splits"][split]["examples"]
         d = self.folder / split
-        expected = n * self.seq_len * np.dtype(meta["dtype"]).itemsize
-        if not (d / "ids.bin").is_file() or (d / "ids.bin").stat().st_size != expected:
-            raise UserError(f"--data {folder}: {split}/ids.bin is missing or not "
-                            f"{expected} bytes as meta.json says; prepare the data again")
+        for name, dtype, width in (("ids.bin", meta["dtype"], self.seq_len),
+                                   ("segments.bin", np.uint16, 2)):
+            expected = n * width * np.dtype(dtype).itemsize
+            if not (d / name).is_file() or (d / name).stat().st_size != expected:
+                raise UserError(f"--data {folder}: {split}/{name} is missing or not "
+                                f"{expected} bytes as meta.json says (damaged or cut short); "
+                                f"prepare the data again")
         self.ids = np.memmap(d / "ids.bin", dtype=meta["dtype"], mode="r",
                              shape=(n, self.seq_len))
         self.segments = np.memmap(d / "segments.bin", dtype=np.uint16, mode="r", shape=(n, 2))
+        self._check_rows(np.unique(np.concatenate([
+            np.arange(min(n, 64)), np.arange(max(0, n - 64), n),
+            np.random.default_rng(0).integers(0, max(n, 1), 128)])) if n else np.arange(0))
+
+    def _check_rows(self, rows: np.ndarray | slice) -> None:
+        """Token ids inside the vocabulary and segment ends inside the example, for ``rows``."""
+        ids, seg = np.asarray(self.ids[rows]), np.asarray(self.segments[rows]).astype(np.int64)
+        if ids.size and int(ids.max()) >= self.vocab_size:
+            raise UserError(f"--data {self.folder}: {self.split}/ids.bin: token id "
+                            f"{int(ids.max())} is outside the vocabulary of {self.vocab_size} "
+                            f"that meta.json declares (damaged data, or meta.json from other "
+                            f"data); prepare the data again")
+        if seg.size and not ((seg[:, 0] >= 2) & (seg[:, 0] <= seg[:, 1])
+                             & (seg[:, 1] <= self.seq_len)).all():
+            raise UserError(f"--data {self.folder}: {self.split}/segments.bin holds segment "
+                            f"ends outside their examples of {self.seq_len} tokens (damaged); "
+                            f"prepare the data again")
+
+    def verify(self, chunk: int = 1 << 16) -> dict[str, int]:
+        """Every row checked, and the file checksums and token count against meta.json."""
+        for start in range(0, len(self), chunk):
+            self._check_rows(slice(start, start + chunk))
+        tokens = int(self.segments[:, 1].astype(np.int64).sum())
+        declared = self.meta["splits"][self.split]["tokens"]
+        if tokens != declared:
+            raise UserError(f"--data {self.folder}: {self.split} holds {tokens} tokens, "
+                            f"meta.json says {declared} (damaged); prepare the data again")
+        for name in ("ids.bin", "segments.bin"):
+            want = self.meta.get("files", {}).get(f"{self.split}/{name}")
+            if want and sha256_file(self.folder / self.split / name) != want["sha256"]:
+                raise UserError(f"--data {self.folder}: {self.split}/{name} does not match "
+                                f"its checksum in meta.json (damaged); prepare the data again")
+        return {"examples": len(self), "tokens": tokens}
 
     def __len__(self) -> int:
         return self.ids.shape[0]
@@ -62,7 +110,8 @@ class ShardDataset:
     def vocab_size(self) -> int:
         return int(self.meta["vocab_size"])
 
-    def check_tokenizer(self, sha256: str | None, vocab_size: int, what: str = "the model") -> None:
+    def check_tokenizer(self, sha256: str | None, vocab_size: int,
+                        what: str = "the model") -> None:
         """Refuse data made with another tokenizer or vocabulary size than ``what`` uses."""
         if vocab_size != self.vocab_size:
             raise UserError(f"--data {self.folder}: prepared with a vocabulary of "
@@ -154,3 +203,4 @@ class BatchLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.seed = int(state["seed"])
         self.state = LoaderState(int(state["epoch"]), int(state["position"]))
+

@@ -27,7 +27,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import random
-import shutil
 import sys
 import time
 from collections import deque
@@ -38,12 +37,12 @@ from typing import Any
 
 import numpy as np
 
+from electra.data.loader import FORMAT_VERSION, ShardDataset
 from electra.data.text import Chunk, ReadStats, expand_inputs, read_chunks
 from electra.errors import UserError
-from electra.files import check_out, publish, staging_dir, write_json
+from electra.files import check_out, sha256_file, staged, write_json
 from electra.tokenizer import SpecialTokens, load_tokenizer, tokenizer_checksum
 
-FORMAT_VERSION = 1
 MAX_SEQ_LEN = 512  # the position table of every preset
 
 
@@ -321,11 +320,17 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
             os.environ["TOKENIZERS_PARALLELISM"] = env_before
 
 
-def main(inputs: list[str], tokenizer: str, out: str, seq_len: int = 128, workers: int = 1,
-         seed: int = 12345, val_inputs: list[str] | None = None,
-         val_fraction: float | None = None, text_field: str = "text",
-         overwrite: bool = False) -> None:
-    """`electra prepare`."""
+def main(inputs: list[str] | None = None, tokenizer: str | None = None, out: str | None = None,
+         seq_len: int = 128, workers: int = 1, seed: int = 12345,
+         val_inputs: list[str] | None = None, val_fraction: float | None = None,
+         text_field: str = "text", overwrite: bool = False, verify: str | None = None) -> None:
+    """`electra prepare` (or `electra prepare --verify DATA`)."""
+    if verify is not None:
+        verify_data(verify)
+        return
+    if not (inputs and tokenizer and out):
+        raise UserError("electra prepare needs --input, --tokenizer and --out (or --verify "
+                        "DATA to check a prepared folder)")
     prepare(PrepareOptions(inputs=inputs, tokenizer=tokenizer, out=out, seq_len=seq_len,
                            workers=workers, seed=seed, val_inputs=val_inputs,
                            val_fraction=val_fraction, text_field=text_field,
@@ -342,50 +347,72 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
     vocab_size = tok.get_vocab_size()
     dtype = token_dtype(vocab_size)
     out = Path(opt.out)
-    tmp = staging_dir(out)
-    tok_json = tok.to_str()
     settings = {"seq_len": opt.seq_len, "special": special, "dtype": dtype.str,
                 "seed": opt.seed}
-    t0 = time.perf_counter()
-    stats = ReadStats()
-    writers: dict[str, _Writer] = {}
-    totals: dict[str, int] = {}
-    try:
-        _run_split(files, "train", opt, tok_json, settings, tmp, writers, stats, totals)
-        if val_files:
-            _run_split(val_files, "val", opt, tok_json, settings, tmp, writers, stats, totals)
-    finally:
-        for w in writers.values():
-            w.close()
-    seconds = time.perf_counter() - t0
-    if "train" not in writers:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"--input {' '.join(opt.inputs)}: no text found (the files are empty "
-                        f"or hold only blank lines)")
-    meta = {
-        "format_version": FORMAT_VERSION,
-        "seq_len": opt.seq_len,
-        "dtype": dtype.name,
-        "vocab_size": vocab_size,
-        "tokenizer_sha256": tokenizer_checksum(tok),
-        "special_tokens": special.to_dict(),
-        "seed": opt.seed,
-        "splits": {name: {"examples": w.examples, "tokens": w.tokens}
-                   for name, w in sorted(writers.items())},
-        "inputs": stats.files,
-        "documents": stats.docs,
-        "bytes": stats.bytes,
-        "bad_bytes_replaced": stats.bad_bytes,
-        "val_fraction": opt.val_fraction,
-        **totals,
-        "seconds": round(seconds, 2),
-    }
-    tok.save(str(tmp / "tokenizer.json"))
-    write_json(tmp / "meta.json", meta)
-    publish(tmp, out)  # only now is what was there replaced
+    with staged(out) as tmp:  # OUT.partial, renamed to OUT only when complete
+        t0 = time.perf_counter()
+        stats = ReadStats()
+        writers: dict[str, _Writer] = {}
+        totals: dict[str, int] = {}
+        try:
+            _run_split(files, "train", opt, tok.to_str(), settings, tmp, writers, stats,
+                       totals)
+            if val_files:
+                _run_split(val_files, "val", opt, tok.to_str(), settings, tmp, writers, stats,
+                           totals)
+        finally:
+            for w in writers.values():
+                w.close()
+        seconds = time.perf_counter() - t0
+        if "train" not in writers:
+            raise UserError(f"--input {' '.join(opt.inputs)}: no text found (the files are "
+                            f"empty or hold only blank lines)")
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "seq_len": opt.seq_len,
+            "dtype": dtype.name,
+            "vocab_size": vocab_size,
+            "tokenizer_sha256": tokenizer_checksum(tok),
+            "special_tokens": special.to_dict(),
+            "seed": opt.seed,
+            "splits": {name: {"examples": w.examples, "tokens": w.tokens}
+                       for name, w in sorted(writers.items())},
+            "files": {f"{name}/{file}": {"bytes": (tmp / name / file).stat().st_size,
+                                         "sha256": sha256_file(tmp / name / file)}
+                      for name in sorted(writers) for file in ("ids.bin", "segments.bin")},
+            "inputs": stats.files,
+            "documents": stats.docs,
+            "bytes": stats.bytes,
+            "bad_bytes_replaced": stats.bad_bytes,
+            "val_fraction": opt.val_fraction,
+            **totals,
+            "seconds": round(seconds, 2),
+        }
+        tok.save(str(tmp / "tokenizer.json"))
+        write_json(tmp / "meta.json", meta)
     if not opt.quiet:
         _report(meta, out)
     return meta
+
+
+def verify_data(folder: str) -> dict[str, Any]:
+    """Check every row of every split, the token counts and the files' checksums against
+    meta.json, and the tokenizer against its checksum; print a summary."""
+    from electra.tokenizer import tokenizer_checksum
+
+    meta = ShardDataset(folder, "train").meta
+    found = {split: ShardDataset(folder, split).verify() for split in meta["splits"]}
+    tok = load_tokenizer(Path(folder) / "tokenizer.json")
+    if tokenizer_checksum(tok) != meta["tokenizer_sha256"]:
+        raise UserError(f"--verify {folder}: tokenizer.json does not match the checksum in "
+                        f"meta.json (damaged or replaced); prepare the data again")
+    splits = "; ".join(f"{name}: {v['examples']:,} examples, {v['tokens']:,} tokens"
+                       for name, v in found.items())
+    sums = ("file checksums match" if "files" in meta
+            else "no file checksums (prepared by an older electra)")
+    print(f"{folder}: ok. {splits}; every token id inside the vocabulary of "
+          f"{meta['vocab_size']}, every segment inside its example, {sums}")
+    return found
 
 
 def _report(meta: dict[str, Any], out: Path) -> None:

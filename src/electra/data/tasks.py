@@ -165,21 +165,15 @@ def read_custom(path: str | Path, text_columns: list[str], label_column: str | N
         raise UserError(f"{path}: no such file")
     if not 1 <= len(text_columns) <= 2:
         raise UserError(f"--text-columns takes one column or two, got {len(text_columns)}")
-    if path.suffix == ".jsonl":
-        records = []
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        records.append(json.loads(line))
-                    except json.JSONDecodeError as err:
-                        raise UserError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
-    else:
-        delimiter = "\t" if path.suffix in (".tsv", ".tab") else ","
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            records = list(csv.DictReader(f, delimiter=delimiter))
+    try:
+        records = _records(path)
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); save it "
+                        f"as UTF-8") from None
     if not records:
         raise UserError(f"{path}: no rows")
+    if not isinstance(records[0], dict):
+        raise UserError(f"{path}: row 1 is not an object with named fields")
     found = list(records[0].keys())
     wanted = [*text_columns, *([label_column] if label_column else [])]
     missing = [c for c in wanted if c not in records[0]]
@@ -188,6 +182,10 @@ def read_custom(path: str | Path, text_columns: list[str], label_column: str | N
                         f"{', '.join(map(repr, found))}")
     out = []
     for n, r in enumerate(records):
+        absent = [c for c in wanted if not isinstance(r, dict) or r.get(c) is None]
+        if absent:
+            raise UserError(f"{path}: row {n + 1} has no {', '.join(map(repr, absent))} "
+                            f"(a short or malformed row)")
         label: str | float | None = None
         if label_column:
             value = r[label_column]
@@ -204,14 +202,35 @@ def read_custom(path: str | Path, text_columns: list[str], label_column: str | N
     return out
 
 
+def _records(path: Path) -> list[Any]:
+    """The rows of a CSV/TSV (dicts by header) or the objects of a JSONL file."""
+    if path.suffix == ".jsonl":
+        records = []
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        records.append(json.loads(line))
+                    except json.JSONDecodeError as err:
+                        raise UserError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+        return records
+    delimiter = "\t" if path.suffix in (".tsv", ".tab") else ","
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        return list(csv.DictReader(f, delimiter=delimiter))
+
+
 def label_map(train: list[Example], dev: list[Example] | None = None) -> dict[str, int]:
-    """String labels -> ids (sorted, so stable); dev labels unseen in training are refused."""
+    """String labels -> ids (sorted, so stable); dev labels unseen in training are refused,
+    and so is a training set with a single class."""
     labels = sorted({str(e.label) for e in train if e.label is not None})
     if dev is not None:
         unseen = sorted({str(e.label) for e in dev if e.label is not None} - set(labels))
         if unseen:
             raise UserError(f"dev labels {', '.join(map(repr, unseen))} never occur in the "
                             f"training file (its labels: {', '.join(map(repr, labels))})")
+    if len(labels) == 1:
+        raise UserError(f"every training label is {labels[0]!r}; a classifier needs at least "
+                        f"two classes (--regression for numeric labels)")
     return {label: i for i, label in enumerate(labels)}
 
 
@@ -270,6 +289,10 @@ def load_task(task: str, data: str | None = None, train: str | None = None,
                             "--text-columns, --label-column)")
         cols = [c for c in text_columns.split(",") if c]
         examples = read_custom(train, cols, label_column, regression) if train else []
+        classes = {e.label for e in examples}
+        if not regression and len(classes) == 1:
+            raise UserError(f"{train}: every label is {classes.pop()!r}; a classifier needs at "
+                            f"least two classes (--regression for numeric labels)")
         metrics = ("pearson", "spearman") if regression else ("accuracy",)
         return TaskData("custom", examples, {"dev": read_custom(dev, cols, label_column,
                                                                  regression)},

@@ -1,0 +1,541 @@
+"""The fault matrix: bad input to every command ends in one line naming the problem, exit 2,
+and every file that was there before is byte-identical after (and nothing new appears).
+
+One world of fixtures is built once (a tokenizer, prepared data, a pretraining run with
+checkpoints, a fine-tuned model, a transformers export, and damaged or malicious copies of
+each); every case runs `electra ...` in-process against it.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import SHARED_DATA
+from test_data import write_corpus
+from test_finetune import write_sentiment
+
+from electra.cli import main
+
+
+class Payload:
+    """Unpickling this runs code (creates a file): what weights_only=True must refuse."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def malicious_pickle(path: Path, marker: Path) -> None:
+    path.write_bytes(pickle.dumps({"optimizer": Payload(marker)}, protocol=2))
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): sha(p) if p.is_file() else "dir"
+            for p in sorted(root.rglob("*"))}
+
+
+def truncate(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def cli(*args) -> int:
+    return main([str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    w = tmp_path_factory.mktemp("world")
+    write_corpus(w / "c.txt", n_docs=60)
+    assert cli("tokenizer", "train", "--input", w / "c.txt", "--vocab-size", 120,
+               "--out", w / "tok") == 0
+    assert cli("prepare", "--input", w / "c.txt", "--tokenizer", w / "tok", "--seq-len", 32,
+               "--val-fraction", 0.2, "--out", w / "data") == 0
+    (w / "tiny.toml").write_text(
+        'preset = "tiny"\n[model]\nhidden_size = 32\nembedding_size = 32\nnum_layers = 2\n'
+        'num_heads = 2\nintermediate_size = 64\nmax_position_embeddings = 64\n'
+        '[train]\nbatch_size = 8\nmax_steps = 4\nwarmup_steps = 1\nsave_every = 2\n'
+        'eval_every = 2\neval_batches = 1\nlog_every = 1\nprecision = "fp32"\n')
+    assert cli("pretrain", "--config", w / "tiny.toml", "--data", w / "data", "--out",
+               w / "run", "--quiet") == 0
+    write_sentiment(w / "train.csv", 64, 0)
+    write_sentiment(w / "dev.csv", 16, 1)
+    assert cli("finetune", "--model", w / "run", "--task", "custom", "--train",
+               w / "train.csv", "--dev", w / "dev.csv", "--out", w / "ft", "--quiet",
+               "--set", "epochs=1", "--set", "batch_size=8", "--set", "max_length=32") == 0
+    assert cli("export", w / "run", "--out", w / "hf") == 0
+
+    # Damaged data folders.
+    for name in ("meta_cut", "meta_lies", "ids_cut", "seg_cut", "ids_big"):
+        shutil.copytree(w / "data", w / name)
+    truncate(w / "meta_cut/meta.json")
+    meta = json.loads((w / "data/meta.json").read_text())
+    (w / "meta_lies/meta.json").write_text(json.dumps({**meta, "vocab_size": 40}))
+    truncate(w / "ids_cut/train/ids.bin", 0.9)
+    truncate(w / "seg_cut/train/segments.bin", 0.9)
+    ids = bytearray((w / "ids_big/train/ids.bin").read_bytes())
+    ids[2:4] = (5000).to_bytes(2, "little")  # the first example's second token: id 5000
+    (w / "ids_big/train/ids.bin").write_bytes(bytes(ids))
+    # Damaged model folders (a run's discriminator/) and a fine-tuned model.
+    for name in ("run_cfg_cut", "run_w_cut", "run_sizes"):
+        shutil.copytree(w / "run", w / name, ignore=shutil.ignore_patterns("checkpoints"))
+    truncate(w / "run_cfg_cut/discriminator/config.json")
+    truncate(w / "run_w_cut/discriminator/model.safetensors")
+    cfg = json.loads((w / "run/discriminator/config.json").read_text())
+    cfg["model"]["hidden_size"] = 64
+    (w / "run_sizes/discriminator/config.json").write_text(json.dumps(cfg))
+    shutil.copytree(w / "ft/seed-1", w / "ft_w_cut")
+    truncate(w / "ft_w_cut/model.safetensors")
+    # A run whose latest checkpoint holds a malicious state.pt (with a matching manifest),
+    # and one whose checkpoint was copied in from another run (other settings).
+    for name in ("run_evil", "run_foreign"):
+        shutil.copytree(w / "run", w / name)
+    ck = w / "run_evil/checkpoints/step-0000004"
+    malicious_pickle(ck / "state.pt", w / "PWNED")
+    manifest = json.loads((ck / "manifest.json").read_text())
+    manifest["state.pt"] = {"bytes": (ck / "state.pt").stat().st_size,
+                            "sha256": sha(ck / "state.pt")}
+    (ck / "manifest.json").write_text(json.dumps(manifest))
+    ck = w / "run_foreign/checkpoints/step-0000004"
+    saved = json.loads((ck / "config.json").read_text())
+    saved["train"]["lr"] = 0.5
+    (ck / "config.json").write_text(json.dumps(saved))
+    manifest = json.loads((ck / "manifest.json").read_text())
+    manifest["config.json"] = {"bytes": (ck / "config.json").stat().st_size,
+                               "sha256": sha(ck / "config.json")}
+    (ck / "manifest.json").write_text(json.dumps(manifest))
+    # transformers folders: cut config, cut weights, sizes that disagree, a malicious .bin.
+    for name in ("hf_cfg_cut", "hf_w_cut", "hf_sizes", "hf_evil"):
+        shutil.copytree(w / "hf/discriminator", w / name)
+    truncate(w / "hf_cfg_cut/config.json")
+    truncate(w / "hf_w_cut/model.safetensors")
+    hcfg = json.loads((w / "hf/discriminator/config.json").read_text())
+    (w / "hf_sizes/config.json").write_text(json.dumps({**hcfg, "intermediate_size": 99}))
+    (w / "hf_evil/model.safetensors").unlink()
+    malicious_pickle(w / "hf_evil/pytorch_model.bin", w / "PWNED")
+    # Another tokenizer of the same size (a different vocabulary).
+    write_corpus(w / "other.txt", n_docs=60, seed=7)
+    assert cli("tokenizer", "train", "--input", w / "other.txt", "--vocab-size", 120,
+               "--cased", "--out", w / "tok2") == 0
+    assert cli("prepare", "--input", w / "other.txt", "--tokenizer", w / "tok2", "--seq-len",
+               32, "--out", w / "data2") == 0
+    # Task files.
+    (w / "latin1.csv").write_bytes("text,label\ncaf\xe9 good,pos\nbad film,neg\n".encode(
+        "latin-1"))
+    (w / "short.csv").write_text("text,label\ngood film,pos\nbad film\nok,neg\n")
+    (w / "one_class.csv").write_text("text,label\ngood,pos\ngreat,pos\nlovely,pos\n")
+    (w / "unseen.csv").write_text("text,label\ngood,pos\nbad,meh\n")
+    (w / "bad.jsonl").write_text('{"text": "good", "label": "pos"}\n{"text": oops}\n')
+    (w / "num.csv").write_text("text,label\ngood,high\nbad,0.1\n")
+    # Configs.
+    (w / "broken.toml").write_text("[train\nlr = 1\n")
+    (w / "types.toml").write_text('preset = "tiny"\n[train]\nlr = "fast"\n')
+    (w / "section.toml").write_text('preset = "tiny"\n[trian]\nlr = 1e-3\n')
+    (w / "table.toml").write_text('preset = "tiny"\nmodel = 5\n')
+    (w / "preset.toml").write_text('preset = "huge"\n')
+    # Metrics with a damaged line in the middle; a file where a folder belongs.
+    shutil.copytree(w / "run", w / "run_metrics", ignore=shutil.ignore_patterns(
+        "checkpoints", "tb"))
+    lines = (w / "run_metrics/metrics.jsonl").read_text().splitlines()
+    lines[1] = lines[1][:10]
+    (w / "run_metrics/metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (w / "a_file").write_text("not a folder")
+    return w
+
+
+def P(*args):  # a path inside the world, resolved when the case runs
+    return ("@", *args)
+
+
+PRETRAIN = ("pretrain", "--config", P("tiny.toml"), "--data", P("data"), "--quiet")
+
+
+def ft(model: str = "run", train: str = "train.csv", dev: str = "dev.csv") -> tuple:
+    return ("finetune", "--model", P(model), "--task", "custom", "--train", P(train), "--dev",
+            P(dev), "--quiet", "--set", "max_length=32")
+
+
+FINETUNE = ft()
+RANDOM_FT = ("finetune", "--random-init", "tiny", "--tokenizer", P("tok"), "--task", "custom",
+             "--dev", P("dev.csv"), "--quiet")
+
+# (category, arguments, words the one line must contain). "--out" is added where it is missing.
+CASES = [
+    # -- config values: pretraining --
+    ("config", (*PRETRAIN, "--set", "train.lr=-1"), "train.lr must be > 0, got -1.0"),
+    ("config", (*PRETRAIN, "--set", "train.lr=nan"), "train.lr must be a finite number"),
+    ("config", (*PRETRAIN, "--set", "train.adam_beta1=5"), "train.adam_beta1 (5.0)"),
+    ("config", (*PRETRAIN, "--set", "train.adam_eps=-1"), "train.adam_eps must be > 0"),
+    ("config", (*PRETRAIN, "--set", "train.weight_decay=-0.1"),
+     "train.weight_decay must be >= 0, got -0.1"),
+    ("config", (*PRETRAIN, "--set", "train.threads=-1"), "train.threads must be >= 0"),
+    ("config", (*PRETRAIN, "--set", "model.layer_norm_eps=-1"), "model.layer_norm_eps"),
+    ("config", (*PRETRAIN, "--set", "objective.temperature=inf"),
+     "objective.temperature must be a finite number"),
+    ("config", (*PRETRAIN, "--set", "train.precision=fp8"),
+     "train.precision must be one of bf16, fp16, fp32, got 'fp8'"),
+    ("config", (*PRETRAIN, "--set", "train.batch_size=0"), "train.batch_size must be a positive"),
+    ("config", (*PRETRAIN, "--set", "train.max_steps=abc"),
+     "train.max_steps must be an integer, got 'abc'"),
+    ("config", (*PRETRAIN, "--set", "train.parallel=zero"), "train.parallel must be ddp or fsdp"),
+    ("config", (*PRETRAIN, "--set", "objective.sampling=magic"), "objective.sampling must be"),
+    ("config", (*PRETRAIN, "--set", "model.num_heads=3"), "not divisible by model.num_heads=3"),
+    ("config", (*PRETRAIN, "--set", "model.hidden_dropout=1.5"), "model.hidden_dropout must be"),
+    ("config", (*PRETRAIN, "--set", "objective.mask_prob=0"), "objective.mask_prob must be in"),
+    ("config", (*PRETRAIN, "--set", "nope=1"), "--set nope: no section has that key"),
+    ("config", (*PRETRAIN, "--set", "train.lr"), "expected key=value"),
+    ("config", ("pretrain", "--config", P("missing.toml"), "--data", P("data")),
+     "missing.toml: no such file"),
+    ("config", ("pretrain", "--config", P("broken.toml"), "--data", P("data")),
+     "broken.toml: not valid TOML"),
+    ("config", ("pretrain", "--config", P("types.toml"), "--data", P("data")),
+     "train.lr must be a number, got 'fast'"),
+    ("config", ("pretrain", "--config", P("section.toml"), "--data", P("data")),
+     "unknown config section(s) 'trian'"),
+    ("config", ("pretrain", "--config", P("table.toml"), "--data", P("data")),
+     "[model] must be a table"),
+    ("config", ("pretrain", "--config", P("preset.toml"), "--data", P("data")),
+     "unknown preset 'huge'"),
+    ("config", ("pretrain", "--data", P("data")), "give --preset NAME"),
+    ("config", (*PRETRAIN, "--stop-after", "0"), "--stop-after 0"),
+    # -- config values: fine-tuning --
+    ("config", (*FINETUNE, "--set", "lr=-1"), "lr must be > 0, got -1.0"),
+    ("config", (*FINETUNE, "--set", "lr=nan"), "lr must be a finite number"),
+    ("config", (*FINETUNE, "--set", "precision=fp8"), "precision must be one of bf16, fp16"),
+    ("config", (*FINETUNE, "--set", "max_length=0"), "max_length must be at least 8, got 0"),
+    ("config", (*FINETUNE, "--set", "batch_size=0"), "batch_size must be a positive integer"),
+    ("config", (*FINETUNE, "--set", "epochs=abc"), "epochs must be an integer or unset"),
+    ("config", (*FINETUNE, "--set", "grad_accum=3"), "not divisible by grad_accum=3"),
+    ("config", (*FINETUNE, "--set", "warmup_fraction=2"), "warmup_fraction must be in [0, 1)"),
+    ("config", (*FINETUNE, "--set", "lrr=1"), "unknown config key 'lrr'"),
+    ("config", (*FINETUNE, "--seeds", "abc"), "--seeds abc"),
+    ("config", (*FINETUNE, "--seeds", "1,1"), "--seeds 1,1"),
+    ("config", (*FINETUNE, "--set", "max_length=1024"), "exceeds the model's 64 positions"),
+    ("config", ("finetune", "--task", "custom", "--train", P("train.csv"), "--dev",
+                P("dev.csv")), "give --model RUN"),
+    ("config", ("finetune", "--random-init", "tiny", "--task", "custom", "--train",
+                P("train.csv"), "--dev", P("dev.csv")), "needs --tokenizer"),
+    ("config", ("finetune", "--model", P("run"), "--task", "squad", "--data", P("data")),
+     "--task squad: unknown; valid tasks"),
+    ("config", ("tokenizer", "train", "--input", P("c.txt"), "--vocab-size", "10"),
+     "--vocab-size 10 is out of range"),
+    ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--seq-len", "4"),
+     "--seq-len 4 is out of range"),
+    ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--workers", "0"),
+     "--workers 0"),
+    ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--val-fraction",
+                "1.5"), "--val-fraction 1.5"),
+    # -- devices --
+    ("device", (*PRETRAIN, "--device", "bogus"), "--device bogus: not a device"),
+    ("device", (*PRETRAIN, "--device", "cuda"), "--device cuda: this machine has no CUDA"),
+    ("device", (*FINETUNE, "--device", "cuda:7"), "--device cuda:7"),
+    # -- files read: data folders --
+    ("data", ("pretrain", "--preset", "tiny", "--data", P("tok")), "not prepared data"),
+    ("data", ("pretrain", "--preset", "tiny", "--data", P("meta_cut")),
+     "meta_cut/meta.json: not valid JSON"),
+    ("data", ("pretrain", "--preset", "tiny", "--data", P("meta_lies")),
+     "is outside the vocabulary of 40 that meta.json declares"),
+    ("data", ("pretrain", "--preset", "tiny", "--data", P("ids_cut")),
+     "train/ids.bin is missing or not"),
+    ("data", ("pretrain", "--preset", "tiny", "--data", P("seg_cut")),
+     "train/segments.bin is missing or not"),
+    ("data", ("pretrain", "--preset", "tiny", "--data", P("ids_big")),
+     "token id 5000 is outside the vocabulary of"),
+    ("data", ("prepare", "--input", P("missing.txt"), "--tokenizer", P("tok")),
+     "missing.txt: no such file"),
+    ("data", ("prepare", "--input", P("c.txt"), "--tokenizer", P("data/meta.json")),
+     "not a tokenizer file"),
+    ("data", ("tokenizer", "train", "--input", P("nothing/*.txt")), "matches no file"),
+    ("data", ("prepare", "--verify", P("ids_big")), "token id 5000 is outside"),
+    ("data", ("prepare", "--verify", P("seg_cut")), "segments.bin"),
+    # -- files read: model folders and checkpoints --
+    ("model", ft(model="run_cfg_cut"),
+     "run_cfg_cut/discriminator/config.json: not valid JSON"),
+    ("model", ft(model="run_w_cut"),
+     "run_w_cut/discriminator/model.safetensors: cannot be read"),
+    ("model", ft(model="run_sizes"), "do not fit the model"),
+    ("model", ft(model="tok"), "no discriminator weights"),
+    ("model", ("evaluate", "--model", P("ft_w_cut"), "--task", "custom", "--dev",
+               P("dev.csv")), "ft_w_cut/model.safetensors: cannot be read"),
+    ("model", ("evaluate", "--model", P("run"), "--task", "custom", "--dev", P("dev.csv")),
+     "no classifier weights"),
+    ("model", ("evaluate", "--model", P("ft/seed-1"), "--task", "sst2", "--data", P("data")),
+     "was fine-tuned on custom, not sst2"),
+    ("model", ("export", P("run_w_cut")), "run_w_cut/discriminator/model.safetensors"),
+    ("model", ("export", P("run_cfg_cut")), "run_cfg_cut/discriminator/config.json"),
+    ("model", ("export", P("ft_w_cut")), "ft_w_cut/model.safetensors: cannot be read"),
+    ("model", ("export", P("tok")), "neither a pretraining run"),
+    ("model", ("import", P("hf_cfg_cut")), "hf_cfg_cut/config.json: not valid JSON"),
+    ("model", ("import", P("hf_w_cut")), "hf_w_cut/model.safetensors: cannot be read"),
+    ("model", ("import", P("hf_sizes")), "do not fit the model"),
+    ("model", ("import", P("tok")), "no config.json"),
+    ("model", ("import", P("hf/discriminator"), "--generator", P("hf/discriminator")),
+     "not an ELECTRA generator"),
+    ("model", ("pretrain", "--preset", "tiny", "--data", P("data"), "--init", P("tok")),
+     "no discriminator weights"),
+    ("model", ("pretrain", "--preset", "tiny", "--data", P("data2"), "--init", P("run")),
+     "prepared with another tokenizer than --init"),
+    ("model", (*PRETRAIN[:-1], "--out", P("run_foreign"), "--resume"),
+     "checkpoint step-0000004 was written by another run"),
+    ("model", (*PRETRAIN[:-1], "--out", P("run"), "--resume", "--set", "train.lr=0.5"),
+     "settings differ from the run being resumed"),
+    ("model", (*PRETRAIN[:2], P("tiny.toml"), "--data", P("data2"), "--out", P("run"),
+               "--resume"), "prepared with another tokenizer than the run"),
+    ("model", ("plot", P("run_metrics")), "line 2 is not valid JSON"),
+    ("model", ("plot", P("tok")), "no metrics.jsonl"),
+    # -- code in weights files: refused, never run --
+    ("pickle", (*PRETRAIN[:-1], "--out", P("run_evil"), "--resume"),
+     "state.pt: refused, it holds more than tensors"),
+    ("pickle", ("export", P("run_evil/checkpoints/step-0000004")),
+     "state.pt: refused, it holds more than tensors"),
+    ("pickle", ("import", P("hf_evil")), "pytorch_model.bin: refused, it holds more than"),
+    # -- task files --
+    ("task", ft(train="latin1.csv"),
+     "latin1.csv: not UTF-8 text"),
+    ("task", ft(train="short.csv"), "short.csv: row 2 has no 'label'"),
+    ("task", ft(train="one_class.csv"),
+     "one_class.csv: every label is 'pos'"),
+    ("task", ft(dev="unseen.csv"), "dev labels 'meh' never occur"),
+    ("task", ft(train="bad.jsonl"), "bad.jsonl:2: not valid JSON"),
+    ("task", (*ft(train="num.csv"), "--regression"),
+     "label 'high' is not a number"),
+    ("task", (*RANDOM_FT, "--train", P("missing.csv")), "missing.csv: no such file"),
+    ("task", (*FINETUNE, "--text-columns", "sentence"), "no column 'sentence'"),
+    ("task", (*FINETUNE, "--predict", "test"), "GLUE submission files"),
+    # -- outputs --
+    ("out", (*PRETRAIN, "--out", P("a_file")), "--out {a_file} is a file, not a folder"),
+    ("out", (*PRETRAIN, "--out", P("tok")), "already holds a run"),
+    ("out", (*PRETRAIN, "--out", P("tok"), "--overwrite"), "not an electra run"),
+    ("out", (*PRETRAIN, "--out", "/proc/electra/run"), "cannot write under /proc"),
+    ("out", (*FINETUNE, "--out", P("a_file")), "is a file, not a folder"),
+    ("out", (*FINETUNE, "--out", P("ft")), "already exists and is not empty"),
+    ("out", (*FINETUNE, "--out", P("ft"), "--resume"), "already complete"),
+    ("out", (*FINETUNE, "--out", "/proc/electra/ft"), "cannot write under /proc"),
+    ("out", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out", P("a_file"),
+             "--overwrite"), "is a file, not a folder"),
+    ("out", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out", P("data")),
+     "already exists and is not empty"),
+    ("out", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out",
+             "/proc/electra/data"), "cannot write under /proc"),
+    ("out", ("tokenizer", "train", "--input", P("c.txt"), "--out", P("a_file")),
+     "is a file, not a folder"),
+    ("out", ("tokenizer", "train", "--input", P("c.txt"), "--out", P("tok")),
+     "already exists and is not empty"),
+    ("out", ("export", P("run"), "--out", P("hf")), "already exists and is not empty"),
+    ("out", ("export", P("run"), "--out", P("a_file"), "--overwrite"), "is a file"),
+    ("out", ("import", P("hf/discriminator"), "--out", P("run")), "already exists"),
+    ("out", ("import", P("hf/discriminator"), "--out", "/proc/electra/imp"),
+     "cannot write under /proc"),
+    ("out", ("plot", P("run"), "--out", P("tok")), "--out {tok} is a folder"),
+]
+
+
+def resolve(args: tuple, world: Path, case: int) -> list[str]:
+    out = []
+    for a in args:
+        out.append(str(world.joinpath(*a[1:])) if isinstance(a, tuple) else str(a))
+    command = out[0] if out[0] != "tokenizer" else "tokenizer train"
+    if "--out" not in out and command not in ("plot", "evaluate") and "--verify" not in out:
+        out += ["--out", str(world / f"out-{case}")]
+    return out
+
+
+@pytest.mark.parametrize("case", range(len(CASES)),
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(world, capsys, case):
+    _, args, words = CASES[case]
+    argv = resolve(args, world, case)
+    words = words.replace("{a_file}", str(world / "a_file")).replace("{tok}", str(world / "tok"))
+    before = snapshot(world)
+    capsys.readouterr()
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, (argv, code, err)
+    assert err.count("\n") == 0 and err.startswith("electra: error: "), err
+    assert words in err, (words, err)
+    assert snapshot(world) == before, "files changed"
+    assert not (world / "PWNED").exists()
+
+
+def test_the_matrix_covers_every_command_and_category():
+    commands = {c[1][0] for c in CASES}
+    assert commands >= {"tokenizer", "prepare", "pretrain", "finetune", "evaluate", "export",
+                        "import", "plot"}
+    assert len(CASES) >= 60
+    assert {c[0] for c in CASES} == {"config", "device", "data", "model", "pickle", "task",
+                                     "out"}
+
+
+def test_a_torn_last_metrics_line_is_skipped_and_said(world, capsys):
+    run = world / "torn"
+    shutil.copytree(world / "run", run, ignore=shutil.ignore_patterns("checkpoints", "tb"))
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "loss": 1.')  # a crash mid-write
+    assert main(["plot", str(run)]) == 0
+    captured = capsys.readouterr()
+    assert "skipped its last line" in captured.err
+    assert (run / "curves.png").is_file()
+
+
+def test_glue_readers_refuse_cleanly(world, capsys):
+    if not (SHARED_DATA / "glue/RTE").is_dir():
+        pytest.skip("../shared/data/glue is absent")
+    err = main(["finetune", "--model", str(world / "run"), "--task", "rte", "--data",
+                str(world / "tok"), "--out", str(world / "o-glue"), "--quiet"])
+    assert err == 2 and "train.tsv: no such file" in capsys.readouterr().err
+
+
+# -- a full disk: every writer says so in one line, removes its own .partial, keeps what was
+# there ------------------------------------------------------------------------------------
+
+def enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def safetensors_full(*args, **kwargs):
+    from safetensors import SafetensorError
+
+    raise SafetensorError("Error while serializing: I/O error: No space left on device "
+                          "(os error 28)")
+
+
+def torch_save_full(*args, **kwargs):  # what torch.save says on a full disk
+    raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+
+def disk_full(monkeypatch, capsys, argv: list, root: Path, *, kept: Path | None = None,
+              words: str = "No space left on device") -> str:
+    """Run argv; assert exit 2, one line with ``words``, no .partial under ``root``, and
+    ``kept`` (an earlier output) byte-identical."""
+    before = snapshot(kept) if kept else None
+    capsys.readouterr()
+    assert main([str(a) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and words in err, err
+    assert not [p for p in root.rglob("*.partial") if p.name != "ft.partial"], "a .partial"
+    if kept:
+        assert snapshot(kept) == before
+    monkeypatch.undo()
+    return err
+
+
+def test_disk_full_tokenizer_and_prepare(world, tmp_path, monkeypatch, capsys):
+    import electra.data.prepare as prep
+    import electra.tokenizer as tokmod
+
+    shutil.copytree(world / "tok", tmp_path / "tok")
+    monkeypatch.setattr(tokmod, "save_tokenizer", enospc)
+    disk_full(monkeypatch, capsys, ["tokenizer", "train", "--input", world / "c.txt", "--out",
+                                    tmp_path / "tok", "--overwrite"], tmp_path,
+              kept=tmp_path / "tok")
+    shutil.copytree(world / "data", tmp_path / "data")
+    monkeypatch.setattr(prep._Writer, "write", enospc)
+    disk_full(monkeypatch, capsys, ["prepare", "--input", world / "c.txt", "--tokenizer",
+                                    world / "tok", "--seq-len", 32, "--out", tmp_path / "data",
+                                    "--overwrite"], tmp_path, kept=tmp_path / "data")
+
+
+@pytest.mark.parametrize("failure", ["oserror", "torch_save", "safetensors"])
+def test_disk_full_during_pretraining_keeps_the_last_checkpoint(world, tmp_path, monkeypatch,
+                                                                capsys, failure):
+    import torch
+
+    import electra.checkpoint as ck
+
+    run = tmp_path / "run"
+    args = ["pretrain", "--config", world / "tiny.toml", "--data", world / "data", "--out",
+            run, "--quiet"]
+    assert main([str(a) for a in [*args, "--stop-after", 2]]) == 0
+    good = run / "checkpoints/step-0000002"
+    if failure == "oserror":
+        monkeypatch.setattr(ck, "save_model", enospc)
+    elif failure == "torch_save":
+        monkeypatch.setattr(torch, "save", torch_save_full)
+        Usage = type(shutil.disk_usage(tmp_path))
+        monkeypatch.setattr(shutil, "disk_usage", lambda p: Usage(10 << 30, 10 << 30, 0))
+    else:
+        monkeypatch.setattr(ck, "save_model", safetensors_full)
+    err = disk_full(monkeypatch, capsys, [*args, "--resume"], tmp_path, kept=good)
+    assert "step-0000002 is intact" in err and "--resume" in err
+    ck.verify_checkpoint(good)
+    assert main([str(a) for a in [*args, "--resume"]]) == 0  # with space again, it finishes
+    assert (run / "discriminator/model.safetensors").is_file()
+
+
+def test_disk_full_writing_the_final_folders_then_resume_finishes(world, tmp_path, monkeypatch,
+                                                                  capsys):
+    import safetensors.torch
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(safetensors.torch, "save_file", safetensors_full)
+    disk_full(monkeypatch, capsys, ["pretrain", "--config", world / "tiny.toml", "--data",
+                                    world / "data", "--out", run, "--quiet"], tmp_path)
+    assert not (run / "discriminator").exists()
+    assert main(["pretrain", "--config", str(world / "tiny.toml"), "--data",
+                 str(world / "data"), "--out", str(run), "--quiet", "--resume"]) == 0
+    assert (run / "discriminator/model.safetensors").is_file()
+
+
+def test_disk_full_during_finetuning_then_resume(world, tmp_path, monkeypatch, capsys):
+    import safetensors.torch
+
+    argv = [*resolve(ft(), world, 0)[:-2], "--seeds", "1,2", "--set", "epochs=1", "--set",
+            "batch_size=8", "--out", tmp_path / "ft"]
+    real, calls = safetensors.torch.save_file, {"n": 0}
+
+    def second_seed_full(*a, **k):
+        calls["n"] += 1
+        return (safetensors_full if calls["n"] == 2 else real)(*a, **k)
+
+    monkeypatch.setattr(safetensors.torch, "save_file", second_seed_full)
+    err = disk_full(monkeypatch, capsys, argv, tmp_path)
+    assert "--resume" in err and not (tmp_path / "ft").exists()
+    assert (tmp_path / "ft.partial/seed-1/result.json").is_file()
+    assert main([str(a) for a in [*argv, "--resume"]]) == 0
+    assert json.loads((tmp_path / "ft/results.json").read_text())["seeds"].keys() == {"1", "2"}
+
+
+def test_disk_full_exporting_importing_plotting(world, tmp_path, monkeypatch, capsys):
+    import matplotlib.figure
+    import safetensors.torch
+
+    shutil.copytree(world / "hf", tmp_path / "hf")
+    monkeypatch.setattr(safetensors.torch, "save_file", safetensors_full)
+    disk_full(monkeypatch, capsys, ["export", world / "run", "--out", tmp_path / "hf",
+                                    "--overwrite"], tmp_path, kept=tmp_path / "hf")
+    shutil.copytree(world / "run", tmp_path / "imp", ignore=shutil.ignore_patterns("*"))
+    monkeypatch.setattr(safetensors.torch, "save_file", safetensors_full)
+    disk_full(monkeypatch, capsys, ["import", world / "hf/discriminator", "--out",
+                                    tmp_path / "imp2"], tmp_path)
+    assert not (tmp_path / "imp2").exists()
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", enospc)
+    disk_full(monkeypatch, capsys, ["plot", world / "run", "--out", tmp_path / "c.png"],
+              tmp_path)
+
+
+def test_verify_checks_every_row_and_the_checksums(world, tmp_path, capsys):
+    from electra.data.loader import ShardDataset
+
+    assert main(["prepare", "--verify", str(world / "data")]) == 0
+    out = capsys.readouterr().out
+    assert ": ok." in out and "file checksums match" in out
+    shutil.copytree(world / "data", tmp_path / "data")
+    ids = bytearray((tmp_path / "data/train/ids.bin").read_bytes())
+    ids[len(ids) // 2] ^= 0x01  # a token id in the middle turned into its neighbour
+    (tmp_path / "data/train/ids.bin").write_bytes(bytes(ids))
+    assert len(ShardDataset(tmp_path / "data")) > 0  # still in range: loading accepts it
+    assert main(["prepare", "--verify", str(tmp_path / "data")]) == 2
+    assert "train/ids.bin does not match its checksum" in capsys.readouterr().err
