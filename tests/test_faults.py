@@ -182,6 +182,7 @@ CASES = [
     ("config", (*PRETRAIN, "--set", "train.weight_decay=-0.1"),
      "train.weight_decay must be >= 0, got -0.1"),
     ("config", (*PRETRAIN, "--set", "train.threads=-1"), "train.threads must be >= 0"),
+    ("config", (*PRETRAIN, "--set", "train.seed=-1"), "train.seed must be >= 0, got -1"),
     ("config", (*PRETRAIN, "--set", "model.layer_norm_eps=-1"), "model.layer_norm_eps"),
     ("config", (*PRETRAIN, "--set", "objective.temperature=inf"),
      "objective.temperature must be a finite number"),

@@ -276,7 +276,7 @@ class TrainConfig:
                f"train.grad_accum={self.grad_accum}; choose an accumulation that divides it")
         _check(self.lr > 0, f"train.lr must be > 0, got {self.lr!r}")
         for name in ("warmup_steps", "eval_every", "threads", "max_nonfinite_skips",
-                     "weight_decay", "grad_clip"):
+                     "weight_decay", "grad_clip", "seed"):
             value = getattr(self, name)
             _check(value >= 0, f"train.{name} must be >= 0, got {value!r}")
         _check_adam(self.adam_beta1, self.adam_beta2, self.adam_eps, "train.")
