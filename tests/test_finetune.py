@@ -6,6 +6,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import cli_error
@@ -249,15 +250,17 @@ def test_fp16_finetuning_learns_a_separable_task(task):
     assert results["median"]["dev"]["accuracy"] >= 0.95
 
 
-def test_interrupted_finetune_resumes_bitwise(task, monkeypatch):
+@pytest.mark.parametrize("select", ["last", "best"])
+def test_interrupted_finetune_resumes_bitwise(task, monkeypatch, select):
     """Two seeds; Ctrl-C in the middle of seed 2's 12th step (after its forward). --resume
     keeps seed 1 and continues seed 2 from a checkpoint of step 11: every number and weight
-    equals an uninterrupted run's (fp32, with dropout)."""
+    equals an uninterrupted run's (fp32, with dropout), the kept best evaluation included."""
     from electra.trainer import Trainer
 
     args = ["finetune", "--random-init", "tiny", "--tokenizer", str(task / "tok"),
             *custom_args(task), "--seeds", "1,2", "--quiet", "--set", "epochs=2", "--set",
-            "precision=fp32", "--set", "batch_size=16", "--set", "save_every=5"]
+            "precision=fp32", "--set", "batch_size=16", "--set", "save_every=5", "--set",
+            f"select={select}", "--set", "eval_every=4"]
     assert main([*args, "--out", str(task / "a")]) == 0
     real = Trainer.train_step
     calls = {"n": 0}
@@ -288,6 +291,9 @@ def test_interrupted_finetune_resumes_bitwise(task, monkeypatch):
     ra = json.loads((task / "a/results.json").read_text())
     rb = json.loads((task / "b/results.json").read_text())
     assert ra["seeds"] == rb["seeds"] and ra["median"] == rb["median"]
+    for d in (*ra["details"].values(), *rb["details"].values()):
+        d.pop("seconds")
+    assert ra["details"] == rb["details"]
     for seed in (1, 2):
         wa = load_file(task / f"a/seed-{seed}/model.safetensors")
         wb = load_file(task / f"b/seed-{seed}/model.safetensors")
@@ -303,6 +309,7 @@ def test_resume_refuses_other_settings_and_a_finished_run(task, capsys):
     args = ["finetune", "--random-init", "tiny", "--tokenizer", str(task / "tok"),
             *custom_args(task), "--quiet", "--set", "epochs=1"]
     assert main([*args, "--out", str(task / "a")]) == 0
+    capsys.readouterr()
     assert "already complete" in cli_error(capsys, *args, "--out", task / "a", "--resume")
     (task / "b.partial").mkdir()
     (task / "b.partial/finetune.json").write_text(json.dumps(
@@ -333,3 +340,91 @@ def test_bad_seeds_are_one_line(task, capsys):
     assert "--seeds abc" in cli_error(capsys, "finetune", "--random-init", "tiny",
                                       "--tokenizer", task / "tok", *custom_args(task),
                                       "--out", task / "o", "--seeds", "abc")
+
+
+def run_custom(task: Path, out: str, *sets: str, seeds: str = "1") -> dict:
+    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(task / "tok"),
+                 *custom_args(task), "--out", str(task / out), "--quiet", "--seeds", seeds,
+                 *[x for s in sets for x in ("--set", s)]]) == 0
+    return json.loads((task / out / "results.json").read_text())
+
+
+def test_a_collapsed_classifier_is_flagged_with_its_class(task, monkeypatch, capsys):
+    """A head biased towards "neg" that cannot learn (lr ~0) predicts "neg" everywhere: the
+    seed is flagged, naming the class and its share of dev; a healthy run is not."""
+    real = SequenceClassifier.__init__
+
+    def biased(self, cfg, num_labels):
+        real(self, cfg, num_labels)
+        with torch.no_grad():
+            self.head_out.bias[0] = 50.0  # label id 0 is "neg" (labels sorted)
+
+    monkeypatch.setattr(SequenceClassifier, "__init__", biased)
+    results = run_custom(task, "collapsed", "epochs=2", "lr=1e-12")
+    dev = [line.split(",")[-1] for line in (task / "dev.csv").read_text().splitlines()[1:]]
+    share = dev.count("neg") / len(dev)
+    warnings = results["details"]["1"]["warnings"]
+    assert f"dev: every prediction is 'neg' ({share:.1%} of dev is 'neg')" in warnings
+    assert any(w.startswith("the training loss never fell below its first epoch's")
+               for w in warnings)  # lr ~0: it cannot
+    assert "electra: warning: seed 1: dev: every prediction is 'neg'" in capsys.readouterr().err
+    md = (task / "collapsed/results.md").read_text()
+    assert "seed 1 (!)" in md and "every prediction is 'neg'" in md
+    monkeypatch.undo()
+    healthy = run_custom(task, "healthy", "epochs=4", "lr=1e-3", seeds="1,2")
+    assert healthy["median"]["dev"]["accuracy"] >= 0.95
+    assert all(d["warnings"] == [] for d in healthy["details"].values())
+    c = healthy["details"]["1"]["confusion"]["dev"]
+    matrix = np.array(c["matrix"])
+    assert c["labels"] == ["neg", "pos"] and matrix.sum() == len(dev)
+    assert np.trace(matrix) / matrix.sum() == pytest.approx(healthy["seeds"]["1"]["dev"][
+        "accuracy"])
+
+
+def test_selection_keeps_the_last_or_the_best_evaluation():
+    from electra.finetune import Selection
+
+    scores = [0.5, 0.7, 0.7, float("nan"), 0.6]
+
+    def run(mode: str) -> Selection:
+        sel = Selection(mode, "dev", "accuracy", None)
+        for epoch, score in enumerate(scores, 1):
+            sel.offer({"step": 10 * epoch, "epoch": epoch, "loss": 1.0,
+                       "dev": {"dev": {"accuracy": score}}}, torch.nn.Linear(1, 1))
+        return sel
+
+    assert run("best").kept["epoch"] == 2  # the first of the two best; NaN never wins
+    assert run("last").kept["epoch"] == 5
+    assert len(run("best").history) == 5
+
+
+@pytest.mark.parametrize("select", ["last", "best"])
+def test_logged_dev_metrics_equal_evaluate_on_the_kept_model(task, capsys, select):
+    """Dev is scored at every epoch's end (and every eval_every steps); the kept model, saved
+    as the seed's model, gives exactly the numbers logged for its evaluation."""
+    results = run_custom(task, select, "epochs=3", "lr=3e-4", "eval_every=7",
+                         f"select={select}")
+    details = results["details"]["1"]
+    logged = [json.loads(x) for x in (task / select / "seed-1/metrics.jsonl").read_text()
+              .splitlines()]
+    steps_per_epoch = 400 // 32
+    assert [r["step"] for r in logged] == sorted({*range(7, 37, 7), 12, 24, 36})
+    assert [r["epoch"] for r in logged if r["step"] % steps_per_epoch == 0] == [1, 2, 3]
+    assert all("dev_accuracy" in r and "loss" in r for r in logged)
+    kept = {e["step"]: e for e in details["evaluations"]}[details["step"]]
+    if select == "best":
+        assert kept["dev"]["dev"]["accuracy"] == max(r["dev_accuracy"] for r in logged)
+    else:
+        assert details["step"] == 36
+    assert results["seeds"]["1"] == kept["dev"]
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(task / select / "seed-1"), *custom_args(task)[:2],
+                 "--dev", str(task / "dev.csv")]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == kept["dev"]
+    assert not (task / select / "seed-1/best.safetensors").exists()
+
+
+def test_plot_draws_a_finetuning_output(task):
+    run_custom(task, "ft", "epochs=2", seeds="1,2")
+    assert main(["plot", str(task / "ft")]) == 0
+    assert (task / "ft/curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

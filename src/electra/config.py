@@ -432,6 +432,9 @@ def resumed_run_config(run: str | Path, sets: list[str] | None = None) -> RunCon
         {k: saved.get(k, {}) for k in ("model", "objective", "train")}, sets or []))
 
 
+SELECTIONS = ("last", "best")
+
+
 @dataclass(frozen=True)
 class FinetuneConfig:
     """Fine-tuning a discriminator on a task (``--set key=value``, no section).
@@ -470,10 +473,17 @@ class FinetuneConfig:
     """How many recent checkpoints to keep while a seed trains (removed when it ends)."""
     max_nonfinite_skips: int = 0
     """Batches with a non-finite loss to skip before stopping (0: stop at the first)."""
+    eval_every: int = 0
+    """Steps between dev evaluations besides the one at every epoch's end (0: epochs only)."""
+    select: str = "last"
+    """Which model a seed keeps: "last" (the paper's protocol) or "best" (the evaluation with
+    the highest dev score on the task's first metric)."""
 
     def __post_init__(self) -> None:
         _check_types(self)
         _check(self.lr is None or self.lr > 0, f"lr must be > 0, got {self.lr!r}")
+        _check(self.select in SELECTIONS,
+               f"select must be one of {', '.join(SELECTIONS)}, got {self.select!r}")
         _check(self.layer_decay is None or 0.0 < self.layer_decay <= 1.0,
                f"layer_decay must be in (0, 1], got {self.layer_decay!r}; the paper uses 0.8")
         for name in ("epochs", "batch_size", "grad_accum", "keep_checkpoints"):
@@ -487,7 +497,7 @@ class FinetuneConfig:
         _check(0.0 <= self.warmup_fraction < 1.0,
                f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
         for name in ("weight_decay", "grad_clip", "max_train_examples", "save_every",
-                     "max_nonfinite_skips"):
+                     "max_nonfinite_skips", "eval_every"):
             value = getattr(self, name)
             _check(value >= 0, f"{name} must be >= 0, got {value!r}")
         _check(self.precision in PRECISIONS,

@@ -20,13 +20,16 @@ the end of every epoch or every ``save_every`` steps), bitwise as if never stopp
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -197,13 +200,59 @@ def _training_examples(data: TaskData, cfg: FinetuneConfig) -> list[Example]:
     return examples
 
 
+class Selection:
+    """The dev evaluations of a seed, and which one it keeps: the last (``select=last``, the
+    paper's protocol) or the best on the task's first metric (``select=best``; its weights
+    are kept in ``folder/best.safetensors`` as it is found). Part of the resumable state."""
+
+    def __init__(self, mode: str, split: str, metric: str, folder: Path | None) -> None:
+        self.mode, self.split, self.metric, self.folder = mode, split, metric, folder
+        self.history: list[dict[str, Any]] = []  # one per evaluation: step, epoch, loss, dev
+        self.kept: dict[str, Any] | None = None
+        self.skips = 0  # steps skipped for a non-finite loss (the trainer's count)
+
+    def score(self, entry: dict[str, Any]) -> float:
+        value = entry["dev"][self.split][self.metric]
+        return value if math.isfinite(value) else -math.inf
+
+    def offer(self, entry: dict[str, Any], model: nn.Module) -> None:
+        """An evaluation of ``model``: kept if it is the last, or the best so far."""
+        self.history.append(entry)
+        if self.mode == "best" and self.kept is not None and (
+                self.score(entry) <= self.score(self.kept)):
+            return  # the earliest of equal scores stays
+        self.kept = entry
+        if self.mode == "best" and self.folder is not None:
+            from safetensors.torch import save_file
+
+            part = self.folder / "best.safetensors.tmp"
+            save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
+                      str(part))
+            part.replace(self.folder / "best.safetensors")
+
+    def restore(self, model: nn.Module) -> None:
+        """Load the kept evaluation's weights into ``model`` (select=best)."""
+        if self.mode == "best" and self.folder is not None and self.kept is not None:
+            folders.fit(model, folders.read_weights(self.folder / "best.safetensors"),
+                        self.folder)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": self.history, "kept": self.kept}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.history, self.kept = list(state["history"]), state["kept"]
+
+
 def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneConfig,
                  seed: int, rt: Runtime | None = None, folder: Path | None = None,
-                 resume: Path | None = None, progress: bool = False) -> SequenceClassifier:
-    """Fine-tune one seed from ``source`` (``cfg`` resolved); returns the trained model.
+                 resume: Path | None = None,
+                 progress: bool = False) -> tuple[SequenceClassifier, Selection]:
+    """Fine-tune one seed from ``source`` (``cfg`` resolved), evaluating on dev at every
+    epoch's end (and every ``eval_every`` steps); returns the kept model and the selection.
 
-    Under torchrun each process trains on its rows of every batch (DDP). ``folder``: where
-    the seed's checkpoints and metrics go (None: nowhere); ``resume``: a checkpoint of it.
+    Under torchrun each process trains on its rows of every batch (DDP); rank 0 evaluates.
+    ``folder``: where the seed's checkpoints and metrics go (None: nowhere); ``resume``: a
+    checkpoint of it.
     """
     rt = rt or Runtime()
     torch.manual_seed(seed)
@@ -215,6 +264,8 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
     steps_per_epoch = max(1, len(examples) // cfg.batch_size)
     total = steps_per_epoch * cfg.epochs  # type: ignore[operator]
     batches = EpochBatches(len(examples), cfg.batch_size, steps_per_epoch, seed)
+    first = next(iter(data.dev))
+    selection = Selection(cfg.select, first, data.metrics[0], folder)
     settings = Settings(lr=cfg.lr, max_steps=total,  # type: ignore[arg-type]
                         warmup_steps=int(cfg.warmup_fraction * total),
                         precision=cfg.precision, grad_accum=cfg.grad_accum,
@@ -226,7 +277,8 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
         out=folder, config={"finetune": cfg.to_dict(), "task": data.name, "seed": seed,
                             "model": source.name},
         streams=RandomStreams(rt, seed),  # dropout: each rank its own stream
-        stateful={"batches": batches}, resume=resume, progress=progress)
+        stateful={"batches": batches, "selection": selection}, resume=resume,
+        progress=progress)
     per_rank = cfg.batch_size // rt.world_size
     micro = per_rank // cfg.grad_accum
     with trainer.running(total=total):
@@ -248,13 +300,24 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
             tokens = train["attention_mask"][index].sum()
             if trainer.train_step(micro_step, tokens) is None:
                 continue  # a non-finite loss: the step was skipped
-            if batches.epoch_done:
-                trainer.log({**trainer.metrics(), "epoch": batches.epoch + 1})
+            if batches.epoch_done or trainer.every(cfg.eval_every):
+                record = {**trainer.metrics(), "epoch": round(
+                    batches.epoch + batches.position / steps_per_epoch, 4)}
+                if rt.is_main:
+                    dev = evaluate_model(trainer.model, tok, data, cfg)
+                    record.update({f"{split}_{m}": v for split, res in dev.items()
+                                   for m, v in res.items()})
+                    selection.offer({"step": trainer.step, "epoch": record["epoch"],
+                                     "loss": record["loss"], "dev": dev}, trainer.model)
+                trainer.log(record, show=("loss", f"{first}_{data.metrics[0]}"))
             trainer.advance()
             end = (trainer.every(cfg.save_every) if cfg.save_every else batches.epoch_done)
             if end and trainer.step < total:
                 trainer.save()
-    return trainer.model  # type: ignore[return-value]
+    if rt.is_main:
+        selection.restore(trainer.model)
+    selection.skips = trainer.skips
+    return trainer.model, selection  # type: ignore[return-value]
 
 
 # -- evaluation and predictions ---------------------------------------------------------
@@ -264,6 +327,7 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
 def predict(model: SequenceClassifier, batch: dict[str, torch.Tensor], regression: bool,
             precision: str = "bf16", batch_size: int = 128) -> torch.Tensor:
     """Predicted label ids (or scores, for regression) for encoded examples."""
+    was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     outs = []
@@ -272,19 +336,60 @@ def predict(model: SequenceClassifier, batch: dict[str, torch.Tensor], regressio
         with autocast(device, precision):
             logits = model(part["input_ids"], part["attention_mask"], part["token_type_ids"])
         outs.append(logits.float().cpu())
+    model.train(was_training)
     logits = torch.cat(outs)
     return logits.squeeze(-1) if regression else logits.argmax(-1)
+
+
+def dev_predictions(model: SequenceClassifier, tok: Any, data: TaskData,
+                    cfg: FinetuneConfig) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(predictions, labels) on each dev split."""
+    out = {}
+    for split, examples in data.dev.items():
+        batch = encode(tok, examples, cfg.max_length, data.labels, data.regression)
+        preds = predict(model, batch, data.regression, cfg.precision)
+        out[split] = (preds.numpy(), batch["labels"].numpy())
+    return out
 
 
 def evaluate_model(model: SequenceClassifier, tok: Any, data: TaskData,
                    cfg: FinetuneConfig) -> dict[str, Any]:
     """The task's metrics on each dev split."""
-    results: dict[str, Any] = {}
-    for split, examples in data.dev.items():
-        batch = encode(tok, examples, cfg.max_length, data.labels, data.regression)
-        preds = predict(model, batch, data.regression, cfg.precision)
-        results[split] = compute_metrics(data.metrics, preds.numpy(), batch["labels"].numpy())
-    return results
+    return {split: compute_metrics(data.metrics, p, y)
+            for split, (p, y) in dev_predictions(model, tok, data, cfg).items()}
+
+
+def report(data: TaskData, preds: dict[str, tuple[np.ndarray, np.ndarray]],
+           selection: Selection) -> dict[str, Any]:
+    """What a seed's run looked like: the kept evaluation, every evaluation, a confusion
+    matrix per dev split (classification), and warnings for a degenerate run: every
+    prediction in one class, near-constant regression outputs, a training loss that never
+    fell below its first epoch's, skipped non-finite steps."""
+    from sklearn.metrics import confusion_matrix
+
+    names = {i: label for label, i in data.labels.items()}
+    warnings, confusion = [], {}
+    for split, (p, y) in preds.items():
+        if data.regression:
+            if float(np.std(p)) < 1e-3 * max(float(np.std(y)), 1e-12):
+                warnings.append(f"{split}: near-constant predictions (std {np.std(p):.2g} "
+                                f"against the labels' {np.std(y):.2g})")
+            continue
+        confusion[split] = {"labels": [names[i] for i in range(len(names))],
+                            "matrix": confusion_matrix(y, p, labels=range(len(names))).tolist()}
+        if len(np.unique(p)) == 1:
+            only = int(p[0])
+            warnings.append(f"{split}: every prediction is {names[only]!r} "
+                            f"({np.mean(y == only):.1%} of {split} is {names[only]!r})")
+    epochs = [e["loss"] for e in selection.history if float(e["epoch"]).is_integer()]
+    if len(epochs) >= 2 and min(epochs[1:]) >= epochs[0]:
+        warnings.append(f"the training loss never fell below its first epoch's "
+                        f"({epochs[0]:.4g}; later {', '.join(f'{x:.4g}' for x in epochs[1:])})")
+    if selection.skips:
+        warnings.append(f"{selection.skips} step(s) had a non-finite loss and were skipped")
+    kept = selection.kept or {}
+    return {"select": selection.mode, "epoch": kept.get("epoch"), "step": kept.get("step"),
+            "evaluations": selection.history, "confusion": confusion, "warnings": warnings}
 
 
 def write_predictions(model: SequenceClassifier, tok: Any, data: TaskData,
@@ -363,16 +468,16 @@ def run_finetune(source: ModelSource, data: TaskData, out: str | Path, cfg: Fine
 
     def begin() -> tuple[Path, dict[int, Any], Path | None]:
         tmp = _staging(out, settings, overwrite, resume)
-        done = {s: read_json(tmp / f"seed-{s}/result.json")["dev"] for s in seeds
+        done = {s: read_json(tmp / f"seed-{s}/result.json") for s in seeds
                 if (tmp / f"seed-{s}/result.json").is_file()}
         todo = [s for s in seeds if s not in done]
         ckpt = latest_checkpoint(tmp / f"seed-{todo[0]}/checkpoints") if todo else None
         return tmp, done, ckpt
 
-    tmp, per_seed, ckpt = rt.on_main(begin, "preparing the output folder")
+    tmp, done, ckpt = rt.on_main(begin, "preparing the output folder")
     with disk_errors(tmp, f"free disk space and rerun the same command with --resume ({tmp} "
                      f"holds what is done)"):
-        results = _run_seeds(source, data, cfg, seeds, rt, tok, tmp, per_seed, ckpt, progress)
+        results = _run_seeds(source, data, cfg, seeds, rt, tok, tmp, done, ckpt, progress)
     if results is None:
         rt.barrier()
         return None
@@ -383,26 +488,30 @@ def run_finetune(source: ModelSource, data: TaskData, out: str | Path, cfg: Fine
 
 
 def _run_seeds(source: ModelSource, data: TaskData, cfg: FinetuneConfig, seeds: list[int],
-               rt: Runtime, tok: Any, tmp: Path, per_seed: dict[int, Any], ckpt: Path | None,
+               rt: Runtime, tok: Any, tmp: Path, done: dict[int, Any], ckpt: Path | None,
                progress: bool) -> dict[str, Any] | None:
-    """Each seed not yet done: fine-tune, evaluate, write its folder; then the results
-    (rank 0; other ranks return None)."""
+    """Each seed not yet done: fine-tune, evaluate the kept model, write its folder; then the
+    results (rank 0; other ranks return None). ``done``: result.json of finished seeds."""
     for seed in seeds:
-        if seed in per_seed:
+        if seed in done:
             if rt.is_main:
-                print(f"seed {seed}: {json.dumps(per_seed[seed])} (finished before)")
+                print(f"seed {seed}: {json.dumps(done[seed]['dev'])} (finished before)")
             continue
         t0 = time.perf_counter()
         folder = tmp / f"seed-{seed}"
-        model = finetune_one(source, tok, data, cfg, seed, rt, folder, ckpt, progress)
+        model, selection = finetune_one(source, tok, data, cfg, seed, rt, folder, ckpt,
+                                        progress)
         ckpt = None  # only the first seed to run can have been interrupted
         if rt.is_main:
-            per_seed[seed] = evaluate_model(model, tok, data, cfg)
-            _finish_seed(model.cpu(), folder, data, cfg, tok, seed, per_seed[seed],
+            preds = dev_predictions(model, tok, data, cfg)
+            done[seed] = {"seed": seed, "dev": {split: compute_metrics(data.metrics, p, y)
+                                                for split, (p, y) in preds.items()},
+                          **report(data, preds, selection)}
+            _finish_seed(model.cpu(), folder, data, cfg, tok, done[seed],
                          time.perf_counter() - t0)
     if not rt.is_main:
         return None
-    return _write_results(tmp, data, cfg, seeds, per_seed, source.name)
+    return _write_results(tmp, data, cfg, seeds, done, source.name)
 
 
 def save_classifier(model: SequenceClassifier, folder: Path, data: TaskData,
@@ -419,32 +528,58 @@ def load_classifier(folder: str | Path) -> tuple[SequenceClassifier, dict[str, A
 
 
 def _finish_seed(model: SequenceClassifier, folder: Path, data: TaskData, cfg: FinetuneConfig,
-                 tok: Any, seed: int, res: dict[str, Any], seconds: float) -> None:
-    """A finished seed's model folder and predictions; ``result.json`` last (it marks the seed
-    done for --resume); its checkpoints are removed."""
+                 tok: Any, result: dict[str, Any], seconds: float) -> None:
+    """A finished seed's model folder, predictions and warnings; ``result.json`` last (it
+    marks the seed done for --resume); its checkpoints and kept best weights are removed."""
     save_classifier(model, folder, data, cfg, tok.to_str())
     if data.test:
         write_predictions(model, tok, data, cfg, folder / "predictions")
     shutil.rmtree(folder / "checkpoints", ignore_errors=True)
-    write_json(folder / "result.json", {"seed": seed, "dev": res,
-                                        "seconds": round(seconds, 1)})
-    print(f"seed {seed}: {json.dumps(res)} ({seconds:.0f}s)", flush=True)
+    (folder / "best.safetensors").unlink(missing_ok=True)
+    result["seconds"] = round(seconds, 1)
+    write_json(folder / "result.json", result)
+    kept = (f", the {result['select']} evaluation: epoch {result['epoch']:g}"
+            if result["epoch"] is not None else "")
+    print(f"seed {result['seed']}: {json.dumps(result['dev'])} ({seconds:.0f}s{kept})",
+          flush=True)
+    for warning in result["warnings"]:
+        print(f"electra: warning: seed {result['seed']}: {warning}", file=sys.stderr,
+              flush=True)
 
 
 def _write_results(tmp: Path, data: TaskData, cfg: FinetuneConfig, seeds: list[int],
-                   per_seed: dict[int, Any], model_name: str) -> dict[str, Any]:
-    """results.json (every seed and the medians) and results.md (a table); prints it."""
+                   done: dict[int, Any], model_name: str) -> dict[str, Any]:
+    """results.json (every seed, the medians, each seed's details) and results.md (the table,
+    seeds with warnings marked, the warnings, the confusion matrices); prints the table."""
+    per_seed = {s: done[s]["dev"] for s in seeds}
+    details = {s: {k: v for k, v in done[s].items() if k not in ("seed", "dev")}
+               for s in seeds}
     median = {split: {m: statistics.median(per_seed[s][split][m] for s in seeds)
                       for m in data.metrics} for split in data.dev}
     results = {"task": data.name, "model": model_name, "config": cfg.to_dict(),
-               "seeds": per_seed, "median": median}
+               "seeds": per_seed, "median": median, "details": details}
     write_json(tmp / "results.json", results)
-    lines = [f"| split | metric | {' | '.join(f'seed {s}' for s in seeds)} | median |",
-             f"|---|---|{'---|' * len(seeds)}---|"]
+    flagged = [s for s in seeds if details[s].get("warnings")]
+    head = " | ".join(f"seed {s}{' (!)' if s in flagged else ''}" for s in seeds)
+    lines = [f"| split | metric | {head} | median |", f"|---|---|{'---|' * len(seeds)}---|"]
     for split in data.dev:
         for m in data.metrics:
             vals = " | ".join(f"{per_seed[s][split][m]:.4f}" for s in seeds)
             lines.append(f"| {split} | {m} | {vals} | {median[split][m]:.4f} |")
-    (tmp / "results.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    table = "\n".join(lines)
+    notes = [f"- seed {s} (!): {w}" for s in flagged for w in details[s]["warnings"]]
+    kept = [f"- seed {s}: the {details[s]['select']} evaluation, epoch "
+            f"{details[s]['epoch']:g} (step {details[s]['step']})" for s in seeds
+            if details[s].get("epoch") is not None]
+    parts = [table, *(["", "Warnings:", *notes] if notes else []),
+             *(["", "Kept models:", *kept] if kept else [])]
+    for s in seeds:
+        for split, c in details[s].get("confusion", {}).items():
+            parts += ["", f"Confusion, seed {s}, {split} (rows: true label, columns: "
+                      f"predicted):", "", f"| | {' | '.join(c['labels'])} |",
+                      f"|---|{'---|' * len(c['labels'])}"]
+            parts += [f"| {label} | {' | '.join(map(str, row))} |"
+                      for label, row in zip(c["labels"], c["matrix"], strict=True)]
+    (tmp / "results.md").write_text("\n".join(parts) + "\n")
+    print(table)
     return results

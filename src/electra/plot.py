@@ -1,4 +1,9 @@
-"""`electra plot RUN`: losses, accuracies and replaced fraction over steps, as one PNG."""
+"""`electra plot RUN`: a run's curves as one PNG.
+
+A pretraining run: losses, accuracies and fractions of tokens over steps. A fine-tuning
+output (``OUT/seed-N/metrics.jsonl``): training loss and each dev metric per epoch, one line
+per seed (what ``OUT.partial`` holds so far, while it runs).
+"""
 
 from __future__ import annotations
 
@@ -14,8 +19,7 @@ def main(run: str, out: str | None = None) -> None:
     print(f"wrote {plot_run(run, out)}")
 
 
-def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
-    """Write a 2x2 figure of the run's metrics.jsonl; returns the PNG's path."""
+def _pyplot():
     try:
         import matplotlib
 
@@ -23,10 +27,19 @@ def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UserError("plotting needs matplotlib: pip install matplotlib") from None
+    return plt
+
+
+def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
+    """Write the figure of a pretraining run or a fine-tuning output; returns the PNG's path."""
     out = Path(out) if out else Path(run) / "curves.png"
     if out.is_dir():
         raise UserError(f"--out {out} is a folder; give the path of a .png file")
     check_writable(out)
+    seeds = sorted(Path(run).glob("seed-*/metrics.jsonl"))
+    if seeds and not (Path(run) / "metrics.jsonl").is_file():
+        return _plot_finetune(Path(run), seeds, out)
+    plt = _pyplot()
     records = list(iter_metrics(run))
     if not records:
         raise UserError(f"{run}/metrics.jsonl is empty; nothing to plot yet")
@@ -55,6 +68,33 @@ def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
         ax.legend(fontsize=8)
     fig.suptitle(f"{Path(run).name}: {records[-1]['tokens']:,} tokens, step "
                  f"{records[-1]['step']:,}")
+    fig.tight_layout()
+    with disk_errors(out):
+        fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def _plot_finetune(run: Path, seeds: list[Path], out: Path) -> Path:
+    """Training loss and every dev metric against epochs, one line per seed."""
+    plt = _pyplot()
+    runs = {path.parent.name: list(iter_metrics(path.parent)) for path in seeds}
+    metrics = sorted({k for records in runs.values() for r in records for k in r
+                      if k not in ("step", "tokens", "lr", "loss", "grad_norm", "epoch",
+                                   "tokens_per_s")})
+    fig, axes = plt.subplots(1, 1 + len(metrics), figsize=(5 * (1 + len(metrics)), 4),
+                             squeeze=False)
+    for ax, key in zip(axes[0], ["loss", *metrics], strict=True):
+        for name, records in runs.items():
+            pts = [(r["epoch"], r[key]) for r in records if key in r and "epoch" in r]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=name,
+                        markersize=3)
+        ax.set_title("training loss" if key == "loss" else key.replace("_", " "))
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{run.name}: {len(runs)} seed(s)")
     fig.tight_layout()
     with disk_errors(out):
         fig.savefig(out, dpi=100)

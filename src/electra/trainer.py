@@ -241,6 +241,7 @@ class Trainer:
         for name, part in self.stateful.items():
             part.load_state_dict(state[name])
         self.step, self.tokens = int(state["step"]), int(state["tokens"])
+        self.skips = int(state.get("skips", 0))
         self.saved_world_size = self.streams.load(state["rng"], self.step)
         windows = state.get("window")  # one per rank (absent in older checkpoints)
         if windows is None:
@@ -273,7 +274,8 @@ class Trainer:
             return
         state = {"optimizer": optim_state, "scheduler": self.scheduler.state_dict(),
                  **b["parts"], "rng": {**b["shared"], "ranks": ranks}, "window": windows,
-                 "step": self.step, "tokens": self.tokens, "world_size": self.rt.world_size}
+                 "step": self.step, "tokens": self.tokens, "skips": self.skips,
+                 "world_size": self.rt.world_size}
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
         save_checkpoint(self.out / "checkpoints", self.step, weights, state,
