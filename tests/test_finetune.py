@@ -428,3 +428,29 @@ def test_plot_draws_a_finetuning_output(task):
     run_custom(task, "ft", "epochs=2", seeds="1,2")
     assert main(["plot", str(task / "ft")]) == 0
     assert (task / "ft/curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_constant_regression_head_is_flagged(task, monkeypatch, capsys):
+    rng = random.Random(3)
+    for name, n in (("reg_train.csv", 200), ("reg_dev.csv", 60)):
+        rows = ["text,score"]
+        for _ in range(n):
+            k = rng.randint(0, 4)
+            rows.append(f"{' '.join(['good'] * k + ['film'] * (5 - k))},{k}")
+        (task / name).write_text("\n".join(rows) + "\n")
+    real = SequenceClassifier.__init__
+
+    def flat(self, cfg, num_labels):
+        real(self, cfg, num_labels)
+        with torch.no_grad():
+            self.head_out.weight.zero_()  # the output is the bias alone
+
+    monkeypatch.setattr(SequenceClassifier, "__init__", flat)
+    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(task / "tok"),
+                 "--task", "custom", "--train", str(task / "reg_train.csv"), "--dev",
+                 str(task / "reg_dev.csv"), "--label-column", "score", "--regression",
+                 "--out", str(task / "reg"), "--quiet", "--set", "epochs=1", "--set",
+                 "lr=1e-12"]) == 0
+    details = json.loads((task / "reg/results.json").read_text())["details"]["1"]
+    assert details["confusion"] == {}
+    assert details["warnings"][0].startswith("dev: near-constant predictions (std 0 against")

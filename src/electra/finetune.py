@@ -371,7 +371,7 @@ def report(data: TaskData, preds: dict[str, tuple[np.ndarray, np.ndarray]],
     warnings, confusion = [], {}
     for split, (p, y) in preds.items():
         if data.regression:
-            if float(np.std(p)) < 1e-3 * max(float(np.std(y)), 1e-12):
+            if float(np.std(p)) < 0.01 * max(float(np.std(y)), 1e-12):
                 warnings.append(f"{split}: near-constant predictions (std {np.std(p):.2g} "
                                 f"against the labels' {np.std(y):.2g})")
             continue

@@ -235,27 +235,26 @@ def label_map(train: list[Example], dev: list[Example] | None = None) -> dict[st
 
 
 def compute_metrics(names: tuple[str, ...], preds: Any, labels: Any) -> dict[str, float]:
-    """GLUE's metrics: mcc (CoLA), pearson/spearman (STS-B), f1 of class 1, accuracy."""
+    """GLUE's metrics: mcc (CoLA), pearson/spearman (STS-B), f1 of class 1, accuracy.
+
+    Correlations of constant predictions are NaN (scipy's warning about it is silenced: the
+    fine-tuning report names such a run itself)."""
+    import warnings
+
     import numpy as np
     from scipy.stats import pearsonr, spearmanr
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
     p, y = np.asarray(preds), np.asarray(labels)
-    out: dict[str, float] = {}
-    for name in names:
-        if name == "accuracy":
-            out[name] = float(accuracy_score(y, p))
-        elif name == "f1":
-            out[name] = float(f1_score(y, p))
-        elif name == "mcc":
-            out[name] = float(matthews_corrcoef(y, p))
-        elif name == "pearson":
-            out[name] = float(pearsonr(p, y)[0])
-        elif name == "spearman":
-            out[name] = float(spearmanr(p, y)[0])
-        else:
-            raise ValueError(f"unknown metric {name!r}")
-    return out
+    scores = {"accuracy": lambda: accuracy_score(y, p), "f1": lambda: f1_score(y, p),
+              "mcc": lambda: matthews_corrcoef(y, p), "pearson": lambda: pearsonr(p, y)[0],
+              "spearman": lambda: spearmanr(p, y)[0]}
+    unknown = [n for n in names if n not in scores]
+    if unknown:
+        raise ValueError(f"unknown metric {unknown[0]!r}")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="An input array is constant")
+        return {name: float(scores[name]()) for name in names}
 
 
 @dataclass
