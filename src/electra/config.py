@@ -172,46 +172,122 @@ def model_preset(name: str, **overrides: Any) -> ModelConfig:
     return MODEL_PRESETS[name].replace(**overrides)
 
 
+KINDS = ("electra", "mlm", "random", "electra15", "replace_mlm", "all_tokens_mlm")
+SHARINGS = ("embeddings", "none", "all", "gdes")
+UNITS = ("token", "word", "span")
+WITH_GENERATOR = ("electra", "electra15", "replace_mlm", "all_tokens_mlm")
+
+
 @dataclass(frozen=True)
 class ObjectiveConfig:
-    """The replaced-token-detection objective (ELECTRA paper, section 2)."""
+    """The pretraining objective: ELECTRA's replaced-token detection (paper, section 2) and
+    the paper's baselines and ablations (section 3.2), chosen with ``kind``."""
 
     SECTION: ClassVar[str] = "objective"
+    kind: str = "electra"
+    """electra: generator + discriminator (the paper's method). mlm: BERT's masked LM on a
+    discriminator-sized model (the BERT baseline). random: no generator, chosen positions get
+    random tokens and the discriminator finds them. electra15: ELECTRA with the discriminator
+    loss on the chosen positions only. replace_mlm: chosen positions get generator samples
+    instead of [MASK] and the model predicts the originals there. all_tokens_mlm: replace_mlm
+    predicting every token, with a copy probability (the paper's All-Tokens MLM)."""
     mask_prob: float = 0.15
-    """Fraction of candidate tokens chosen per sequence for the generator to predict."""
+    """Fraction of candidate tokens chosen per sequence (the budget, counted in tokens)."""
     max_predictions: int = 19
     """Most positions chosen per sequence (the original uses int((0.15+0.005)*128) = 19)."""
-    mask_token_prob: float = 0.85
-    """Of the chosen positions, the fraction replaced by [MASK] in the generator's input."""
-    random_token_prob: float = 0.0
-    """Of the chosen positions, the fraction replaced by a random token (BERT: 0.1)."""
+    mask_token_prob: float | None = None
+    """Of the chosen positions, the fraction replaced by [MASK] in the (generator's) input;
+    unset: 0.85 (ELECTRA), 0.8 for kind mlm (BERT)."""
+    random_token_prob: float | None = None
+    """Of the chosen positions, the fraction replaced by a random token; unset: 0, 0.1 for
+    kind mlm (BERT)."""
+    replacement: str = "uniform"
+    """kind random: replacement tokens drawn uniformly from the vocabulary, or "unigram" (by
+    their frequency in the training data)."""
     disc_weight: float = 50.0
     """λ in L = L_MLM + λ·L_disc."""
     temperature: float = 1.0
     """Sampling temperature: replacements are drawn from softmax(logits / temperature)."""
+    temperature_end: float | None = None
+    """With temperature_steps: the temperature goes linearly from ``temperature`` to this over
+    the first temperature_steps steps (e.g. 3 -> 1); validation samples at this one."""
+    temperature_steps: int = 0
+    """Steps of the temperature schedule (0: a constant temperature)."""
     sampling: str = "inverse_cdf"
     """How replacements are drawn: "inverse_cdf" or "gumbel" (Gumbel-max); same distribution,
     inverse_cdf is ~4x cheaper (see objective.sample)."""
+    sharing: str = "embeddings"
+    """What the generator shares with the discriminator: "embeddings" (the paper's default),
+    "none", "all" (every weight tied; the generator must be the same size), or "gdes"
+    (DeBERTaV3: the discriminator reads stop-gradient(E) + E_Δ, E_Δ its own)."""
+    unit: str = "token"
+    """What is chosen: single tokens, whole "word"s (every piece of a word), or "span"s of
+    whole words (SpanBERT, geometric lengths); the budget is always counted in tokens."""
+    span_mean: float = 3.0
+    """unit span: mean span length in words."""
+    two_stage_steps: int = 0
+    """> 0: the paper's two-stage training: the generator alone for this many steps, then the
+    discriminator, initialised from it, with the generator frozen (same size, no sharing)."""
 
     def __post_init__(self) -> None:
         _check_types(self)
+        _check(self.kind in KINDS,
+               f"objective.kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        mlm = self.kind == "mlm"
+        if self.mask_token_prob is None:
+            object.__setattr__(self, "mask_token_prob", 0.8 if mlm else 0.85)
+        if self.random_token_prob is None:
+            object.__setattr__(self, "random_token_prob", 0.1 if mlm else 0.0)
         _check(0.0 < self.mask_prob < 1.0,
                f"objective.mask_prob must be in (0, 1), got {self.mask_prob!r}")
         _check(isinstance(self.max_predictions, int) and self.max_predictions >= 1,
                f"objective.max_predictions must be a positive integer, got "
                f"{self.max_predictions!r}")
-        _check(0.0 <= self.mask_token_prob <= 1.0 and 0.0 <= self.random_token_prob <= 1.0
-               and self.mask_token_prob + self.random_token_prob <= 1.0 + 1e-9,
-               f"objective.mask_token_prob={self.mask_token_prob} and "
-               f"objective.random_token_prob={self.random_token_prob} must be in [0, 1] and "
-               f"sum to at most 1 (the rest keep the original token); BERT uses 0.8 and 0.1")
+        m, r = self.mask_token_prob, self.random_token_prob
+        _check(0.0 <= m <= 1.0 and 0.0 <= r <= 1.0 and m + r <= 1.0 + 1e-9,  # type: ignore[operator]
+               f"objective.mask_token_prob={m} and objective.random_token_prob={r} must be in "
+               f"[0, 1] and sum to at most 1 (the rest keep the original token); BERT uses "
+               f"0.8 and 0.1")
+        _check(self.replacement in ("uniform", "unigram"),
+               f"objective.replacement must be uniform or unigram, got {self.replacement!r}")
         _check(self.disc_weight >= 0.0,
                f"objective.disc_weight (λ) must be >= 0, got {self.disc_weight!r}; "
                f"the paper uses 50")
-        _check(self.temperature > 0.0,
-               f"objective.temperature must be > 0, got {self.temperature!r}")
+        for name in ("temperature", "temperature_end"):
+            value = getattr(self, name)
+            _check(value is None or value > 0.0,
+                   f"objective.{name} must be > 0, got {value!r}")
+        _check(self.temperature_steps >= 0 and self.two_stage_steps >= 0,
+               f"objective.temperature_steps ({self.temperature_steps}) and "
+               f"objective.two_stage_steps ({self.two_stage_steps}) must be >= 0")
+        _check((self.temperature_steps > 0) == (self.temperature_end is not None),
+               "objective.temperature_end and objective.temperature_steps go together: "
+               "e.g. temperature = 3, temperature_end = 1, temperature_steps = 2000")
         _check(self.sampling in ("inverse_cdf", "gumbel"),
                f"objective.sampling must be 'inverse_cdf' or 'gumbel', got {self.sampling!r}")
+        _check(self.sharing in SHARINGS,
+               f"objective.sharing must be one of {', '.join(SHARINGS)}, got {self.sharing!r}")
+        _check(self.unit in UNITS,
+               f"objective.unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
+        _check(self.span_mean >= 1.0,
+               f"objective.span_mean must be >= 1 (words), got {self.span_mean!r}")
+        _check(self.kind in WITH_GENERATOR or self.sharing == "embeddings",
+               f"objective.sharing={self.sharing!r} is about the generator, and kind "
+               f"{self.kind!r} has none; leave objective.sharing unset")
+        _check(self.two_stage_steps == 0 or self.kind == "electra",
+               f"objective.two_stage_steps is the two-stage variant of kind 'electra', not of "
+               f"{self.kind!r}")
+
+    def temperature_at(self, step: int) -> float:
+        """The sampling temperature at ``step`` (the schedule's end after it)."""
+        if not self.temperature_steps:
+            return self.temperature
+        t = min(1.0, step / self.temperature_steps)
+        return self.temperature + t * (self.temperature_end - self.temperature)  # type: ignore[operator]
+
+    @property
+    def final_temperature(self) -> float:
+        return self.temperature_end if self.temperature_steps else self.temperature  # type: ignore[return-value]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -314,6 +390,36 @@ class RunConfig:
     objective: ObjectiveConfig = dataclasses.field(default_factory=ObjectiveConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
 
+    def __post_init__(self) -> None:
+        m, o, t = self.model, self.objective, self.train
+        same_size = "; set model.generator_size = 1"
+        _check(o.sharing != "all" or m.generator_size == 1.0,
+               f"objective.sharing='all' ties every generator weight to the discriminator's, "
+               f"so the generator must be the same size, but model.generator_size is "
+               f"{m.generator_size}{same_size}")
+        _check(m.share_embeddings or o.sharing in ("embeddings", "none"),
+               f"objective.sharing={o.sharing!r} shares embeddings, but "
+               f"model.share_embeddings=false turns sharing off; remove "
+               f"model.share_embeddings or set objective.sharing='none'")
+        if o.two_stage_steps:
+            _check(m.generator_size == 1.0,
+                   f"objective.two_stage_steps initialises the discriminator from the "
+                   f"generator, so they must be the same size, but model.generator_size is "
+                   f"{m.generator_size}{same_size}")
+            _check(o.sharing == "none" or not m.share_embeddings,
+                   "objective.two_stage_steps trains the discriminator with the generator "
+                   "frozen, so they cannot share weights; set objective.sharing='none'")
+            _check(o.two_stage_steps < t.max_steps,
+                   f"objective.two_stage_steps={o.two_stage_steps} leaves no steps for the "
+                   f"discriminator (train.max_steps={t.max_steps})")
+            _check(t.parallel == "ddp",
+                   "objective.two_stage_steps runs in one process or with train.parallel=ddp")
+
+    @property
+    def sharing(self) -> str:
+        return sharing_of(self.model, self.objective)
+
+
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model.to_dict(), "objective": self.objective.to_dict(),
                 "train": self.train.to_dict()}
@@ -335,6 +441,14 @@ class RunConfig:
             values = {**getattr(base, name).to_dict(), **given}
             built[name] = config_from_dict(klass, values, f"[{name}]")
         return cls(**built)
+
+
+def sharing_of(model: ModelConfig, objective: ObjectiveConfig) -> str:
+    """What the generator shares: objective.sharing, or "none" when
+    model.share_embeddings=false (the older switch for it)."""
+    if not model.share_embeddings and objective.sharing == "embeddings":
+        return "none"
+    return objective.sharing
 
 
 def run_preset(name: str) -> RunConfig:

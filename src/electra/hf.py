@@ -166,23 +166,24 @@ def _need_transformers() -> None:
 
 
 def _load_source(src: Path) -> tuple[dict[str, torch.nn.Module], Path]:
-    """Discriminator and generator from a run folder or a checkpoint folder; tokenizer path."""
+    """The models of a run folder or a checkpoint folder (discriminator, and the generator
+    when the objective has one), and the tokenizer's path."""
     if (src / "discriminator" / "config.json").is_file():
         models = {k: folders.load(src, k, flag="export")[0]
-                  for k in ("discriminator", "generator")}
-        models["generator"].encoder.embeddings = models["discriminator"].encoder.embeddings
+                  for k in ("discriminator", "generator") if (src / k).is_dir()}
         return models, src / "discriminator"
     if (src / "manifest.json").is_file():  # a checkpoint: RUN/checkpoints/step-N
         from electra.checkpoint import load_checkpoint
-        from electra.config import config_from_dict
+        from electra.config import ObjectiveConfig, config_from_dict
         from electra.objective import ElectraPretrainingModel
 
         saved = read_json(src / "config.json", "a checkpoint's config")
-        model = ElectraPretrainingModel(config_from_dict(ModelConfig, saved["model"],
-                                                         str(src / "config.json")))
+        where = str(src / "config.json")
+        model = ElectraPretrainingModel(
+            config_from_dict(ModelConfig, saved["model"], where),
+            config_from_dict(ObjectiveConfig, saved.get("objective", {}), where))
         load_checkpoint(src, model)
-        run = src.parent.parent
-        return {"discriminator": model.discriminator, "generator": model.generator}, run
+        return model.parts(), src.parent.parent
     raise UserError(f"{src}: neither a pretraining run (discriminator/ and generator/) nor a "
                     f"checkpoint folder (manifest.json); give RUN or RUN/checkpoints/step-N")
 
@@ -249,8 +250,7 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
     with staged(out) as tmp:
         for kind, module in models.items():
             _write_hf_folder(tmp / kind, module, kind, tok)
-    print(f"wrote {out}/discriminator ({HF_CLASSES['discriminator']}) and {out}/generator "
-          f"({HF_CLASSES['generator']})")
+    print("wrote " + " and ".join(f"{out}/{kind} ({HF_CLASSES[kind]})" for kind in models))
     return out
 
 

@@ -64,10 +64,38 @@ class Embeddings(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         T = input_ids.shape[1]
-        x = (self.word_embeddings(input_ids)
+        x = (self.words(input_ids)
              + self.position_embeddings.weight[:T]  # (T, E), broadcast over B
              + self.token_type_embeddings(token_type_ids))
         return self.dropout(self.layer_norm(x))  # (B, T, E)
+
+    def words(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.word_embeddings(input_ids)  # (B, T, E)
+
+    def word_table(self) -> torch.Tensor:
+        """The (V, E) token table this model reads (what a transformers export holds)."""
+        return self.word_embeddings.weight
+
+
+class GDESEmbeddings(Embeddings):
+    """A discriminator's embeddings under gradient-disentangled sharing (DeBERTaV3, GDES):
+    the token table it reads is stop-gradient(E) + E_Δ, where E is the generator's table
+    (trained by the MLM loss alone) and E_Δ its own (zero at the start, trained by the
+    discriminator's loss alone). Positions, token types and LayerNorm are its own."""
+
+    def __init__(self, cfg: ModelConfig, shared: nn.Embedding) -> None:
+        super().__init__(cfg)
+        init_weights(self, cfg.initializer_range)  # its own parts; the shared table is not
+        self.word_embeddings = shared  # the generator's module
+        self.word_delta = nn.Parameter(torch.zeros_like(shared.weight))  # E_Δ
+
+    def words(self, input_ids: torch.Tensor) -> torch.Tensor:
+        E = self.word_embeddings
+        return (F.embedding(input_ids, E.weight.detach(), E.padding_idx)
+                + F.embedding(input_ids, self.word_delta, E.padding_idx))
+
+    def word_table(self) -> torch.Tensor:
+        return self.word_embeddings.weight.detach() + self.word_delta
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
@@ -199,26 +227,32 @@ class Discriminator(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        h = self.encoder(input_ids, attention_mask, token_type_ids)
-        return self.head_out(F.gelu(self.head_dense(h))).squeeze(-1)  # (B, T)
+        return self.head(self.encoder(input_ids, attention_mask, token_type_ids))
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Hidden states (B, T, H) -> one logit per token (B, T)."""
+        return self.head_out(F.gelu(self.head_dense(h))).squeeze(-1)
 
 
 class Generator(nn.Module):
-    """Encoder + dense -> GELU -> LayerNorm -> output layer tied to the word table (+ bias).
+    """Encoder + dense -> GELU -> LayerNorm -> output layer tied to the word table (+ bias):
+    a masked language model (ELECTRA's generator, or BERT when full size).
 
     Logits are computed only at the positions asked for, so the V-way head costs P, not T,
-    rows per sequence.
+    rows per sequence. ``embeddings`` (shared embeddings) or ``encoder`` (a whole encoder,
+    every weight shared) are used as they are, not re-initialised.
     """
 
-    def __init__(self, cfg: ModelConfig, embeddings: Embeddings | None = None) -> None:
+    def __init__(self, cfg: ModelConfig, embeddings: Embeddings | None = None,
+                 encoder: Encoder | None = None) -> None:
         super().__init__()
         self.config = cfg
-        self.encoder = Encoder(cfg, embeddings)
+        self.encoder = encoder if encoder is not None else Encoder(cfg, embeddings)
         E = self.encoder.embeddings.word_embeddings.embedding_dim
         self.head_dense = nn.Linear(cfg.hidden_size, E)
         self.head_norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps)
         self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
-        init_weights(self, cfg.initializer_range, skip=embeddings)
+        init_weights(self, cfg.initializer_range, skip=encoder or embeddings)
 
     def forward(
         self,
@@ -228,12 +262,15 @@ class Generator(nn.Module):
         positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits (B, P, V) at ``positions`` (B, P), or (B, T, V) when ``positions`` is None."""
-        h = self.encoder(input_ids, attention_mask, token_type_ids)  # (B, T, H)
+        return self.logits(self.encoder(input_ids, attention_mask, token_type_ids), positions)
+
+    def logits(self, h: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Hidden states (B, T, H) -> logits (B, P, V) at ``positions``, or (B, T, V)."""
         if positions is not None:
             h = torch.gather(h, 1, positions[..., None].expand(-1, -1, h.shape[-1]))  # (B, P, H)
         h = self.head_norm(F.gelu(self.head_dense(h)))  # (B, P, E)
         # Read the (possibly shared) word table at call time: the tie can never go stale.
-        return F.linear(h, self.encoder.embeddings.word_embeddings.weight, self.output_bias)
+        return F.linear(h, self.encoder.embeddings.word_table(), self.output_bias)
 
 
 class SequenceClassifier(nn.Module):

@@ -1,6 +1,9 @@
-"""The ELECTRA objective (Clark et al., 2020, section 2), readable line by line.
+"""The pretraining objectives (Clark et al., 2020), readable line by line.
 
-    1. choose positions M: ~15% of each sequence's candidate tokens (no specials, no padding)
+ELECTRA (``kind = "electra"``, section 2):
+
+    1. choose positions M: ~15% of each sequence's candidate tokens (no specials, no padding),
+       as single tokens, whole words or spans of words (``unit``); the budget is in tokens
     2. x_masked:   most chosen positions become [MASK] (the rest keep the token, or BERT's
                    random token), the generator predicts the originals there:
                    L_MLM = mean_{i in M} -log p_G(x_i | x_masked)
@@ -10,9 +13,23 @@
     5. L_disc:     mean over non-pad tokens of BCE(D(x_corrupt)_i, replaced_i)
     6. L = L_MLM + λ·L_disc, one joint update.
 
-:class:`ElectraPretrainingModel` is the pair trained together (the generator, the
-discriminator, their shared embeddings); its forward is :func:`electra_forward`, so that DDP and
-FSDP wrappers see the whole objective as one module call.
+The paper's baselines and ablations (section 3.2), as other kinds:
+
+    mlm             BERT: the discriminator-sized model predicts x_i at M from x_masked
+                    (80% [MASK], 10% random, 10% kept); L = L_MLM of that model
+    random          no generator: M gets uniform (or unigram) random tokens; L = λ·L_disc
+    electra15       ELECTRA with L_disc averaged over M only
+    replace_mlm     M gets generator samples (no [MASK]); the model predicts x_i at M from
+                    x_corrupt: L = L_MLM(generator) + L_MLM(model)
+    all_tokens_mlm  replace_mlm predicting every token with a copy mechanism:
+                    p(x_i) = D_i·[x_i = x_corrupt_i] + (1 - D_i)·softmax(z_i)[x_i], D_i a sigmoid
+                    (the discriminator's head); L = L_MLM(generator) + mean_i -log p(x_i)
+
+:class:`ElectraPretrainingModel` holds the parts a kind trains (the discriminator always; the
+generator; a full-size MLM head on the discriminator's encoder) and how the generator shares
+weights (``sharing``: the embeddings, none, all, or DeBERTaV3's gradient-disentangled
+sharing). Its forward is :func:`electra_forward`, so that DDP and FSDP wrappers see the whole
+objective as one module call.
 
 Nothing here calls ``.item()``: no host-device sync inside a step. Randomness comes from an
 explicit ``torch.Generator`` so that masking and sampling are reproducible and resumable.
@@ -23,43 +40,100 @@ world size or the accumulation; ``Norm`` likewise averages the losses over the g
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from electra.config import ModelConfig, ObjectiveConfig
-from electra.model import Discriminator, Generator
+from electra.config import WITH_GENERATOR, ModelConfig, ObjectiveConfig, sharing_of
+from electra.model import Discriminator, GDESEmbeddings, Generator
 from electra.tokenizer import SpecialTokens
+
+MAIN_MLM = ("mlm", "replace_mlm", "all_tokens_mlm")  # kinds with an MLM head on the big model
+RTD = ("electra", "electra15", "random", "all_tokens_mlm")  # kinds whose RTD head trains
 
 
 class ElectraPretrainingModel(nn.Module):
-    """Generator and discriminator trained together; embeddings shared unless turned off.
+    """The modules a pretraining objective trains together, built from its configs.
 
-    Built from the model config (the generator is derived by ``generator_size``); the
-    objective and the special-token ids are the ones :meth:`forward` trains with.
+    ``discriminator`` always (its RTD head trains for the kinds in ``RTD``: the copy gate of
+    all_tokens_mlm is that head); ``generator`` for the kinds with one, sharing with the
+    discriminator what ``sharing`` says; ``main_mlm``, a full-size MLM head on the
+    discriminator's encoder (the same encoder module), for mlm, replace_mlm, all_tokens_mlm.
     """
 
     def __init__(self, cfg: ModelConfig, objective: ObjectiveConfig | None = None,
                  special: SpecialTokens | None = None) -> None:
         super().__init__()
         self.config = cfg
-        self.objective = objective or ObjectiveConfig()
+        self.objective = objective = objective or ObjectiveConfig()
         self.special = special
+        self.sharing = sharing_of(cfg, objective)
         self.discriminator = Discriminator(cfg)
-        shared = self.discriminator.encoder.embeddings if cfg.share_embeddings else None
-        self.generator = Generator(cfg.generator_config(), shared)
+        self.generator: Generator | None = None
+        self.main_mlm: Generator | None = None
+        disc = self.discriminator
+        if objective.kind in WITH_GENERATOR:
+            gen_cfg = cfg.generator_config()
+            if self.sharing == "embeddings":
+                self.generator = Generator(gen_cfg, disc.encoder.embeddings)
+            elif self.sharing == "all":  # the same size: every encoder weight tied
+                self.generator = Generator(gen_cfg, encoder=disc.encoder)
+            else:
+                self.generator = Generator(gen_cfg)
+                if self.sharing == "gdes":
+                    disc.encoder.embeddings = GDESEmbeddings(
+                        cfg, self.generator.encoder.embeddings.word_embeddings)
+        if objective.kind in MAIN_MLM:
+            self.main_mlm = Generator(cfg.replace(generator_size=1.0), encoder=disc.encoder)
+        if objective.kind not in RTD:  # kept for the exported format, not trained
+            for p in (*disc.head_dense.parameters(), *disc.head_out.parameters()):
+                p.requires_grad_(False)
+        self.register_buffer("unigram", torch.zeros(0), persistent=False)
+
+    def set_unigram(self, counts: torch.Tensor) -> None:
+        """Token frequencies for kind random with replacement = "unigram"."""
+        self.unigram = counts.to(torch.float64)
+
+    def start_stage_2(self) -> None:
+        """Two-stage training: the discriminator's encoder takes the generator's weights."""
+        assert self.generator is not None
+        self.discriminator.encoder.load_state_dict(self.generator.encoder.state_dict())
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None, noise: Noise | None = None,
-                norm: Norm | None = None, rng: torch.Generator | None = None) -> ElectraOutput:
+                norm: Norm | None = None, rng: torch.Generator | None = None,
+                word_starts: torch.Tensor | None = None, temperature: float | None = None,
+                stage: int | None = None) -> ElectraOutput:
         """The whole objective on a batch (:func:`electra_forward`)."""
         if self.special is None:
             raise ValueError("ElectraPretrainingModel needs the special-token ids to train: "
                              "build it with special=SpecialTokens(...)")
         return electra_forward(self, input_ids, attention_mask, token_type_ids, self.special,
-                               self.objective, rng, noise, norm)
+                               self.objective, rng, noise, norm, word_starts, temperature,
+                               stage)
+
+    def parts(self) -> dict[str, nn.Module]:
+        """The modules a finished run keeps as RUN/discriminator and RUN/generator: the
+        discriminator as a plain one (under GDES its token table is E + E_Δ); the generator,
+        or for kind mlm the full-size MLM model."""
+        out: dict[str, nn.Module] = {"discriminator": self._plain_discriminator()}
+        generator = self.main_mlm if self.objective.kind == "mlm" else self.generator
+        if generator is not None:
+            out["generator"] = generator
+        return out
+
+    def _plain_discriminator(self) -> nn.Module:
+        disc = self.discriminator
+        if not isinstance(disc.encoder.embeddings, GDESEmbeddings):
+            return disc
+        plain = Discriminator(self.config)
+        state = {k: v for k, v in disc.state_dict().items() if not k.endswith("word_delta")}
+        state["encoder.embeddings.word_embeddings.weight"] = (
+            disc.encoder.embeddings.word_table().detach().clone())
+        plain.load_state_dict(state)
+        return plain
 
 
 @dataclass
@@ -76,10 +150,11 @@ class Masked:
 class Noise:
     """The uniform draws that masking and sampling consume, for rows of a batch."""
 
-    scores: torch.Tensor  # (B, T) which positions to choose (top-k)
+    scores: torch.Tensor  # (B, T) which positions (or units) to choose first
     mask_u: torch.Tensor  # (B, P) [MASK] / keep / random token
     random_ids: torch.Tensor  # (B, P) BERT's random replacement tokens
     sample_u: torch.Tensor  # (B, P, 1) inverse-CDF uniforms
+    span_u: torch.Tensor | None = None  # (B, T) unit span: where spans start
 
     @staticmethod
     def draw(batch: int, seq_len: int, vocab_size: int, cfg: ObjectiveConfig,
@@ -90,11 +165,14 @@ class Noise:
             scores=torch.rand(batch, seq_len, generator=rng, device=device),
             mask_u=torch.rand(batch, P, generator=rng, device=device),
             random_ids=torch.randint(vocab_size, (batch, P), generator=rng, device=device),
-            sample_u=torch.rand(batch, P, 1, generator=rng, device=device))
+            sample_u=torch.rand(batch, P, 1, generator=rng, device=device),
+            span_u=(torch.rand(batch, seq_len, generator=rng, device=device)
+                    if cfg.unit == "span" else None))
 
     def rows(self, start: int, stop: int) -> Noise:
         return Noise(self.scores[start:stop], self.mask_u[start:stop],
-                     self.random_ids[start:stop], self.sample_u[start:stop])
+                     self.random_ids[start:stop], self.sample_u[start:stop],
+                     None if self.span_u is None else self.span_u[start:stop])
 
 
 @dataclass
@@ -115,8 +193,8 @@ def candidate_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
 
 def chosen_count(candidates: torch.Tensor, cfg: ObjectiveConfig) -> torch.Tensor:
-    """(B,) positions chosen per row: ``max(1, min(max_predictions, round(mask_prob * n)))``,
-    never more than the row's n candidates."""
+    """(B,) the budget of each row, in tokens: ``max(1, min(max_predictions, round(mask_prob
+    * n)))``, never more than the row's n candidates (exactly what unit token chooses)."""
     P = min(cfg.max_predictions, candidates.shape[1])
     n = candidates.sum(1)
     # torch.round rounds half to even, like Python's round() in the original data code.
@@ -124,49 +202,94 @@ def chosen_count(candidates: torch.Tensor, cfg: ObjectiveConfig) -> torch.Tensor
 
 
 def batch_norm_counts(input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      special: SpecialTokens, cfg: ObjectiveConfig) -> torch.Tensor:
-    """(2,) float64: chosen slots and non-pad tokens of a batch (the ``Norm`` of that batch);
-    known before any randomness is drawn, so processes can sum theirs first."""
-    chosen = chosen_count(candidate_mask(input_ids, attention_mask, special), cfg).sum()
+                      special: SpecialTokens, cfg: ObjectiveConfig, noise: Noise | None = None,
+                      word_starts: torch.Tensor | None = None) -> torch.Tensor:
+    """(2,) float64: chosen slots and non-pad tokens of a batch (the ``Norm`` of that batch).
+    Unit token: known before any randomness; words and spans: from the batch's ``noise``."""
+    cand = candidate_mask(input_ids, attention_mask, special)
+    if cfg.unit == "token":
+        chosen = chosen_count(cand, cfg).sum()
+    else:
+        assert noise is not None, "word and span masking count the chosen tokens from noise"
+        chosen = choose_positions(cand, cfg, scores=noise.scores, word_starts=word_starts,
+                                  span_u=noise.span_u)[1].sum()
     return torch.stack([chosen, attention_mask.sum()]).double()
+
+
+def unit_starts(candidates: torch.Tensor, cfg: ObjectiveConfig,
+                word_starts: torch.Tensor | None,
+                span_u: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, T) bool: where a unit that masking chooses whole begins. Word: at every word's
+    first token (from the tokenizer, stored by `prepare`). Span: at a word's first token with
+    probability 1 / span_mean, so spans of whole words have geometric lengths (mean
+    span_mean words). Units never cross a special token or padding."""
+    if word_starts is None:
+        raise ValueError(f"objective.unit={cfg.unit!r} needs the data's word boundaries")
+    after_gap = F.pad(~candidates[:, :-1], (1, 0), value=True)  # first candidate after a gap
+    starts = candidates & (word_starts.bool() | after_gap)
+    if cfg.unit == "span":
+        assert span_u is not None
+        starts &= (span_u < 1.0 / cfg.span_mean) | after_gap
+    return starts
 
 
 def choose_positions(candidates: torch.Tensor, cfg: ObjectiveConfig,
                      rng: torch.Generator | None = None,
-                     scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Choose ``max(1, min(max_predictions, round(mask_prob * n)))`` of each row's n candidates.
+                     scores: torch.Tensor | None = None,
+                     word_starts: torch.Tensor | None = None,
+                     span_u: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Choose each row's budget of ``max(1, min(max_predictions, round(mask_prob * n)))``
+    tokens among its n candidates: single tokens (unit token) or whole units (words, spans).
 
-    Uniformly at random without replacement (top-k of random scores), with a fixed number P
-    of slots per row so that shapes are static and no sync is needed.
+    Tokens: uniformly at random without replacement (top-k of random scores). Units: taken in
+    random order while they fit, so a unit is never split and the budget is never exceeded
+    (a row may stop short of it by less than one unit). A fixed number P of slots per row
+    keeps shapes static and needs no sync.
 
     Returns:
         positions (B, P) long, distinct within a row; weights (B, P) bool, True for the
-        chosen slots. Unused slots point at other (unchosen) positions of the row.
+        chosen slots, which come first. Unused slots point at other positions of the row.
     """
     B, T = candidates.shape
     P = min(cfg.max_predictions, T)
-    k = chosen_count(candidates, cfg)  # (B,)
+    k = chosen_count(candidates, cfg)  # (B,) the budget, in tokens
     if scores is None:
         scores = torch.rand(B, T, generator=rng, device=candidates.device)
-    scores = scores.masked_fill(~candidates, -1.0)  # non-candidates sort last
-    positions = scores.topk(P, dim=1).indices  # (B, P), candidates first, in random order
-    weights = torch.arange(P, device=candidates.device)[None, :] < k[:, None]
-    return positions, weights
+    slot = torch.arange(P, device=candidates.device)[None, :]
+    if cfg.unit == "token":
+        scores = scores.masked_fill(~candidates, -1.0)  # non-candidates sort last
+        positions = scores.topk(P, dim=1).indices  # (B, P), candidates first, in random order
+        return positions, slot < k[:, None]
+    starts = unit_starts(candidates, cfg, word_starts, span_u)
+    pos = torch.arange(T, device=candidates.device).expand(B, T)
+    start_pos = torch.where(starts, pos, 0).cummax(1).values  # each token's unit start
+    key = torch.where(candidates, scores.gather(1, start_pos), 2.0)  # a unit's random key
+    key, order = key.sort(dim=1, stable=True)  # units grouped in random order, tokens in order
+    unit = starts.long().cumsum(1) - 1  # (B, T) unit index of each token
+    length = torch.zeros(B, T + 1, dtype=torch.long, device=candidates.device).scatter_add_(
+        1, unit.clamp(min=0), candidates.long())  # (B, T+1) tokens per unit
+    taken = candidates.gather(1, order).long().cumsum(1)  # tokens up to each sorted slot
+    within = order - start_pos.gather(1, order)  # index of the token inside its unit
+    unit_end = taken - within + length.gather(1, unit.clamp(min=0).gather(1, order)) - 1
+    fits = candidates.gather(1, order) & (unit_end <= k[:, None])  # a prefix of each row
+    return order[:, :P], fits[:, :P]
 
 
 def mask_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, special: SpecialTokens,
                 vocab_size: int, cfg: ObjectiveConfig,
-                rng: torch.Generator | None = None, noise: Noise | None = None) -> Masked:
+                rng: torch.Generator | None = None, noise: Noise | None = None,
+                word_starts: torch.Tensor | None = None) -> Masked:
     """Steps 1-2: choose positions and build the generator's input x_masked."""
     if noise is None:
         noise = Noise.draw(*input_ids.shape, vocab_size, cfg, rng, input_ids.device)
     positions, weights = choose_positions(
-        candidate_mask(input_ids, attention_mask, special), cfg, scores=noise.scores)
+        candidate_mask(input_ids, attention_mask, special), cfg, scores=noise.scores,
+        word_starts=word_starts, span_u=noise.span_u)
     targets = torch.gather(input_ids, 1, positions)
     u = noise.mask_u
-    use_mask = weights & (u < cfg.mask_token_prob)
-    use_random = weights & (u >= cfg.mask_token_prob) & (
-        u < cfg.mask_token_prob + cfg.random_token_prob)
+    m, r = cfg.mask_token_prob, cfg.random_token_prob
+    use_mask = weights & (u < m)
+    use_random = weights & (u >= m) & (u < m + r)  # type: ignore[operator]
     new = torch.where(use_mask, special.mask, torch.where(use_random, noise.random_ids, targets))
     return Masked(input_ids=input_ids.scatter(1, positions, new), positions=positions,
                   weights=weights, targets=targets)
@@ -317,15 +440,23 @@ def discriminator_loss(logits: torch.Tensor, labels: torch.Tensor,
 
 @dataclass
 class ElectraOutput:
-    """Losses (with gradient) and detached statistics of one ELECTRA forward pass."""
+    """Losses (with gradient) and detached statistics of one pass of the objective."""
 
     loss: torch.Tensor
-    gen_loss: torch.Tensor
-    disc_loss: torch.Tensor
+    losses: dict[str, torch.Tensor]  # each part: gen_loss, disc_loss, mlm_loss (0-d)
     counts: dict[str, torch.Tensor]  # each (2,): numerator, denominator of a statistic
-    corrupted_ids: torch.Tensor  # (B, T)
-    labels: torch.Tensor  # (B, T) bool, True = replaced
-    disc_logits: torch.Tensor  # (B, T)
+    corrupted_ids: torch.Tensor | None = None  # (B, T) what the discriminator read
+    labels: torch.Tensor | None = None  # (B, T) bool, True = replaced
+    disc_logits: torch.Tensor | None = None  # (B, T) > 0: replaced (kinds in RTD)
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def gen_loss(self) -> torch.Tensor | None:
+        return self.losses.get("gen_loss")
+
+    @property
+    def disc_loss(self) -> torch.Tensor | None:
+        return self.losses.get("disc_loss")
 
     @property
     def stats(self) -> dict[str, torch.Tensor]:
@@ -343,65 +474,170 @@ def electra_forward(
     rng: torch.Generator | None = None,
     noise: Noise | None = None,
     norm: Norm | None = None,
+    word_starts: torch.Tensor | None = None,
+    temperature: float | None = None,
+    stage: int | None = None,
 ) -> ElectraOutput:
-    """One pass of the whole objective: masking, generator, sampling, discriminator, losses.
+    """One pass of the objective ``cfg.kind``: masking, then the kind's parts and losses.
 
     ``noise``: the batch's random draws (else drawn here from ``rng``, which Gumbel sampling
     always uses). ``norm``: the global batch's loss denominators (else this batch's own).
+    ``temperature``: the sampling temperature now (else cfg.temperature). ``stage``: 1 or 2 of
+    two-stage training (generator alone; discriminator with the generator frozen).
     """
-    gen = model.generator
+    if cfg.kind != model.objective.kind:
+        raise ValueError(f"this model was built for kind {model.objective.kind!r}, not "
+                         f"{cfg.kind!r}")
+    vocab = model.config.vocab_size
     if noise is None:
-        noise = Noise.draw(*input_ids.shape, gen.config.vocab_size, cfg, rng, input_ids.device)
-    masked = mask_inputs(input_ids, attention_mask, special, gen.config.vocab_size, cfg,
-                         noise=noise)
-    gen_logits = gen(masked.input_ids, attention_mask, token_type_ids,
-                     masked.positions)  # (B, P, V)
-    gen_loss, probs, zmax, target_logit = _mlm_loss(
-        gen_logits, masked.targets, masked.weights, None if norm is None else norm.chosen)
+        noise = Noise.draw(*input_ids.shape, vocab, cfg, rng, input_ids.device)
+    masked = mask_inputs(input_ids, attention_mask, special, vocab, cfg, noise=noise,
+                         word_starts=word_starts)
+    chosen = None if norm is None else norm.chosen
+    tokens = None if norm is None else norm.tokens
+    counts = {"masked_frac": _pair(masked.weights.sum(), attention_mask.sum())}
+    losses: dict[str, torch.Tensor] = {}
 
-    with torch.no_grad():
-        if cfg.sampling == "inverse_cdf" and cfg.temperature == 1.0:
-            # The loss's exp(z - max z) is the sampler's too: no pass over the logits is new.
-            sampled = _locate(probs, noise.sample_u, rng)  # (B, P)
-        else:
-            z = gen_logits.detach().to(torch.float32, copy=True)  # consumed by sampling
-            sampled = _sample_fp32(z, cfg.temperature, cfg.sampling, rng, noise.sample_u)[0]
-            del z
-        gen_correct = (target_logit >= zmax).squeeze(-1)  # the target has the top logit
+    if cfg.kind == "mlm":  # BERT: the big model predicts the originals from x_masked
+        assert model.main_mlm is not None
+        logits = model.main_mlm(masked.input_ids, attention_mask, token_type_ids,
+                                masked.positions)  # (B, P, V)
+        losses["mlm_loss"], _, zmax, target_logit = _mlm_loss(
+            logits, masked.targets, masked.weights, chosen)
+        counts["mlm_acc"] = _pair(((target_logit >= zmax).squeeze(-1) & masked.weights).sum(),
+                                  masked.weights.sum())
+        return ElectraOutput(loss=losses["mlm_loss"], losses=losses, counts=counts)
+
+    if cfg.kind == "random":  # no generator: uniform (or unigram) replacements
+        sampled = (noise.random_ids if cfg.replacement == "uniform"
+                   else _unigram(model.unigram, noise.sample_u))
+    else:  # steps 2-3: the generator's MLM loss and its samples
+        assert model.generator is not None
+        frozen = stage == 2
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
+            gen_logits = model.generator(masked.input_ids, attention_mask, token_type_ids,
+                                         masked.positions)  # (B, P, V)
+            gen_loss, probs, zmax, target_logit = _mlm_loss(
+                gen_logits, masked.targets, masked.weights, chosen)
+        losses["gen_loss"] = gen_loss
+        T = cfg.temperature if temperature is None else temperature
+        with torch.no_grad():
+            if cfg.sampling == "inverse_cdf" and T == 1.0:
+                # The loss's exp(z - max z) is the sampler's too: no pass over the logits is new.
+                sampled = _locate(probs, noise.sample_u, rng)  # (B, P)
+            else:
+                z = gen_logits.detach().to(torch.float32, copy=True)  # consumed by sampling
+                sampled = _sample_fp32(z, T, cfg.sampling, rng, noise.sample_u)[0]
+                del z
+            counts["gen_acc"] = _pair(((target_logit >= zmax).squeeze(-1)
+                                       & masked.weights).sum(), masked.weights.sum())
+            counts["sampled_original_frac"] = _pair(
+                ((sampled == masked.targets) & masked.weights).sum(), masked.weights.sum())
+        if stage == 1:  # two-stage training, stage 1: the generator alone
+            return ElectraOutput(loss=gen_loss, losses=losses, counts=counts)
     corrupted = corrupt(input_ids, masked.positions, masked.weights, sampled)
     labels = corrupted != input_ids  # a sample equal to the original is "original"
+    real = attention_mask.bool()
 
-    disc_logits = model.discriminator(corrupted, attention_mask, token_type_ids)  # (B, T)
-    disc_loss = discriminator_loss(disc_logits, labels, attention_mask,
-                                   None if norm is None else norm.tokens)
-    loss = gen_loss + cfg.disc_weight * disc_loss
+    if cfg.kind == "replace_mlm":  # the big model predicts the originals from x_corrupt
+        assert model.main_mlm is not None
+        logits = model.main_mlm(corrupted, attention_mask, token_type_ids, masked.positions)
+        losses["mlm_loss"], _, zmax, target_logit = _mlm_loss(
+            logits, masked.targets, masked.weights, chosen)
+        counts["mlm_acc"] = _pair(((target_logit >= zmax).squeeze(-1) & masked.weights).sum(),
+                                  masked.weights.sum())
+        counts["replaced_frac"] = _pair((labels & real).sum(), real.sum())
+        return ElectraOutput(loss=losses["gen_loss"] + losses["mlm_loss"], losses=losses,
+                             counts=counts, corrupted_ids=corrupted, labels=labels)
 
-    counts = statistic_counts(gen_correct, masked, sampled, disc_logits, labels,
-                              attention_mask)
-    return ElectraOutput(loss=loss, gen_loss=gen_loss, disc_loss=disc_loss, counts=counts,
-                         corrupted_ids=corrupted, labels=labels, disc_logits=disc_logits)
+    if cfg.kind == "all_tokens_mlm":  # every token's identity, with a copy probability
+        assert model.main_mlm is not None
+        h = model.discriminator.encoder(corrupted, attention_mask, token_type_ids)  # (B, T, H)
+        disc_logits = model.discriminator.head(h)  # (B, T): "replaced", D_i = sigmoid(-it)
+        losses["mlm_loss"], correct = _copy_mlm_loss(
+            model.main_mlm.logits(h), disc_logits, input_ids, corrupted, attention_mask,
+            tokens)
+        counts["mlm_acc"] = _pair((correct & real).sum(), real.sum())
+        loss = losses["gen_loss"] + losses["mlm_loss"]
+    else:  # steps 4-5: the discriminator finds the replaced tokens
+        disc_logits = model.discriminator(corrupted, attention_mask, token_type_ids)  # (B, T)
+        if cfg.kind == "electra15":  # scored on the chosen positions only
+            on = torch.zeros_like(real).scatter(1, masked.positions, masked.weights)
+            losses["disc_loss"] = discriminator_loss(disc_logits, labels, on, chosen)
+        else:
+            losses["disc_loss"] = discriminator_loss(disc_logits, labels, attention_mask,
+                                                     tokens)
+        loss = cfg.disc_weight * losses["disc_loss"]
+        if "gen_loss" in losses and stage != 2:  # step 6: one joint update
+            loss = losses["gen_loss"] + loss
+    counts.update(_rtd_counts(disc_logits, labels, real))
+    return ElectraOutput(loss=loss, losses=losses, counts=counts, corrupted_ids=corrupted,
+                         labels=labels, disc_logits=disc_logits)
+
+
+def _pair(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
+    """A statistic as a (2,) float tensor [numerator, denominator], detached, so that
+    batches, accumulation steps and processes can be pooled by summing."""
+    return torch.stack([numerator, denominator]).detach().double()
 
 
 @torch.no_grad()
+def _rtd_counts(disc_logits: torch.Tensor, labels: torch.Tensor,
+                real: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Discriminator accuracy/precision/recall and the replaced fraction, over non-pad."""
+    pred = disc_logits.detach() > 0
+    tp = (pred & labels & real).sum()
+    n_real = real.sum()
+    return {"disc_acc": _pair(((pred == labels) & real).sum(), n_real),
+            "disc_precision": _pair(tp, (pred & real).sum()),
+            "disc_recall": _pair(tp, (labels & real).sum()),
+            "replaced_frac": _pair((labels & real).sum(), n_real)}
+
+
 def statistic_counts(gen_correct: torch.Tensor, masked: Masked, sampled: torch.Tensor,
                      disc_logits: torch.Tensor, labels: torch.Tensor,
                      attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Each statistic as a (2,) float tensor [numerator, denominator], detached and without a
-    sync, so that batches, accumulation steps and processes can be pooled by summing:
-    generator accuracy on the chosen slots, discriminator accuracy/precision/recall, and the
-    chosen, replaced and sampled-equal-to-original fractions."""
+    """ELECTRA's statistics as (2,) counts: generator accuracy on the chosen slots,
+    discriminator accuracy/precision/recall, and the chosen, replaced and
+    sampled-equal-to-original fractions."""
     w = masked.weights
     real = attention_mask.bool()
-    pred = disc_logits.detach() > 0
-    tp = (pred & labels & real).sum()
-    n_chosen, n_real = w.sum(), real.sum()
-    pairs = {
-        "gen_acc": ((gen_correct & w).sum(), n_chosen),
-        "disc_acc": (((pred == labels) & real).sum(), n_real),
-        "disc_precision": (tp, (pred & real).sum()),
-        "disc_recall": (tp, (labels & real).sum()),
-        "masked_frac": (n_chosen, n_real),
-        "replaced_frac": ((labels & real).sum(), n_real),
-        "sampled_original_frac": (((sampled == masked.targets) & w).sum(), n_chosen),
-    }
-    return {k: torch.stack([a, b]).double() for k, (a, b) in pairs.items()}
+    return {"gen_acc": _pair((gen_correct & w).sum(), w.sum()),
+            **_rtd_counts(disc_logits, labels, real),
+            "masked_frac": _pair(w.sum(), real.sum()),
+            "sampled_original_frac": _pair(((sampled == masked.targets) & w).sum(), w.sum())}
+
+
+def _unigram(frequencies: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Tokens drawn by their frequency (inverse CDF), one per uniform in ``u`` (B, P, 1)."""
+    if frequencies.numel() == 0:
+        raise ValueError("replacement='unigram' needs model.set_unigram(counts) first")
+    cdf = frequencies.cumsum(0)
+    target = u.squeeze(-1).double() * cdf[-1]
+    return torch.searchsorted(cdf, target.contiguous(), right=True).clamp_(
+        max=len(cdf) - 1)
+
+
+def _copy_mlm_loss(logits: torch.Tensor, copy_logits: torch.Tensor, targets: torch.Tensor,
+                   inputs: torch.Tensor, attention_mask: torch.Tensor,
+                   denominator: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """All-Tokens MLM with a copy mechanism: -log p(x_i), p(x_i) = D_i·[x_i = input_i] +
+    (1 - D_i)·softmax(z_i)[x_i], D_i = sigmoid(-copy_logit_i), averaged over non-pad tokens
+    (of the global batch when ``denominator`` is given); and whether the most probable token
+    under p is x_i (B, T)."""
+    z = logits.float()  # (B, T, V)
+    d = copy_logits.float()
+    lse = torch.logsumexp(z, -1)  # (B, T)
+    z_x = z.gather(-1, targets[..., None]).squeeze(-1)
+    same = targets == inputs
+    copy = torch.where(same, F.logsigmoid(-d), torch.full_like(d, -torch.inf))
+    nll = -torch.logaddexp(copy, F.logsigmoid(d) + z_x - lse)
+    m = attention_mask.float()
+    loss = (nll * m).sum() / (m.sum() if denominator is None else denominator).clamp(min=1.0)
+    with torch.no_grad():  # the mixture's most probable token: the input, or z's argmax
+        D = torch.sigmoid(-d)
+        zmax, best = z.max(-1)
+        z_in = z.gather(-1, inputs[..., None]).squeeze(-1)
+        p_in = D + (1 - D) * torch.exp(z_in - lse)
+        pred = torch.where(p_in >= (1 - D) * torch.exp(zmax - lse), inputs, best)
+    return loss, pred == targets

@@ -24,9 +24,11 @@ from electra.model import Block
 from electra.runtime import Runtime
 
 
-def wrap(model: nn.Module, rt: Runtime, parallel: str = "ddp") -> nn.Module:
+def wrap(model: nn.Module, rt: Runtime, parallel: str = "ddp",
+         find_unused: bool = False) -> nn.Module:
     """The module a training step calls: ``model`` itself in one process, a DDP wrapper of it,
-    or (``fsdp``) ``model`` sharded in place. Call before building the optimizer."""
+    or (``fsdp``) ``model`` sharded in place. Call before building the optimizer.
+    ``find_unused``: DDP looks for parameters a step leaves without a gradient."""
     if not rt.enabled:
         return model
     if parallel == "fsdp":
@@ -36,7 +38,7 @@ def wrap(model: nn.Module, rt: Runtime, parallel: str = "ddp") -> nn.Module:
 
     return DistributedDataParallel(
         model, device_ids=[rt.device] if rt.device.type == "cuda" else None,
-        gradient_as_bucket_view=True)
+        gradient_as_bucket_view=True, find_unused_parameters=find_unused)
 
 
 def is_sharded(model: nn.Module) -> bool:

@@ -34,6 +34,7 @@ from electra.checkpoint import latest_checkpoint
 from electra.config import (
     DEFAULT_TIMEOUT_S,
     ModelConfig,
+    ObjectiveConfig,
     RunConfig,
     config_diffs,
     load_run_config,
@@ -111,7 +112,8 @@ def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
                 record = trainer.metrics()
                 if p.val is not None and (trainer.every(tc.eval_every)
                                           or trainer.step == tc.max_steps):
-                    record.update(validate(trainer.model, p.val, p.cfg, rt, p.micro))
+                    record.update(validate(trainer.model, p.val, p.cfg, rt, p.micro,
+                                           _stage(p.cfg.objective, trainer.step)))
                 trainer.log(record, show=("loss", "disc_acc", "tokens_per_s", "val_disc_auc"))
             trainer.advance()
             if trainer.every(tc.save_every) or trainer.step == stop_at:
@@ -120,8 +122,8 @@ def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
         final = trainer.whole_model()  # a collective under FSDP
         if rt.is_main:
             tok_json = (Path(opt.out) / "tokenizer.json").read_text()
-            for kind in ("discriminator", "generator"):
-                folders.save(getattr(final, kind), kind, Path(opt.out) / kind, tok_json)
+            for kind, module in final.parts().items():
+                folders.save(module, kind, Path(opt.out) / kind, tok_json)
     rt.barrier()  # every rank returns once the run's files exist
     return trainer.last
 
@@ -132,22 +134,34 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
     batch's random draws and loss denominators first, then the scaffold's step over
     micro-batches of ``micro`` rows. Returns the step's statistics (None when skipped).
     The step the benches time."""
-    rt = trainer.rt
+    rt, obj_cfg = trainer.rt, cfg.objective
     batch = {k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}
     per_rank = batch["input_ids"].shape[0]
     norm, noise = global_draws(batch, cfg.train.batch_size, special, cfg,
                                trainer.streams["masking"], rt)
+    stage = _stage(obj_cfg, trainer.step)
+    if stage == 2 and trainer.step == obj_cfg.two_stage_steps:  # the first step of stage 2
+        trainer.model.start_stage_2()
+    words = batch.get("word_starts")
 
     def micro_step(model: torch.nn.Module, j: int) -> tuple[torch.Tensor, dict[str, Any]]:
         rows = slice(j * micro, (j + 1) * micro)
         first = rt.rank * per_rank + j * micro  # this micro-batch's global rows
         out = model(batch["input_ids"][rows], batch["attention_mask"][rows],
                     batch["token_type_ids"][rows], noise.rows(first, first + micro), norm,
-                    trainer.streams["gumbel"])
-        return out.loss, {"gen_loss": out.gen_loss.detach().double(),
-                          "disc_loss": out.disc_loss.detach().double(), **out.counts}
+                    trainer.streams["gumbel"], None if words is None else words[rows],
+                    obj_cfg.temperature_at(trainer.step), stage)
+        return out.loss, {**{k: v.detach().double() for k, v in out.losses.items()},
+                          **out.counts}
 
     return trainer.train_step(micro_step, tokens=norm.tokens)
+
+
+def _stage(objective: ObjectiveConfig, step: int) -> int | None:
+    """Two-stage training: 1 (generator alone) before two_stage_steps, then 2."""
+    if not objective.two_stage_steps:
+        return None
+    return 1 if step < objective.two_stage_steps else 2
 
 
 def global_draws(batch: dict[str, torch.Tensor], global_batch: int, special: SpecialTokens,
@@ -156,22 +170,26 @@ def global_draws(batch: dict[str, torch.Tensor], global_batch: int, special: Spe
     """A step's loss denominators (summed over ranks) and random draws, both for the whole
     global batch, of which ``batch`` is this rank's rows."""
     ids = batch["input_ids"]
-    counts = rt.all_sum(obj.batch_norm_counts(ids, batch["attention_mask"], special,
-                                              cfg.objective))
     noise = obj.Noise.draw(global_batch, ids.shape[1], cfg.model.vocab_size, cfg.objective,
                            rng, ids.device)
+    first = rt.rank * len(ids)
+    counts = rt.all_sum(obj.batch_norm_counts(
+        ids, batch["attention_mask"], special, cfg.objective,
+        noise.rows(first, first + len(ids)), batch.get("word_starts")))
     return obj.Norm(chosen=counts[0].float(), tokens=counts[1].float()), noise
 
 
 @torch.no_grad()
 def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig, rt: Runtime,
-             micro: int) -> dict[str, float]:
-    """Held-out generator loss/accuracy and discriminator loss/accuracy/ROC-AUC.
+             micro: int, stage: int | None = None) -> dict[str, float]:
+    """Held-out losses and statistics of the objective (generator loss/accuracy,
+    discriminator loss/accuracy/ROC-AUC, MLM loss/accuracy: what the kind has).
 
     Scores the first ``eval_batches`` global batches of the split (in file order), each
     process its rows, pooled over processes: the numbers do not depend on the world size.
-    The masking and sampling seed is fixed, so every validation scores the same corruption
-    pattern of the same examples and the numbers are comparable over the run.
+    The masking and sampling seed is fixed, and replacements are sampled at the schedule's
+    final temperature, so every validation scores the same task on the same examples and
+    the numbers are comparable over the run.
     """
     from sklearn.metrics import roc_auc_score
 
@@ -192,24 +210,30 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig,
         batch = {k: v.to(rt.device) for k, v in
                  data.batch(np.arange(first, first + per_rank)).items()}
         norm, noise = global_draws(batch, G, data.special, cfg, rng, rt)
+        words = batch.get("word_starts")
         for j in range(0, per_rank, micro):
             rows = slice(j, min(j + micro, per_rank))
             start = rt.rank * per_rank + j
             with autocast(rt.device, tc.precision):
                 out = model(batch["input_ids"][rows], batch["attention_mask"][rows],
                             batch["token_type_ids"][rows],
-                            noise.rows(start, start + rows.stop - rows.start), norm, rng)
-            real = batch["attention_mask"][rows].bool()
-            scores.append(out.disc_logits.float()[real].cpu())
-            labels.append(out.labels[real].cpu())
-            add_into(sums, {"gen_loss": out.gen_loss.double(),
-                            "disc_loss": out.disc_loss.double(), **out.counts})
+                            noise.rows(start, start + rows.stop - rows.start), norm, rng,
+                            None if words is None else words[rows],
+                            cfg.objective.final_temperature, stage)
+            if out.disc_logits is not None:
+                real = batch["attention_mask"][rows].bool()
+                scores.append(out.disc_logits.float()[real].cpu())
+                labels.append(out.labels[real].cpu())
+            add_into(sums, {**{k: v.double() for k, v in out.losses.items()}, **out.counts})
     model.train(was_training)
     result = {f"val_{k}": v for k, v in pool(rt, sums, n).items()}
-    y = np.concatenate([t.numpy() for t in rt.gather(torch.cat(labels))])
-    s = np.concatenate([t.numpy() for t in rt.gather(torch.cat(scores))])
-    result["val_disc_auc"] = float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else float("nan")
-    result["val_baseline_acc"] = 1.0 - result["val_replaced_frac"]  # all-original guess
+    if scores:  # the kinds with a discriminator
+        y = np.concatenate([t.numpy() for t in rt.gather(torch.cat(labels))])
+        s = np.concatenate([t.numpy() for t in rt.gather(torch.cat(scores))])
+        result["val_disc_auc"] = (float(roc_auc_score(y, s)) if 0 < y.sum() < len(y)
+                                  else float("nan"))
+    if "val_replaced_frac" in result:
+        result["val_baseline_acc"] = 1.0 - result["val_replaced_frac"]  # all-original guess
     return result
 
 
@@ -236,6 +260,8 @@ def build(opt: PretrainOptions, rt: Runtime) -> Pretraining:
 
     torch.manual_seed(tc.seed)  # the same initial weights on every rank
     model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special)
+    if cfg.objective.kind == "random" and cfg.objective.replacement == "unigram":
+        model.set_unigram(_unigram_counts(data))
     if init is not None and resume_from is None:
         # Generator first: with shared embeddings the discriminator's table wins.
         model.generator.load_state_dict(init[2].state_dict())
@@ -270,7 +296,9 @@ def make_trainer(model: ElectraPretrainingModel, cfg: RunConfig, rt: Runtime,
                         grad_clip=tc.grad_clip, betas=(tc.adam_beta1, tc.adam_beta2),
                         eps=tc.adam_eps, max_nonfinite_skips=tc.max_nonfinite_skips,
                         keep_checkpoints=tc.keep_checkpoints, parallel=tc.parallel,
-                        prefix="train.")
+                        prefix="train.",
+                        # two-stage: one part of the model gets no gradient in each stage
+                        find_unused=bool(cfg.objective.two_stage_steps))
     # Masking and sampling draw from one stream shared by all ranks (each takes its rows of
     # the global batch); dropout and Gumbel noise from streams of each rank's own.
     streams = RandomStreams(rt, tc.seed, shared={"masking": 1}, local={"gumbel": 2})
@@ -283,8 +311,10 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
     batch split, each checked (a UserError on any rank stops every rank)."""
     cfg, tc = opt.config, opt.config.train
     check_writable(Path(opt.out))
-    data = ShardDataset(opt.data, "train")
-    val = ShardDataset(opt.data, "val") if "val" in data.meta["splits"] else None
+    words = cfg.objective.unit != "token"  # whole words and spans need the word boundaries
+    data = ShardDataset(opt.data, "train", word_starts=words)
+    val = ShardDataset(opt.data, "val", word_starts=words) if "val" in data.meta["splits"] \
+        else None
     init = _load_init(opt.init, cfg.model) if opt.init else None
     model_cfg = (init[0] if init else cfg.model).replace(vocab_size=data.vocab_size,
                                                         pad_token_id=data.special.pad)
@@ -310,6 +340,16 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
     loader = BatchLoader(data, per_rank, seed=tc.seed, rank=rt.rank, world_size=rt.world_size)
     cfg = RunConfig(model=model_cfg, objective=cfg.objective, train=tc)
     return data, val, init, cfg, loader, per_rank // tc.grad_accum
+
+
+def _unigram_counts(data: ShardDataset) -> torch.Tensor:
+    """How often each token occurs in the training split (special tokens: never drawn)."""
+    counts = np.zeros(data.vocab_size, dtype=np.int64)
+    for first in range(0, len(data), 1 << 16):
+        counts += np.bincount(np.asarray(data.ids[first : first + (1 << 16)]).ravel(),
+                              minlength=data.vocab_size)[: data.vocab_size]
+    counts[data.special.ids()] = 0
+    return torch.from_numpy(counts)
 
 
 def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, Any]:

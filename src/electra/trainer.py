@@ -72,6 +72,8 @@ class Settings:
     max_nonfinite_skips: int = 0
     keep_checkpoints: int = 3
     parallel: str = "ddp"
+    find_unused: bool = False
+    """DDP: parameters that get no gradient in some steps (two-stage training)."""
     prefix: str = "train."
     """How the user names these settings in ``--set`` (``train.lr`` or ``lr``), for messages."""
 
@@ -210,7 +212,8 @@ class Trainer:
         if resume is not None:
             state, _ = rt.agree(lambda: load_checkpoint(resume, model), "loading the checkpoint")
         self.model = model.to(rt.device)
-        self.step_model = parallel.wrap(self.model, rt, settings.parallel)
+        self.step_model = parallel.wrap(self.model, rt, settings.parallel,
+                                        settings.find_unused)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = adamw(groups(self.model), settings.lr, settings.betas, settings.eps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(

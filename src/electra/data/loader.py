@@ -25,14 +25,20 @@ from electra.files import read_json, sha256_file
 from electra.tokenizer import SpecialTokens
 
 FORMAT_VERSION = 1  # of the folders `electra prepare` writes
+SHARD_FILES = ("ids.bin", "segments.bin", "word_starts.bin")
 META_KEYS = ("format_version", "seq_len", "dtype", "vocab_size", "tokenizer_sha256",
              "special_tokens", "splits")
 
 
 class ShardDataset:
-    """One split (``train`` or ``val``) of a prepared folder, memory-mapped."""
+    """One split (``train`` or ``val``) of a prepared folder, memory-mapped.
 
-    def __init__(self, folder: str | Path, split: str = "train") -> None:
+    ``word_starts``: batches also hold each token's word-start flag (for whole-word and span
+    masking); data prepared without them is refused.
+    """
+
+    def __init__(self, folder: str | Path, split: str = "train",
+                 word_starts: bool = False) -> None:
         self.folder = Path(folder)
         meta_path = self.folder / "meta.json"
         if not meta_path.is_file():
@@ -59,8 +65,16 @@ class ShardDataset:
         self.special = SpecialTokens(**meta["special_tokens"])
         n = meta["splits"][split]["examples"]
         d = self.folder / split
-        for name, dtype, width in (("ids.bin", meta["dtype"], self.seq_len),
-                                   ("segments.bin", np.uint16, 2)):
+        self.has_word_starts = bool(meta.get("word_starts"))
+        if word_starts and not self.has_word_starts:
+            raise UserError(f"--data {folder}: no word boundaries (it was prepared by an older "
+                            f"electra), which whole-word and span masking need; prepare the "
+                            f"data again")
+        self.with_word_starts = word_starts
+        shapes = [("ids.bin", meta["dtype"], self.seq_len), ("segments.bin", np.uint16, 2)]
+        if self.has_word_starts:
+            shapes.append(("word_starts.bin", np.uint8, (self.seq_len + 7) // 8))
+        for name, dtype, width in shapes:
             expected = n * width * np.dtype(dtype).itemsize
             if not (d / name).is_file() or (d / name).stat().st_size != expected:
                 raise UserError(f"--data {folder}: {split}/{name} is missing or not "
@@ -69,6 +83,9 @@ class ShardDataset:
         self.ids = np.memmap(d / "ids.bin", dtype=meta["dtype"], mode="r",
                              shape=(n, self.seq_len))
         self.segments = np.memmap(d / "segments.bin", dtype=np.uint16, mode="r", shape=(n, 2))
+        self.word_starts = (np.memmap(d / "word_starts.bin", dtype=np.uint8, mode="r",
+                                      shape=(n, (self.seq_len + 7) // 8))
+                            if self.has_word_starts else None)
         self._check_rows(np.unique(np.concatenate([
             np.arange(min(n, 64)), np.arange(max(0, n - 64), n),
             np.random.default_rng(0).integers(0, max(n, 1), 128)])) if n else np.arange(0))
@@ -96,7 +113,7 @@ class ShardDataset:
         if tokens != declared:
             raise UserError(f"--data {self.folder}: {self.split} holds {tokens} tokens, "
                             f"meta.json says {declared} (damaged); prepare the data again")
-        for name in ("ids.bin", "segments.bin"):
+        for name in SHARD_FILES:
             want = self.meta.get("files", {}).get(f"{self.split}/{name}")
             if want and sha256_file(self.folder / self.split / name) != want["sha256"]:
                 raise UserError(f"--data {self.folder}: {self.split}/{name} does not match "
@@ -129,12 +146,17 @@ class ShardDataset:
         ids[order] = self.ids[index[order]]
         seg = self.segments[index].astype(np.int64)
         pos = np.arange(self.seq_len)[None, :]
-        return {
+        out = {
             "input_ids": torch.from_numpy(ids),
             "attention_mask": torch.from_numpy(pos < seg[:, 1:2]).long(),
             "token_type_ids": torch.from_numpy(
                 (pos >= seg[:, 0:1]) & (pos < seg[:, 1:2])).long(),
         }
+        if self.with_word_starts:
+            assert self.word_starts is not None
+            bits = np.unpackbits(self.word_starts[index], axis=1, count=self.seq_len)
+            out["word_starts"] = torch.from_numpy(bits.astype(bool))
+        return out
 
 
 @dataclass

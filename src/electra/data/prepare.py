@@ -14,6 +14,8 @@ On disk (``OUT/``)::
     tokenizer.json       the tokenizer used, so the shards describe themselves
     train/ids.bin        (N, seq_len) uint16 or uint32, [PAD]-filled
     train/segments.bin   (N, 2) uint16: end of segment A (after its [SEP]), total length
+    train/word_starts.bin  (N, seq_len / 8) bits: the tokens that begin a word (from the
+                         tokenizer's own word ids, any tokenizer kind), for whole-word masking
     val/...              the same for the validation split, if any
 
 Work is split into chunks of whole documents whose boundaries depend only on the text, and
@@ -37,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from electra.data.loader import FORMAT_VERSION, ShardDataset
+from electra.data.loader import FORMAT_VERSION, SHARD_FILES, ShardDataset
 from electra.data.text import Chunk, ReadStats, expand_inputs, read_chunks
 from electra.errors import UserError
 from electra.files import check_out, sha256_file, staged, write_json
@@ -70,6 +72,7 @@ class Packed:
 
     ids: dict[str, np.ndarray]
     segments: dict[str, np.ndarray]
+    word_starts: dict[str, np.ndarray] = field(default_factory=dict)  # packed bits
     counts: dict[str, int] = field(default_factory=dict)
 
 
@@ -133,29 +136,33 @@ class ExampleBuilder:
         else:
             self.target_length = self.max_length
 
-    def to_arrays(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(N, seq_len) token ids and (N, 2) [end of A, total length] for the examples."""
+    def to_arrays(self, flat: np.ndarray, flat_starts: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(N, seq_len) token ids, (N, 2) [end of A, total length] and (N, seq_len / 8)
+        packed word-start bits for the examples (every sentence also starts a word)."""
         s = self.special
         ids = np.full((len(self.examples), self.max_length), s.pad, dtype=self.dtype)
         seg = np.zeros((len(self.examples), 2), dtype=np.uint16)
+        starts = np.zeros((len(self.examples), self.max_length), dtype=bool)
         for i, (first, second) in enumerate(self.examples):
-            row = ids[i]
-            row[0] = s.cls
-            pos = 1
-            for start, n in first:
-                row[pos : pos + n] = flat[start : start + n]
-                pos += n
-            row[pos] = s.sep
-            pos += 1
-            seg[i, 0] = pos
-            if second:
-                for start, n in second:
-                    row[pos : pos + n] = flat[start : start + n]
-                    pos += n
-                row[pos] = s.sep
-                pos += 1
-            seg[i, 1] = pos
-        return ids, seg
+            ids[i, 0] = s.cls
+            seg[i, 0] = _put(ids[i], starts[i], first, 1, flat, flat_starts, s.sep)
+            seg[i, 1] = (_put(ids[i], starts[i], second, int(seg[i, 0]), flat, flat_starts,
+                              s.sep) if second else seg[i, 0])
+        return ids, seg, np.packbits(starts, axis=1)
+
+
+def _put(row: np.ndarray, row_starts: np.ndarray, spans: list[tuple[int, int]], pos: int,
+         flat: np.ndarray, flat_starts: np.ndarray, sep: int) -> int:
+    """Copy a segment's sentences into ``row`` from ``pos``, then [SEP]; the next position.
+    Each sentence (or piece of a long one) also starts a word."""
+    for start, n in spans:
+        row[pos : pos + n] = flat[start : start + n]
+        row_starts[pos : pos + n] = flat_starts[start : start + n]
+        row_starts[pos] = True
+        pos += n
+    row[pos] = sep
+    return pos + 1
 
 
 def _cut(spans: list[tuple[int, int]], keep: int) -> list[tuple[int, int]]:
@@ -194,6 +201,7 @@ def pack_chunk(chunk: Chunk) -> Packed:
     ids_per_line = [e.ids for e in encs]
     lens = [len(x) for x in ids_per_line]
     flat = np.fromiter(chain.from_iterable(ids_per_line), dtype=dtype, count=sum(lens))
+    flat_starts = _word_starts(encs, lens)
 
     rng = random.Random(f"{st['seed']}/{st['split_name']}/{chunk.index}")
     val_rng = random.Random(f"{st['seed']}/val/{chunk.index}")
@@ -230,11 +238,24 @@ def pack_chunk(chunk: Chunk) -> Packed:
         b.end_document()
     out = Packed(ids={}, segments={})
     for name, b in builders.items():
-        out.ids[name], out.segments[name] = b.to_arrays(flat)
+        out.ids[name], out.segments[name], out.word_starts[name] = b.to_arrays(flat,
+                                                                               flat_starts)
     out.counts = {"tokens_in": int(flat.size), "tokens_dropped": sum(
         b.dropped for b in builders.values()), "long_lines_cut": long_lines,
         "lines": len(text), "lines_without_tokens": empty_lines}
     return out
+
+
+def _word_starts(encs: list[Any], lens: list[int]) -> np.ndarray:
+    """For every token of the encoded lines: whether it begins a word, by the tokenizer's own
+    word ids (a new id, or the first token of a line)."""
+    total = sum(lens)
+    words = np.fromiter((-1 if w is None else w for e in encs for w in e.word_ids),
+                        dtype=np.int64, count=total)
+    starts = np.ones(total, dtype=bool)
+    starts[1:] = words[1:] != words[:-1]
+    starts[np.cumsum([0, *lens[:-1]])[np.asarray(lens) > 0]] = True
+    return starts
 
 
 # --- the driver ------------------------------------------------------------------------
@@ -247,6 +268,7 @@ class _Writer:
         self.folder = folder
         self.ids = open(folder / "ids.bin", "wb")  # noqa: SIM115
         self.segments = open(folder / "segments.bin", "wb")  # noqa: SIM115
+        self.words = open(folder / "word_starts.bin", "wb")  # noqa: SIM115
         self.examples = 0
         self.tokens = 0
 
@@ -257,8 +279,11 @@ class _Writer:
             self.examples += len(ids)
             self.tokens += int(seg[:, 1].sum(dtype=np.int64))
 
+    def write_words(self, packed: np.ndarray) -> None:
+        self.words.write(packed.tobytes())
+
     def close(self) -> None:
-        for f in (self.ids, self.segments):
+        for f in (self.ids, self.segments, self.words):
             f.flush()
             os.fsync(f.fileno())
             f.close()
@@ -290,6 +315,7 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
                 if target not in writers:
                     writers[target] = _Writer(tmp / target)
                 writers[target].write(p.ids[name], p.segments[name])
+                writers[target].write_words(p.word_starts[name])
         for key, value in p.counts.items():
             totals[key] = totals.get(key, 0) + value
 
@@ -379,7 +405,8 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
                        for name, w in sorted(writers.items())},
             "files": {f"{name}/{file}": {"bytes": (tmp / name / file).stat().st_size,
                                          "sha256": sha256_file(tmp / name / file)}
-                      for name in sorted(writers) for file in ("ids.bin", "segments.bin")},
+                      for name in sorted(writers) for file in SHARD_FILES},
+            "word_starts": True,
             "inputs": stats.files,
             "documents": stats.docs,
             "bytes": stats.bytes,
