@@ -78,9 +78,12 @@ def world(tmp_path_factory) -> Path:
                "--set", "epochs=1", "--set", "batch_size=8", "--set", "max_length=32") == 0
     assert cli("export", w / "run", "--out", w / "hf") == 0
 
-    # Damaged data folders.
-    for name in ("meta_cut", "meta_lies", "ids_cut", "seg_cut", "ids_big"):
+    # Damaged data folders, and data from before word boundaries were stored.
+    for name in ("meta_cut", "meta_lies", "ids_cut", "seg_cut", "ids_big", "old_data"):
         shutil.copytree(w / "data", w / name)
+    old = json.loads((w / "old_data/meta.json").read_text())
+    del old["word_starts"]
+    (w / "old_data/meta.json").write_text(json.dumps(old))
     truncate(w / "meta_cut/meta.json")
     meta = json.loads((w / "data/meta.json").read_text())
     (w / "meta_lies/meta.json").write_text(json.dumps({**meta, "vocab_size": 40}))
@@ -197,6 +200,27 @@ CASES = [
     ("config", (*PRETRAIN, "--set", "model.hidden_dropout=1.5"), "model.hidden_dropout must be"),
     ("config", (*PRETRAIN, "--set", "objective.mask_prob=0"), "objective.mask_prob must be in"),
     ("config", (*PRETRAIN, "--set", "nope=1"), "--set nope: no section has that key"),
+    ("config", (*PRETRAIN, "--set", "objective.kind=bert"),
+     "objective.kind must be one of electra, mlm, random, electra15, replace_mlm, "
+     "all_tokens_mlm, got 'bert'"),
+    ("config", (*PRETRAIN, "--set", "objective.sharing=some"),
+     "objective.sharing must be one of embeddings, none, all, gdes, got 'some'"),
+    ("config", (*PRETRAIN, "--set", "objective.unit=sentence"),
+     "objective.unit must be one of token, word, span, got 'sentence'"),
+    ("config", (*PRETRAIN, "--set", "objective.sharing=all"),
+     "the generator must be the same size"),
+    ("config", (*PRETRAIN, "--set", "objective.sharing=gdes", "--set",
+                "model.share_embeddings=false"), "model.share_embeddings=false turns sharing"),
+    ("config", (*PRETRAIN, "--set", "objective.kind=mlm", "--set", "objective.sharing=none"),
+     "kind 'mlm' has none"),
+    ("config", (*PRETRAIN, "--set", "objective.two_stage_steps=2"),
+     "two_stage_steps initialises the discriminator from the generator"),
+    ("config", (*PRETRAIN, "--set", "objective.temperature_steps=100"),
+     "temperature_end and objective.temperature_steps go together"),
+    ("config", (*PRETRAIN, "--set", "objective.replacement=zipf"),
+     "objective.replacement must be uniform or unigram"),
+    ("data", ("pretrain", "--config", P("tiny.toml"), "--data", P("old_data"), "--set",
+              "objective.unit=word"), "no word boundaries"),
     ("config", (*PRETRAIN, "--set", "train.lr"), "expected key=value"),
     ("config", ("pretrain", "--config", P("missing.toml"), "--data", P("data")),
      "missing.toml: no such file"),

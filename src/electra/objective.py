@@ -264,10 +264,10 @@ def choose_positions(candidates: torch.Tensor, cfg: ObjectiveConfig,
     pos = torch.arange(T, device=candidates.device).expand(B, T)
     start_pos = torch.where(starts, pos, 0).cummax(1).values  # each token's unit start
     key = torch.where(candidates, scores.gather(1, start_pos), 2.0)  # a unit's random key
-    key, order = key.sort(dim=1, stable=True)  # units grouped in random order, tokens in order
+    order = key.sort(dim=1, stable=True).indices  # units in random order, tokens in order
     unit = starts.long().cumsum(1) - 1  # (B, T) unit index of each token
-    length = torch.zeros(B, T + 1, dtype=torch.long, device=candidates.device).scatter_add_(
-        1, unit.clamp(min=0), candidates.long())  # (B, T+1) tokens per unit
+    length = torch.zeros(B, T, dtype=torch.long, device=candidates.device).scatter_add_(
+        1, unit.clamp(min=0), candidates.long())  # (B, T) tokens per unit
     taken = candidates.gather(1, order).long().cumsum(1)  # tokens up to each sorted slot
     within = order - start_pos.gather(1, order)  # index of the token inside its unit
     unit_end = taken - within + length.gather(1, unit.clamp(min=0).gather(1, order)) - 1
