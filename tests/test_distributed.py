@@ -207,7 +207,7 @@ def test_finetune_on_two_processes_equals_one(tmp_path):
     torch.manual_seed(0)
     disc = Discriminator(model_preset("tiny", vocab_size=tok.get_vocab_size(), num_layers=2,
                                       hidden_dropout=0.0, attention_dropout=0.0))
-    folders.save(disc, "discriminator", tmp_path / "run/discriminator", tok.to_str())
+    folders.save(disc, "discriminator", tmp_path / "run/discriminator", tok)
     common = ["finetune", "--model", tmp_path / "run", "--task", "custom", "--train",
               tmp_path / "train.csv", "--dev", tmp_path / "dev.csv", "--set", "epochs=2",
               "--set", "precision=fp32", "--set", "batch_size=16"]

@@ -156,6 +156,27 @@ def world(tmp_path_factory) -> Path:
     lines[1] = lines[1][:10]
     (w / "run_metrics/metrics.jsonl").write_text("\n".join(lines) + "\n")
     (w / "a_file").write_text("not a folder")
+    # Table inputs (issue 17): Parquet without the text field, not Parquet at all, a datasets
+    # folder with train/test splits; a tokenizer with no mask token.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"body": ["a b", "c"], "n": [1, 2]}), w / "body.parquet")
+    (w / "fake.parquet").write_text("text,label\n")
+    (w / "dsdict/train").mkdir(parents=True)
+    (w / "dsdict/dataset_dict.json").write_text('{"splits": ["train", "test"]}')
+    shutil.copytree(w / "dsdict/train", w / "dsdict/test")
+    for split in ("train", "test"):  # the layout datasets.save_to_disk writes
+        (w / "dsdict" / split / "state.json").write_text(json.dumps(
+            {"_data_files": [{"filename": "data-00000-of-00001.arrow"}], "_split": None}))
+        (w / "dsdict" / split / "dataset_info.json").write_text("{}")
+        with pa.OSFile(str(w / "dsdict" / split / "data-00000-of-00001.arrow"), "wb") as f, \
+                pa.ipc.new_stream(f, pa.schema([("text", pa.string())])) as writer:
+            writer.write_table(pa.table({"text": ["a b c", "d e"]}))
+    tok = json.loads((w / "tok/tokenizer.json").read_text())
+    tok["added_tokens"] = [t for t in tok["added_tokens"] if t["content"] != "[MASK]"]
+    tok["model"]["vocab"]["[MAS]"] = tok["model"]["vocab"].pop("[MASK]")
+    (w / "nomask.json").write_text(json.dumps(tok))
     return w
 
 
@@ -288,6 +309,35 @@ CASES = [
      "not a tokenizer file"),
     ("data", ("tokenizer", "train", "--input", P("nothing/*.txt")), "matches no file"),
     ("data", ("prepare", "--verify", P("ids_big")), "token id 5000 is outside"),
+    ("data", ("prepare", "--input", P("body.parquet"), "--tokenizer", P("tok")),
+     "no 'text' field (the fields are body, n); name the text field with --text-field"),
+    ("data", ("prepare", "--input", P("body.parquet"), "--tokenizer", P("tok"),
+              "--text-field", "n"), "the 'n' field holds int64, not text"),
+    ("data", ("prepare", "--input", P("fake.parquet"), "--tokenizer", P("tok")),
+     "fake.parquet: cannot be read as Parquet"),
+    ("data", ("prepare", "--input", P("dsdict"), "--tokenizer", P("tok"), "--split",
+              "validation"), "without the split 'validation'; its splits are train, test"),
+    ("data", ("prepare", "--input", P("dsdict", "test"), "--tokenizer", P("tok"), "--split",
+              "train"), "a datasets folder of the 'test' split, not 'train'"),
+    ("data", ("tokenizer", "train", "--input", P("dsdict"), "--split", "dev"),
+     "without the split 'dev'"),
+    ("data", ("prepare", "--input", P("c.txt"), "--tokenizer", P("nomask.json")),
+     "the tokenizer has no mask token (looked for [MASK], <mask>"),
+    ("data", ("prepare", "--input", P("c.txt"), "--tokenizer", P("nomask.json")),
+     "name it with --special-tokens mask=TOKEN"),
+    ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"),
+                "--special-tokens", "cls"), "'cls' is not ROLE=TOKEN with ROLE one of"),
+    ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"),
+                "--special-tokens", "bos=[CLS]"), "'bos=[CLS]' is not ROLE=TOKEN"),
+    ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"),
+                "--special-tokens", "mask=<mask>"),
+     "the mask token '<mask>' is not in the vocabulary"),
+    ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"),
+                "--special-tokens", "cls=[SEP]"), "roles cls and sep both name '[SEP]'"),
+    ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--overflow",
+                "keep"), "--overflow"),
+    ("config", ("tokenizer", "train", "--input", P("c.txt"), "--model", "sentencepiece"),
+     "--model"),
     ("data", ("prepare", "--verify", P("seg_cut")), "segments.bin"),
     # -- files read: model folders and checkpoints --
     ("model", ft(model="run_cfg_cut"),

@@ -85,7 +85,7 @@ def test_finetune_from_a_pretrained_discriminator(task):
 
     tok = load_tokenizer(task / "tok")
     disc = Discriminator(model_preset("tiny", vocab_size=tok.get_vocab_size()))
-    folders.save(disc, "discriminator", task / "run/discriminator", tok.to_str())
+    folders.save(disc, "discriminator", task / "run/discriminator", tok)
     assert main(["finetune", "--model", str(task / "run"), "--task", "custom", "--train",
                  str(task / "train.csv"), "--dev", str(task / "dev.csv"), "--out",
                  str(task / "ft"), "--set", "epochs=1"]) == 0
@@ -154,14 +154,14 @@ def test_double_pairs_adds_each_pair_swapped_to_the_chosen_subset(monkeypatch):
     monkeypatch.setattr(ft, "encode", spy)
     from tokenizers import Tokenizer, models
 
-    tok = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 2, "b": 3},
-                                     unk_token="[UNK]"))
+    tok = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 2, "b": 3, "[CLS]": 4,
+                                      "[SEP]": 5, "[MASK]": 6}, unk_token="[UNK]"))
     train = [Example(f"a{i}", f"b{i}", str(i % 2)) for i in range(40)]
     data = ft.TaskData("custom", train, {"dev": train[:4]}, ("accuracy",), False,
                        {"0": 0, "1": 1})
     cfg = ft.FinetuneConfig(lr=1e-4, layer_decay=0.8, epochs=1, batch_size=4,
                             precision="fp32", double_pairs=True, max_train_examples=10)
-    source = ft.ModelSource(None, model_preset("tiny", vocab_size=4, num_layers=1), Path("."),
+    source = ft.ModelSource(None, model_preset("tiny", vocab_size=7, num_layers=1), Path("."),
                             "random-init")
     ft.finetune_one(source, tok, data, cfg, 1)
     used = seen[0]
@@ -180,7 +180,7 @@ def write_dropout_free_run(task: Path) -> Path:
     torch.manual_seed(0)
     disc = Discriminator(model_preset("tiny", vocab_size=tok.get_vocab_size(), num_layers=2,
                                       hidden_dropout=0.0, attention_dropout=0.0))
-    folders.save(disc, "discriminator", task / "run/discriminator", tok.to_str())
+    folders.save(disc, "discriminator", task / "run/discriminator", tok)
     return task / "run"
 
 

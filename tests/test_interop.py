@@ -14,7 +14,7 @@ from electra import folders
 from electra.cli import main
 from electra.config import model_preset
 from electra.objective import ElectraPretrainingModel
-from electra.tokenizer import train_tokenizer
+from electra.tokenizer import load_tokenizer, train_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
@@ -31,7 +31,7 @@ def make_run(tmp_path: Path, preset: str) -> tuple[Path, ElectraPretrainingModel
             p.add_(torch.randn_like(p) * 0.02)  # biases and LayerNorms away from their init
     run = tmp_path / "run"
     for kind in ("discriminator", "generator"):
-        folders.save(getattr(model, kind), kind, run / kind, tok.to_str())
+        folders.save(getattr(model, kind), kind, run / kind, tok)
     return run, model.eval()
 
 
@@ -174,8 +174,7 @@ def test_init_refuses_a_generator_that_is_not_a_width_multiple(tmp_path, capsys)
     from electra.model import Generator
 
     odd = Generator(gen.config.replace(intermediate_size=100))
-    folders.save(odd, "generator", run / "generator",
-                    (run / "discriminator/tokenizer.json").read_text())
+    folders.save(odd, "generator", run / "generator", load_tokenizer(run / "discriminator"))
     from electra.data.prepare import PrepareOptions, prepare
 
     prepare(PrepareOptions(inputs=[str(tmp_path / "c.txt")], tokenizer=str(
@@ -193,7 +192,7 @@ def test_finetuned_classifier_exports_with_equal_predictions(tmp_path, regressio
     from electra.model import SequenceClassifier
 
     run, _ = make_run(tmp_path, "tiny")
-    tok_json = (run / "discriminator/tokenizer.json").read_text()
+    tok = load_tokenizer(run / "discriminator")
     labels = {} if regression else {"neg": 0, "neutral": 1, "pos": 2}
     torch.manual_seed(2)
     model = SequenceClassifier(model_preset("tiny", vocab_size=120), 1 if regression else 3)
@@ -201,7 +200,7 @@ def test_finetuned_classifier_exports_with_equal_predictions(tmp_path, regressio
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.02)
     data = TaskData("custom", [], {}, ("accuracy",), regression, labels)
-    save_classifier(model, tmp_path / "ft/seed-1", data, FinetuneConfig(), tok_json)
+    save_classifier(model, tmp_path / "ft/seed-1", data, FinetuneConfig(), tok)
     assert main(["export", str(tmp_path / "ft/seed-1"), "--out", str(tmp_path / "hfc")]) == 0
     hf, info = transformers.AutoModelForSequenceClassification.from_pretrained(
         tmp_path / "hfc", output_loading_info=True)

@@ -75,13 +75,24 @@ def _task_args(evaluate: bool = False) -> tuple[Arg, ...]:
     )
 
 
+INPUT_FORMS = (".txt, .jsonl, .gz, .parquet, .arrow, a datasets.save_to_disk folder, or "
+               "hub:NAME to stream a hub dataset")
+
 COMMANDS: dict[str, Command] = {
     "tokenizer train": Command(
-        "train WordPiece on raw text; writes vocab.txt and tokenizer.json",
-        "electra.tokenizer:train_tokenizer", (
+        "train a WordPiece, BPE or Unigram tokenizer on raw text; writes tokenizer.json, "
+        "vocab.txt and special_tokens_map.json", "electra.tokenizer:train_tokenizer", (
             arg("--input", dest="inputs", nargs="+", required=True, metavar="PATH",
-                help="text files, directories or globs (.txt, .jsonl, .gz)"),
+                help="text files, directories or globs (" + INPUT_FORMS + ")"),
+            arg("--model", default="wordpiece",
+                help="wordpiece (BERT's [CLS] [SEP] [PAD] [MASK] [UNK], default), bpe "
+                "(byte-level, RoBERTa's <s> </s> <pad> <mask> <unk>) or unigram "
+                "(SentencePiece-style, <pad> <unk> [CLS] [SEP] [MASK])"),
             arg("--vocab-size", type=int, default=30522, help="default: 30522"),
+            arg("--text-field", default="text", help="the text field of JSONL, Parquet "
+                "and Arrow records (default: text)"),
+            arg("--split", help="the split of a datasets folder or hub dataset (default: "
+                "train)"),
             arg("--out", required=True, help="output folder"),
             OneOf((arg("--lowercase", dest="lowercase", action="store_true", default=True,
                        help="lowercase and strip accents, like bert-base-uncased (default)"),
@@ -91,9 +102,19 @@ COMMANDS: dict[str, Command] = {
     "prepare": Command(
         "tokenize and pack text into memory-mapped shards", "electra.data.prepare:main", (
             arg("--input", dest="inputs", nargs="+", metavar="PATH",
-                help="text files, directories or globs (.txt, .jsonl, .gz): one sentence or "
-                "paragraph per line, blank line between documents"),
-            arg("--tokenizer", help="a tokenizer folder, tokenizer.json or vocab.txt"),
+                help="text files, directories or globs (" + INPUT_FORMS + "): one sentence "
+                "or paragraph per line, blank line between documents; a record of JSONL, "
+                "Parquet or Arrow is a document"),
+            arg("--tokenizer", help="a tokenizer folder, tokenizer.json (WordPiece, BPE, "
+                "Unigram) or vocab.txt"),
+            arg("--special-tokens", metavar="ROLE=TOKEN,...", help="name the tokens of the "
+                "roles cls, sep, pad, mask, unk, e.g. cls=<s>,sep=</s>,pad=<pad>,"
+                "mask=<mask>,unk=<unk> (default: from the tokenizer)"),
+            arg("--overflow", default="drop", help="tokens past "
+                "an example's length where it splits: drop them, as the original does "
+                "(default), or carry them into the next example"),
+            arg("--split", help="the split of a datasets folder or hub dataset (default: "
+                "train)"),
             arg("--seq-len", type=int, default=128, help="example length (default: 128)"),
             arg("--out", help="output folder"),
             arg("--workers", type=int, default=1, help="processes (default: 1); the output "
@@ -103,7 +124,8 @@ COMMANDS: dict[str, Command] = {
                        help="held-out text"),
                    arg("--val-fraction", type=float, default=None,
                        help="send this fraction of documents to the validation split"))),
-            arg("--text-field", default="text", help="JSONL field holding the text"),
+            arg("--text-field", default="text", help="the text field of JSONL, Parquet "
+                "and Arrow records (default: text)"),
             arg("--overwrite", action="store_true", help="replace an existing output"),
             arg("--verify", metavar="DATA", help="instead: check a prepared folder in full "
                 "(every token id and segment, token counts, file checksums) and exit")),
@@ -194,7 +216,7 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-GROUPS = {"tokenizer": "train a WordPiece tokenizer"}  # commands with actions
+GROUPS = {"tokenizer": "train a tokenizer (WordPiece, BPE, Unigram)"}  # commands with actions
 
 
 def bench(bench_args: list[str]) -> None:

@@ -141,7 +141,7 @@ def show_example(run: Path, heldout: Path, seed: int = 3) -> None:
     from electra.tokenizer import SpecialTokens, load_tokenizer
 
     tok = load_tokenizer(run / "discriminator")
-    special = SpecialTokens.from_vocab(tok.get_vocab())
+    special = SpecialTokens.of(tok)
     disc = folders.load(run, "discriminator")[0].eval()
     gen = folders.load(run, "generator")[0].eval()
     gen.encoder.embeddings = disc.encoder.embeddings  # shared in training, shared here

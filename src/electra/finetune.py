@@ -515,9 +515,9 @@ def _run_seeds(source: ModelSource, data: TaskData, cfg: FinetuneConfig, seeds: 
 
 
 def save_classifier(model: SequenceClassifier, folder: Path, data: TaskData,
-                    cfg: FinetuneConfig, tokenizer_json: str) -> None:
+                    cfg: FinetuneConfig, tok: Any) -> None:
     """A fine-tuned model's folder: what `evaluate`, `export` and `--model` read."""
-    folders.write(folder, model, "classifier", tokenizer_json, task=data.name,
+    folders.write(folder, model, "classifier", tok, task=data.name,
                   labels=data.labels, regression=data.regression, metrics=list(data.metrics),
                   finetune=cfg.to_dict())
 
@@ -531,7 +531,7 @@ def _finish_seed(model: SequenceClassifier, folder: Path, data: TaskData, cfg: F
                  tok: Any, result: dict[str, Any], seconds: float) -> None:
     """A finished seed's model folder, predictions and warnings; ``result.json`` last (it
     marks the seed done for --resume); its checkpoints and kept best weights are removed."""
-    save_classifier(model, folder, data, cfg, tok.to_str())
+    save_classifier(model, folder, data, cfg, tok)
     if data.test:
         write_predictions(model, tok, data, cfg, folder / "predictions")
     shutil.rmtree(folder / "checkpoints", ignore_errors=True)

@@ -8,6 +8,7 @@
                              finetune settings)
         tokenizer.json      the tokenizer the model was trained with
         vocab.txt           the same vocabulary, one token per line (ids in order)
+        special_tokens_map.json  which tokens play pad, unk, cls, sep and mask
 
 :func:`resolve` turns what a user names (a run folder, or the kind's folder itself) into the
 folder; :func:`load` builds the module from it. Every problem with a folder (missing, not
@@ -111,12 +112,10 @@ def load(path: str | Path, kind: str = "discriminator",
     return module, meta
 
 
-def write(folder: Path, module: nn.Module, kind: str, tokenizer_json: str,
-          **meta: Any) -> None:
+def write(folder: Path, module: nn.Module, kind: str, tok: Any, **meta: Any) -> None:
     """Write ``module`` (its config from ``module.config``) and the tokenizer into ``folder``;
     ``meta`` adds to config.json."""
     from safetensors.torch import save_file
-    from tokenizers import Tokenizer
 
     from electra.tokenizer import save_tokenizer
 
@@ -126,10 +125,10 @@ def write(folder: Path, module: nn.Module, kind: str, tokenizer_json: str,
     cfg: ModelConfig = module.config  # type: ignore[assignment]
     write_json(folder / "config.json",
                {"format_version": 1, "kind": kind, "model": cfg.to_dict(), **meta})
-    save_tokenizer(Tokenizer.from_str(tokenizer_json), folder)
+    save_tokenizer(tok, folder)
 
 
-def save(module: nn.Module, kind: str, folder: Path, tokenizer_json: str, **meta: Any) -> None:
+def save(module: nn.Module, kind: str, folder: Path, tok: Any, **meta: Any) -> None:
     """:func:`write` into ``folder`` atomically (a staged copy replaces it when complete)."""
     with staged(folder) as tmp:
-        write(tmp, module, kind, tokenizer_json, **meta)
+        write(tmp, module, kind, tok, **meta)

@@ -26,7 +26,7 @@ from electra import folders
 from electra.config import ModelConfig
 from electra.errors import UserError
 from electra.files import check_out, read_json, staged
-from electra.tokenizer import load_tokenizer, save_tokenizer
+from electra.tokenizer import load_tokenizer, save_tokenizer, special_names
 
 # (our key pattern, transformers key pattern); "{i}" is a layer index.
 _ENCODER = [
@@ -202,15 +202,19 @@ def _write_hf_folder(folder: Path, module: torch.nn.Module, kind: str, tok: Any,
     state = {k: v.detach().cpu().contiguous().clone()
              for k, v in to_hf_state_dict(module.state_dict(), kind).items()}
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    save_tokenizer(tok, folder)
-    normalizer = json.loads(tok.to_str()).get("normalizer") or {}
-    specials = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-                "cls_token": "[CLS]", "mask_token": "[MASK]"}
-    (folder / "special_tokens_map.json").write_text(json.dumps(specials, indent=2))
+    save_tokenizer(tok, folder)  # tokenizer.json, vocab.txt, special_tokens_map.json
+    spec = json.loads(tok.to_str())
+    specials = {f"{role}_token": name for role, name in special_names(tok).items()}
+    # BERT's WordPiece loads as transformers' ElectraTokenizer; any other kind (BPE,
+    # Unigram) as the generic fast tokenizer over tokenizer.json, with the same roles.
+    wordpiece = (spec.get("model") or {}).get("type") == "WordPiece"
     (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "ElectraTokenizer",
-         "do_lower_case": bool(normalizer.get("lowercase", False)),
-         "model_max_length": cfg.max_position_embeddings, **specials}, indent=2))
+        {"tokenizer_class": "ElectraTokenizer" if wordpiece else "PreTrainedTokenizerFast",
+         "do_lower_case": bool((spec.get("normalizer") or {}).get("lowercase", False)),
+         "model_max_length": cfg.max_position_embeddings,
+         # ELECTRA reads segment ids: the generic tokenizer returns them only when asked
+         "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
+         **specials}, indent=2))
 
 
 def _is_classifier(src: Path) -> bool:
@@ -308,10 +312,10 @@ def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None 
                     if p.is_file()), None)
     if tok_src is None:
         raise UserError(f"{disc_dir}: no tokenizer.json or vocab.txt beside the weights")
-    tok_json = load_tokenizer(tok_src).to_str()
+    tok = load_tokenizer(tok_src)
     with staged(out) as tmp:
-        folders.write(tmp / "discriminator", disc, "discriminator", tok_json)
-        folders.write(tmp / "generator", gen, "generator", tok_json)
+        folders.write(tmp / "discriminator", disc, "discriminator", tok)
+        folders.write(tmp / "generator", gen, "generator", tok)
     print(f"wrote {out}/discriminator and {out}/generator"
           + ("" if generator else " (a fresh generator, sharing the discriminator's "
                                   "embeddings)"))

@@ -47,7 +47,7 @@ from electra.model import count_parameters
 from electra.objective import ElectraPretrainingModel
 from electra.optim import param_groups
 from electra.runtime import Runtime, autocast, resolve_device, start
-from electra.tokenizer import SpecialTokens, load_tokenizer, tokenizer_checksum
+from electra.tokenizer import SIDECAR, SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.trainer import RandomStreams, Settings, Trainer, add_into, pool
 
 # Settings that may change when a run is resumed; all others must match the saved run.
@@ -121,9 +121,9 @@ def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
     if trainer.step == tc.max_steps:
         final = trainer.whole_model()  # a collective under FSDP
         if rt.is_main:
-            tok_json = (Path(opt.out) / "tokenizer.json").read_text()
+            tok = load_tokenizer(Path(opt.out))
             for kind, module in final.parts().items():
-                folders.save(module, kind, Path(opt.out) / kind, tok_json)
+                folders.save(module, kind, Path(opt.out) / kind, tok)
     rt.barrier()  # every rank returns once the run's files exist
     return trainer.last
 
@@ -409,7 +409,9 @@ def _run_folder(opt: PretrainOptions, run_config: dict[str, Any],
                                 f"({'; '.join(diffs[:3])}); remove {found} to resume from an "
                                 f"earlier checkpoint, or start a new --out")
     write_json(out / "config.json", run_config)
-    part = out / "tokenizer.json.tmp"
-    shutil.copyfile(data.folder / "tokenizer.json", part)
-    part.replace(out / "tokenizer.json")
+    for name in ("tokenizer.json", SIDECAR):
+        if (data.folder / name).is_file():  # the roles' file: data prepared since issue 17
+            part = out / f"{name}.tmp"
+            shutil.copyfile(data.folder / name, part)
+            part.replace(out / name)
     return found

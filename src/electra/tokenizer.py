@@ -1,4 +1,5 @@
-"""WordPiece tokenizers (the `tokenizers` library) and the special-token ids, in one place."""
+"""Tokenizers (the `tokenizers` library: WordPiece, BPE, Unigram) and their five special
+roles (pad, unk, cls, sep, mask), resolved once, in one place."""
 
 from __future__ import annotations
 
@@ -7,14 +8,26 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from electra.errors import UserError
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # BERT's, for WordPiece
+ROLES = ("pad", "unk", "cls", "sep", "mask")
+# Names tried for a role the tokenizer does not state itself (BERT, RoBERTa, SentencePiece,
+# GPT-style), in this order.
+_CANDIDATES = {
+    "pad": ("[PAD]", "<pad>", "<|pad|>", "[pad]"),
+    "unk": ("[UNK]", "<unk>", "<|unk|>", "[unk]"),
+    "cls": ("[CLS]", "<s>", "<cls>", "<|cls|>", "[cls]", "<bos>"),
+    "sep": ("[SEP]", "</s>", "<sep>", "<|sep|>", "[sep]", "<eos>"),
+    "mask": ("[MASK]", "<mask>", "<|mask|>", "[mask]"),
+}
+SIDECAR = "special_tokens_map.json"  # transformers' file: {"cls_token": "<s>", ...}
+_FLAG = "--special-tokens"
 
 
 @dataclass(frozen=True)
@@ -28,20 +41,27 @@ class SpecialTokens:
     mask: int
 
     @classmethod
-    def from_vocab(cls, vocab: Mapping[str, int]) -> SpecialTokens:
-        """Look the five special tokens up in ``vocab`` (token -> id).
+    def from_vocab(cls, vocab: Mapping[str, int],
+                   names: Mapping[str, str] | None = None) -> SpecialTokens:
+        """Look the five roles up in ``vocab`` (token -> id), by ``names`` (role -> token;
+        BERT's by default).
 
         Raises:
             UserError: when any of them is missing, naming which.
         """
-        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+        names = names or dict(zip(ROLES, SPECIAL_TOKENS, strict=True))
+        missing = [f"{r}={names[r]}" for r in ROLES if names[r] not in vocab]
         if missing:
             raise UserError(
-                f"the vocabulary lacks {', '.join(missing)}; ELECTRA needs all of "
-                f"{', '.join(SPECIAL_TOKENS)} (train one with `electra tokenizer train`)"
-            )
-        return cls(pad=vocab["[PAD]"], unk=vocab["[UNK]"], cls=vocab["[CLS]"],
-                   sep=vocab["[SEP]"], mask=vocab["[MASK]"])
+                f"the vocabulary lacks {', '.join(missing)}; ELECTRA needs the five roles "
+                f"{', '.join(ROLES)} (name the tokens with {_FLAG} cls=...,sep=..., or train "
+                f"a tokenizer with `electra tokenizer train`)")
+        return cls(**{r: vocab[names[r]] for r in ROLES})
+
+    @classmethod
+    def of(cls, tok: Tokenizer) -> SpecialTokens:
+        """The ids of the roles :func:`load_tokenizer` resolved for ``tok``."""
+        return cls.from_vocab(tok.get_vocab(), special_names(tok))
 
     def ids(self) -> list[int]:
         return [self.pad, self.unk, self.cls, self.sep, self.mask]
@@ -51,9 +71,119 @@ class SpecialTokens:
                 "mask": self.mask}
 
 
+def parse_special_tokens(text: str) -> dict[str, str]:
+    """``cls=<s>,sep=</s>`` -> {"cls": "<s>", "sep": "</s>"}; unknown roles refused."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        role, eq, name = part.partition("=")
+        role = role.strip().lower()
+        if not eq or not name.strip() or role not in ROLES:
+            raise UserError(f"{_FLAG} {text!r}: {part!r} is not ROLE=TOKEN with ROLE one of "
+                            f"{', '.join(ROLES)} (e.g. {_FLAG} cls=<s>,sep=</s>,pad=<pad>,"
+                            f"mask=<mask>,unk=<unk>)")
+        out[role] = name.strip()
+    return out
+
+
+def _stated_roles(tok: Tokenizer) -> dict[str, str]:
+    """Roles the tokenizer states itself: [CLS]/[SEP] from its post-processor (a template,
+    BERT's or RoBERTa's), unk from its model."""
+    spec = json.loads(tok.to_str())
+    out: dict[str, str] = {}
+    model = spec.get("model") or {}
+    if isinstance(model.get("unk_token"), str):
+        out["unk"] = model["unk_token"]
+    elif isinstance(model.get("unk_id"), int) and model.get("vocab"):
+        out["unk"] = model["vocab"][model["unk_id"]][0]
+    post = spec.get("post_processor") or {}
+    posts = post.get("processors", [post]) if post.get("type") == "Sequence" else [post]
+    for p in posts:
+        if p.get("type") in ("BertProcessing", "RobertaProcessing"):
+            out["cls"], out["sep"] = p["cls"][0], p["sep"][0]
+        elif p.get("type") == "TemplateProcessing":
+            pieces = [x["SpecialToken"]["id"] for x in p.get("single", [])
+                      if "SpecialToken" in x]
+            if len(pieces) >= 2:
+                out["cls"], out["sep"] = pieces[0], pieces[-1]
+    return out
+
+
+def _read_sidecar(folder: Path) -> dict[str, str]:
+    """Role names from a ``special_tokens_map.json`` (ours or transformers')."""
+    path = folder / SIDECAR
+    if not path.is_file():
+        return {}
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise UserError(f"{path}: not readable JSON ({err}); delete it or name the tokens "
+                        f"with {_FLAG}") from None
+    out = {}
+    for role in ROLES:
+        value = raw.get(f"{role}_token") if isinstance(raw, dict) else None
+        if isinstance(value, dict):
+            value = value.get("content")
+        if isinstance(value, str):
+            out[role] = value
+    return out
+
+
+def resolve_roles(tok: Tokenizer, given: Mapping[str, str] | None = None,
+                  folder: Path | None = None, where: str = "--tokenizer") -> dict[str, str]:
+    """Role -> token name for the five roles: ``given`` (--special-tokens) first, then the
+    folder's special_tokens_map.json, then what the tokenizer states (post-processor, unk),
+    then common names among its tokens.
+
+    Raises:
+        UserError: a role with no token (naming the role and the flag), a named token the
+            vocabulary lacks, or two roles on one token.
+    """
+    vocab = tok.get_vocab()
+    found = {**_stated_roles(tok), **(_read_sidecar(folder) if folder else {}),
+             **(given or {})}
+    for role in ROLES:
+        if role not in found:
+            found[role] = next((c for c in _CANDIDATES[role] if c in vocab), "")
+    for role in ROLES:
+        name = found[role]
+        if not name:
+            raise UserError(f"{where}: the tokenizer has no {role} token (looked for "
+                            f"{', '.join(_CANDIDATES[role])}); name it with {_FLAG} "
+                            f"{role}=TOKEN")
+        if name not in vocab:
+            raise UserError(f"{where}: the {role} token {name!r} is not in the vocabulary; "
+                            f"name another with {_FLAG} {role}=TOKEN")
+    names = {r: found[r] for r in ROLES}
+    for i, a in enumerate(ROLES):
+        for b in ROLES[i + 1:]:
+            if names[a] == names[b]:
+                raise UserError(f"{where}: roles {a} and {b} both name {names[a]!r}; ELECTRA "
+                                f"needs five distinct tokens (add one and name it with "
+                                f"{_FLAG} {b}=TOKEN)")
+    return names
+
+
+def special_names(tok: Tokenizer) -> dict[str, str]:
+    """Role -> token name, as :func:`load_tokenizer` resolved them (else resolved now)."""
+    names = getattr(tok, "electra_roles", None)
+    return dict(names) if names else resolve_roles(tok)
+
+
+def _electra_template(tok: Tokenizer, names: Mapping[str, str]) -> None:
+    """The [CLS] A [SEP] B [SEP] template with the tokenizer's own names: pretraining packs
+    examples this way, so fine-tuning must encode this way too, whatever the tokenizer
+    brought (RoBERTa's <s> A </s></s> B </s>, or none)."""
+    from tokenizers import processors
+
+    cls, sep = names["cls"], names["sep"]
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))])
+
+
 def _bert_pipeline(tok, lowercase: bool) -> None:
     """BERT's normalisation, pre-tokenisation, decoder and [CLS] A [SEP] B [SEP] template."""
-    from tokenizers import decoders, normalizers, pre_tokenizers, processors
+    from tokenizers import decoders, normalizers, pre_tokenizers
 
     tok.normalizer = normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=lowercase,
@@ -62,20 +192,20 @@ def _bert_pipeline(tok, lowercase: bool) -> None:
     tok.decoder = decoders.WordPiece(prefix="##")
     vocab = tok.get_vocab()
     if "[CLS]" in vocab and "[SEP]" in vocab:
-        tok.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+        _electra_template(tok, {"cls": "[CLS]", "sep": "[SEP]"})
 
 
-def load_tokenizer(path: str | Path) -> Tokenizer:
-    """A tokenizer from a folder, a ``tokenizer.json`` or a WordPiece ``vocab.txt``.
+def load_tokenizer(path: str | Path, special_tokens: str | Mapping[str, str] | None = None
+                   ) -> Tokenizer:
+    """A tokenizer from a folder, a ``tokenizer.json`` (WordPiece, BPE, Unigram) or a
+    WordPiece ``vocab.txt``, with its five special roles resolved (:func:`resolve_roles`;
+    ``special_tokens`` as ``cls=<s>,sep=</s>,...``) and ELECTRA's pair template installed.
 
     For a bare ``vocab.txt`` the case is inferred: a vocabulary with no upper-case word is
     treated as uncased (lowercase + strip accents), like bert-base-uncased.
 
     Raises:
-        UserError: a path that holds no tokenizer, or a vocabulary without ELECTRA's
-            special tokens.
+        UserError: a path that holds no tokenizer, or a tokenizer without the five roles.
     """
     from tokenizers import Tokenizer
     from tokenizers.models import WordPiece
@@ -91,6 +221,8 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
                             f"vocab.txt; train one with `electra tokenizer train`")
     if not p.is_file():
         raise UserError(f"--tokenizer {path}: no such file or folder")
+    given = (parse_special_tokens(special_tokens) if isinstance(special_tokens, str)
+             else dict(special_tokens or {}))
     try:
         if p.suffix == ".json":
             tok = Tokenizer.from_file(str(p))
@@ -103,14 +235,18 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
                         vocab.setdefault(token, i)
             if not vocab:
                 raise UserError(f"--tokenizer {path}: the vocabulary file is empty")
-            tok = Tokenizer(WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
-            cased = any(any(c.isupper() for c in t) for t in vocab if not t.startswith("["))
+            unk = given.get("unk", "[UNK]")
+            tok = Tokenizer(WordPiece(vocab, unk_token=unk, max_input_chars_per_word=100))
+            cased = any(any(c.isupper() for c in t) for t in vocab
+                        if not (t.startswith("[") or t.startswith("<")))
             _bert_pipeline(tok, lowercase=not cased)
     except UserError:
         raise
     except Exception as err:  # tokenizers raises plain Exceptions on malformed files
         raise UserError(f"--tokenizer {path}: not a tokenizer file ({err})") from None
-    SpecialTokens.from_vocab(tok.get_vocab())
+    names = resolve_roles(tok, given, p.parent, f"--tokenizer {path}")
+    _electra_template(tok, names)
+    tok.electra_roles = names  # type: ignore[attr-defined]
     return tok
 
 
@@ -121,49 +257,88 @@ def tokenizer_checksum(tok: Tokenizer) -> str:
 
 
 def save_tokenizer(tok: Tokenizer, out: Path) -> None:
-    """Write ``tokenizer.json`` and ``vocab.txt`` (ids in order) into folder ``out``."""
+    """Write ``tokenizer.json``, ``vocab.txt`` (ids in order) and the roles'
+    ``special_tokens_map.json`` into folder ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(out / "tokenizer.json"))
     by_id = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
     (out / "vocab.txt").write_text("".join(t + "\n" for t, _ in by_id), encoding="utf-8")
+    (out / SIDECAR).write_text(json.dumps({f"{r}_token": n for r, n in
+                                           special_names(tok).items()}, indent=2) + "\n")
+
+
+KINDS = ("wordpiece", "bpe", "unigram")
+# Each kind's special tokens, in id order: BERT's for WordPiece, RoBERTa's for byte-level
+# BPE, ALBERT's (SentencePiece) for Unigram.
+KIND_SPECIALS = {
+    "wordpiece": dict(zip(ROLES, SPECIAL_TOKENS, strict=True)),
+    "bpe": {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"},
+    "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]",
+                "mask": "[MASK]"},
+}
+
+
+def _new_tokenizer(kind: str, vocab_size: int, min_frequency: int, lowercase: bool
+                   ) -> tuple[Tokenizer, Any]:
+    """An untrained tokenizer of ``kind`` and its trainer."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    specials = list(KIND_SPECIALS[kind].values())
+    if kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+        _bert_pipeline(tok, lowercase)
+        return tok, trainers.WordPieceTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
+            continuing_subword_prefix="##", show_progress=False)
+    norm = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
+    if kind == "bpe":
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.normalizer = normalizers.Sequence(norm)
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        tok.decoder = decoders.ByteLevel()
+        return tok, trainers.BpeTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.Sequence(norm)
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    return tok, trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                        unk_token="<unk>", show_progress=False)
 
 
 def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
                     lowercase: bool = True, overwrite: bool = False,
-                    min_frequency: int = 2) -> Tokenizer:
-    """Train BERT-style WordPiece on raw text and write it to ``out``.
-
-    The special tokens come first: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4.
-    """
-    from tokenizers import Tokenizer, trainers
-    from tokenizers.models import WordPiece
-
+                    min_frequency: int = 2, model: str = "wordpiece", text_field: str = "text",
+                    split: str | None = None) -> Tokenizer:
+    """Train a tokenizer of kind ``model`` (wordpiece, bpe, unigram) on raw text and write it
+    to ``out``. The special tokens come first (ids 0-4), named as in ``KIND_SPECIALS``."""
     from electra.data.text import expand_inputs, read_chunks
     from electra.files import check_out, staged
 
+    if model not in KINDS:
+        raise UserError(f"--model {model!r} is not a tokenizer kind; use one of "
+                        f"{', '.join(KINDS)}")
     if not 64 <= vocab_size <= 1 << 20:
         raise UserError(f"--vocab-size {vocab_size} is out of range; use 64 to 1048576 "
                         f"(BERT uses 30522)")
     out = check_out(out, overwrite)
-    files = expand_inputs(inputs)
-    tok = Tokenizer(WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
-    _bert_pipeline(tok, lowercase)
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                        special_tokens=list(SPECIAL_TOKENS),
-                                        continuing_subword_prefix="##",
-                                        show_progress=False)
+    files = expand_inputs(inputs, split=split)
+    tok, trainer = _new_tokenizer(model, vocab_size, min_frequency, lowercase)
 
     def lines() -> Iterator[list[str]]:
-        for chunk in read_chunks(files):
+        for chunk in read_chunks(files, text_field):
             yield [line for line in chunk.lines if line]
 
     tok.train_from_iterator(lines(), trainer=trainer)
-    _bert_pipeline(tok, lowercase)  # the template needs the trained [CLS]/[SEP] ids
-    if tok.get_vocab_size() <= len(SPECIAL_TOKENS):
+    if tok.get_vocab_size() <= len(ROLES):
         raise UserError(f"--input {' '.join(inputs)}: no text to train on (the files are "
                         f"empty)")
+    names = KIND_SPECIALS[model]
+    _electra_template(tok, names)
+    tok.electra_roles = dict(names)  # type: ignore[attr-defined]
     with staged(out) as tmp:
         save_tokenizer(tok, tmp)
-    print(f"wrote {out}/tokenizer.json and vocab.txt ({tok.get_vocab_size()} tokens, "
-          f"{'uncased' if lowercase else 'cased'})")
+    print(f"wrote {out}/tokenizer.json and vocab.txt ({model}, {tok.get_vocab_size()} "
+          f"tokens, {'uncased' if lowercase else 'cased'})")
     return tok

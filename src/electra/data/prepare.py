@@ -6,7 +6,8 @@ sentence boundary into segment A (about half, or all of it 10% of the time) and 
 5% of examples get a random shorter target length. Unlike the original, a sentence longer
 than an example is cut into pieces instead of losing its tail, the last partial example of a
 document is kept, sentences never move from B back into A (so both segments are contiguous
-text), and tokens beyond the length at the split are counted and reported.
+text), and tokens beyond the length at the split are counted and reported, or with
+``--overflow carry`` start the next example so that none is lost.
 
 On disk (``OUT/``)::
 
@@ -43,9 +44,16 @@ from electra.data.loader import FORMAT_VERSION, SHARD_FILES, ShardDataset
 from electra.data.text import Chunk, ReadStats, expand_inputs, read_chunks
 from electra.errors import UserError
 from electra.files import check_out, sha256_file, staged, write_json
-from electra.tokenizer import SpecialTokens, load_tokenizer, tokenizer_checksum
+from electra.tokenizer import (
+    SpecialTokens,
+    load_tokenizer,
+    save_tokenizer,
+    special_names,
+    tokenizer_checksum,
+)
 
 MAX_SEQ_LEN = 512  # the position table of every preset
+OVERFLOW = ("drop", "carry")
 
 
 @dataclass
@@ -64,6 +72,9 @@ class PrepareOptions:
     text_field: str = "text"
     chunk_bytes: int = 1 << 20
     quiet: bool = False
+    special_tokens: str | None = None  # cls=<s>,sep=</s>,... (else from the tokenizer)
+    overflow: str = "drop"  # tokens past an example at a split: "drop" (the original) or "carry"
+    split: str | None = None  # of a datasets folder or a hub dataset
 
 
 @dataclass
@@ -84,7 +95,7 @@ class ExampleBuilder:
     """The original ELECTRA example builder, working on (offset, length) spans of a flat array."""
 
     def __init__(self, seq_len: int, rng: random.Random, special: SpecialTokens,
-                 dtype: np.dtype) -> None:
+                 dtype: np.dtype, carry: bool = False) -> None:
         self.max_length = seq_len
         self.target_length = seq_len
         self.rng = rng
@@ -94,6 +105,8 @@ class ExampleBuilder:
         self.length = 0
         self.examples: list[tuple[list[tuple[int, int]], list[tuple[int, int]]]] = []
         self.dropped = 0  # tokens beyond the example length at a split
+        self.carry = carry  # ...or those tokens start the next example
+        self.kept = 0  # text tokens written into examples
 
     def add_sentence(self, start: int, n: int) -> None:
         self.sentences.append((start, n))
@@ -102,7 +115,7 @@ class ExampleBuilder:
             self.create_example()
 
     def end_document(self) -> None:
-        if self.length:
+        while self.length:  # under carry, an example can leave tokens for the next
             self.create_example()
 
     def create_example(self) -> None:
@@ -126,15 +139,21 @@ class ExampleBuilder:
         # Trim to the length, leaving room for [CLS] A [SEP] (B [SEP]).
         keep_first = min(n_first, self.max_length - 2)
         keep_second = min(n_second, max(0, self.max_length - keep_first - 3))
-        self.dropped += n_first - keep_first + n_second - keep_second
         self.examples.append((_cut(first, keep_first), _cut(second, keep_second)))
-        self.sentences = []
-        self.length = 0
+        self.kept += keep_first + keep_second
+        # What does not fit is a suffix of the text: A's tail (then all of B), or B's tail.
+        rest = _tail(first, keep_first) + _tail(second, keep_second)
+        self.sentences = rest if self.carry else []
+        self.length = sum(n for _, n in self.sentences)
+        if not self.carry:
+            self.dropped += sum(n for _, n in rest)
         # Small chance of a random shorter target for the next example.
         if rng.random() < 0.05:
             self.target_length = rng.randint(5, self.max_length)
         else:
             self.target_length = self.max_length
+        if self.length >= self.target_length:  # carried tokens that fill an example
+            self.create_example()
 
     def to_arrays(self, flat: np.ndarray, flat_starts: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -163,6 +182,18 @@ def _put(row: np.ndarray, row_starts: np.ndarray, spans: list[tuple[int, int]], 
         pos += n
     row[pos] = sep
     return pos + 1
+
+
+def _tail(spans: list[tuple[int, int]], keep: int) -> list[tuple[int, int]]:
+    """The spans' tokens after the first ``keep`` (the part :func:`_cut` leaves out)."""
+    out = []
+    for start, n in spans:
+        if keep >= n:
+            keep -= n
+            continue
+        out.append((start + keep, n - keep))
+        keep = 0
+    return out
 
 
 def _cut(spans: list[tuple[int, int]], keep: int) -> list[tuple[int, int]]:
@@ -206,7 +237,7 @@ def pack_chunk(chunk: Chunk) -> Packed:
     rng = random.Random(f"{st['seed']}/{st['split_name']}/{chunk.index}")
     val_rng = random.Random(f"{st['seed']}/val/{chunk.index}")
     val_fraction: float = st["val_fraction"] or 0.0
-    builders = {name: ExampleBuilder(seq_len, rng, special, dtype)
+    builders = {name: ExampleBuilder(seq_len, rng, special, dtype, st["overflow"] == "carry")
                 for name in ("train", "val")}
     piece = seq_len - 2
     split = st["split_name"]
@@ -241,7 +272,8 @@ def pack_chunk(chunk: Chunk) -> Packed:
         out.ids[name], out.segments[name], out.word_starts[name] = b.to_arrays(flat,
                                                                                flat_starts)
     out.counts = {"tokens_in": int(flat.size), "tokens_dropped": sum(
-        b.dropped for b in builders.values()), "long_lines_cut": long_lines,
+        b.dropped for b in builders.values()), "tokens_packed": sum(
+        b.kept for b in builders.values()), "long_lines_cut": long_lines,
         "lines": len(text), "lines_without_tokens": empty_lines}
     return out
 
@@ -293,6 +325,9 @@ def _check_options(opt: PrepareOptions) -> None:
     if not 8 <= opt.seq_len <= MAX_SEQ_LEN:
         raise UserError(f"--seq-len {opt.seq_len} is out of range; use 8 to {MAX_SEQ_LEN} "
                         f"(the models have {MAX_SEQ_LEN} positions; ELECTRA uses 128 or 512)")
+    if opt.overflow not in OVERFLOW:
+        raise UserError(f"--overflow {opt.overflow!r}: use one of {', '.join(OVERFLOW)} (drop "
+                        f"is the original packing; carry starts the next example with them)")
     if opt.workers < 1:
         raise UserError(f"--workers {opt.workers} must be at least 1")
     if opt.val_fraction is not None and not 0.0 < opt.val_fraction < 1.0:
@@ -306,7 +341,7 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
                stats: ReadStats, totals: dict[str, int]) -> None:
     settings = {**settings, "split_name": split_name,
                 "val_fraction": opt.val_fraction if split_name == "train" else None}
-    chunks = read_chunks(files, opt.text_field, opt.chunk_bytes, stats)
+    chunks = read_chunks(files, opt.text_field, opt.chunk_bytes, stats, opt.split)
 
     def consume(p: Packed) -> None:
         for name in ("train", "val"):
@@ -349,7 +384,9 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
 def main(inputs: list[str] | None = None, tokenizer: str | None = None, out: str | None = None,
          seq_len: int = 128, workers: int = 1, seed: int = 12345,
          val_inputs: list[str] | None = None, val_fraction: float | None = None,
-         text_field: str = "text", overwrite: bool = False, verify: str | None = None) -> None:
+         text_field: str = "text", overwrite: bool = False, verify: str | None = None,
+         special_tokens: str | None = None, overflow: str = "drop",
+         split: str | None = None) -> None:
     """`electra prepare` (or `electra prepare --verify DATA`)."""
     if verify is not None:
         verify_data(verify)
@@ -360,21 +397,23 @@ def main(inputs: list[str] | None = None, tokenizer: str | None = None, out: str
     prepare(PrepareOptions(inputs=inputs, tokenizer=tokenizer, out=out, seq_len=seq_len,
                            workers=workers, seed=seed, val_inputs=val_inputs,
                            val_fraction=val_fraction, text_field=text_field,
-                           overwrite=overwrite))
+                           overwrite=overwrite, special_tokens=special_tokens,
+                           overflow=overflow, split=split))
 
 
 def prepare(opt: PrepareOptions) -> dict[str, Any]:
     """Run the whole preparation; returns the ``meta.json`` contents."""
     _check_options(opt)
-    files = expand_inputs(opt.inputs)
-    val_files = expand_inputs(opt.val_inputs, "--val-input") if opt.val_inputs else []
-    tok = load_tokenizer(opt.tokenizer)
-    special = SpecialTokens.from_vocab(tok.get_vocab())
+    files = expand_inputs(opt.inputs, split=opt.split)
+    val_files = (expand_inputs(opt.val_inputs, "--val-input", split=opt.split)
+                 if opt.val_inputs else [])
+    tok = load_tokenizer(opt.tokenizer, opt.special_tokens)
+    special = SpecialTokens.of(tok)
     vocab_size = tok.get_vocab_size()
     dtype = token_dtype(vocab_size)
     out = Path(opt.out)
     settings = {"seq_len": opt.seq_len, "special": special, "dtype": dtype.str,
-                "seed": opt.seed}
+                "seed": opt.seed, "overflow": opt.overflow}
     with staged(out) as tmp:  # OUT.partial, renamed to OUT only when complete
         t0 = time.perf_counter()
         stats = ReadStats()
@@ -400,7 +439,9 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
             "vocab_size": vocab_size,
             "tokenizer_sha256": tokenizer_checksum(tok),
             "special_tokens": special.to_dict(),
+            "special_token_names": special_names(tok),
             "seed": opt.seed,
+            "overflow": opt.overflow,
             "splits": {name: {"examples": w.examples, "tokens": w.tokens}
                        for name, w in sorted(writers.items())},
             "files": {f"{name}/{file}": {"bytes": (tmp / name / file).stat().st_size,
@@ -415,7 +456,7 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
             **totals,
             "seconds": round(seconds, 2),
         }
-        tok.save(str(tmp / "tokenizer.json"))
+        save_tokenizer(tok, tmp)
         write_json(tmp / "meta.json", meta)
     if not opt.quiet:
         _report(meta, out)
@@ -459,6 +500,7 @@ def _report(meta: dict[str, Any], out: Path) -> None:
     if meta["tokens_dropped"]:
         pct = 100 * meta["tokens_dropped"] / max(1, meta["tokens_in"])
         notes.append(f"{meta['tokens_dropped']:,} tokens ({pct:.1f}%) fell beyond the length "
-                     f"where examples split, as in the original packing")
+                     f"where examples split, as in the original packing (--overflow carry "
+                     f"keeps them)")
     for n in notes:
         print(f"note: {n}", file=sys.stderr)

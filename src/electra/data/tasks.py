@@ -314,9 +314,11 @@ def encode(tok: Any, examples: list[Example], max_length: int,
     input_ids, token_type_ids, attention_mask (and labels when every example has one)."""
     import torch
 
+    from electra.tokenizer import special_names
+
     tok.enable_truncation(max_length)
-    pad_id = tok.token_to_id("[PAD]")
-    tok.enable_padding(pad_id=pad_id, pad_token="[PAD]")
+    pad = special_names(tok)["pad"]
+    tok.enable_padding(pad_id=tok.token_to_id(pad), pad_token=pad)
     inputs = [(e.text_a, e.text_b) if e.text_b is not None else e.text_a for e in examples]
     encs = tok.encode_batch(inputs)
     out = {
