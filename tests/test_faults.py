@@ -309,6 +309,19 @@ CASES = [
      "not a tokenizer file"),
     ("data", ("tokenizer", "train", "--input", P("nothing/*.txt")), "matches no file"),
     ("data", ("prepare", "--verify", P("ids_big")), "token id 5000 is outside"),
+    ("model", ("detect", "--model", P("run", "generator"), "x"),
+     "holds a generator, not a discriminator"),
+    ("model", ("detect", "--model", P("hf", "generator"), "x"),
+     "not an ELECTRA discriminator"),
+    ("model", ("detect", "--model", P("ft", "seed-1"), "x"), "holds a classifier"),
+    ("model", ("detect", "--model", P("run_w_cut"), "x"), "model.safetensors: cannot be read"),
+    ("config", ("detect", "--model", P("run")), "electra detect needs a text"),
+    ("config", ("detect", "--model", P("run"), "x", "--threshold", "1.5"),
+     "--threshold 1.5 must be between 0 and 1"),
+    ("data", ("detect", "--model", P("run"), "--input", P("latin1.csv")), "not UTF-8 text"),
+    ("data", ("detect", "--model", P("run"), "--input", P("bad.jsonl")),
+     "bad.jsonl:2: not a JSON object"),
+    ("out", ("detect", "--model", P("run"), "x", "--html", P("tok")), "--html {tok} is a folder"),
     ("data", ("prepare", "--input", P("body.parquet"), "--tokenizer", P("tok")),
      "no 'text' field (the fields are body, n); name the text field with --text-field"),
     ("data", ("prepare", "--input", P("body.parquet"), "--tokenizer", P("tok"),
@@ -426,7 +439,8 @@ def resolve(args: tuple, world: Path, case: int) -> list[str]:
     for a in args:
         out.append(str(world.joinpath(*a[1:])) if isinstance(a, tuple) else str(a))
     command = out[0] if out[0] != "tokenizer" else "tokenizer train"
-    if "--out" not in out and command not in ("plot", "evaluate") and "--verify" not in out:
+    if "--out" not in out and command not in ("plot", "evaluate", "detect") \
+            and "--verify" not in out:
         out += ["--out", str(world / f"out-{case}")]
     return out
 

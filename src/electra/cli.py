@@ -207,6 +207,19 @@ COMMANDS: dict[str, Command] = {
                 "generator sharing the discriminator's embeddings)"),
             arg("--out", required=True, help="writes OUT/discriminator and OUT/generator"),
             arg("--overwrite", action="store_true", help="replace an existing --out"))),
+    "detect": Command(
+        "show each token's probability of having been replaced, by a discriminator",
+        "electra.detect:main", (
+            arg("text", nargs="*", help="texts to score (quote each)"),
+            arg("--model", required=True, help="a pretraining run, its discriminator/, "
+                "RUN/checkpoints/step-N, or a transformers ElectraForPreTraining folder"),
+            arg("--input", help="a file of texts: one per line, or .jsonl with \"text\""),
+            arg("--html", dest="html_out", metavar="OUT.html", help="also write a page "
+                "shading each token by its probability"),
+            arg("--json", dest="json_lines", action="store_true", help="print one JSON "
+                "object per text: tokens, character offsets, p_replaced"),
+            arg("--threshold", type=float, default=0.5, help="highlight tokens at or above "
+                "this probability (default: 0.5)"))),
     "bench": Command(
         "benchmark our training step against the transformers-based one "
         "(bench/pretrain_step.py)", "electra.cli:bench", (

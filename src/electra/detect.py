@@ -1,0 +1,178 @@
+"""`electra detect`: what a discriminator thinks of a text, token by token.
+
+For each token, the probability that it was replaced (sigmoid of the RTD head's logit), shown
+in the terminal (tokens at or above --threshold highlighted), as JSON lines, or as an HTML
+page shaded by probability. The model is a pretraining run, its discriminator/ folder, a
+checkpoint (RUN/checkpoints/step-N), or a transformers ``ElectraForPreTraining`` folder.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from electra.errors import UserError
+
+_RED, _RESET = "\033[41;97m", "\033[0m"
+
+
+def load_detector(source: str | Path) -> tuple[torch.nn.Module, Any]:
+    """(discriminator in eval mode, its tokenizer) from a run, discriminator folder,
+    checkpoint, or transformers ElectraForPreTraining folder."""
+    from electra import folders
+    from electra.hf import _load_source, _read_hf_folder
+    from electra.model import Discriminator
+    from electra.tokenizer import load_tokenizer
+
+    src = Path(source)
+    if not src.is_dir():
+        raise UserError(f"--model {source}: no such folder; give a pretraining run, its "
+                        f"discriminator/, a checkpoint or a transformers ElectraForPreTraining "
+                        f"folder")
+    config = src / "config.json"
+    if (src / "discriminator" / "config.json").is_file() or (src / "manifest.json").is_file():
+        models, tok_path = _load_source(src)
+        return models["discriminator"].eval(), load_tokenizer(tok_path)
+    if config.is_file() and '"model_type"' in config.read_text(encoding="utf-8",
+                                                                 errors="replace"):
+        cfg, state = _read_hf_folder(src, "discriminator")  # refuses other heads
+        disc = Discriminator(cfg)
+        folders.fit(disc, state, src)
+        return disc.eval(), load_tokenizer(src)
+    model, _ = folders.load(src, "discriminator")  # refuses generators and classifiers
+    return model.eval(), load_tokenizer(src)
+
+
+@torch.no_grad()
+def score(disc: torch.nn.Module, tok: Any, texts: list[str], batch_size: int = 32
+          ) -> list[dict[str, Any]]:
+    """For each text: its tokens (without [CLS]/[SEP]), their character offsets and the
+    probability each was replaced. Texts longer than the model's positions are truncated."""
+    from electra.tokenizer import special_names
+
+    limit = disc.config.max_position_embeddings
+    tok.no_padding()
+    tok.enable_truncation(limit)
+    roles = special_names(tok)
+    specials = {tok.token_to_id(roles[r]) for r in ("cls", "sep", "pad")}  # not unk, mask
+    out = []
+    for i in range(0, len(texts), batch_size):
+        encs = tok.encode_batch(texts[i:i + batch_size])
+        T = max(len(e.ids) for e in encs)
+        ids = torch.zeros(len(encs), T, dtype=torch.long)
+        types = torch.zeros_like(ids)
+        mask = torch.zeros_like(ids)
+        for r, e in enumerate(encs):
+            n = len(e.ids)
+            ids[r, :n] = torch.tensor(e.ids)
+            types[r, :n] = torch.tensor(e.type_ids)
+            mask[r, :n] = 1
+        probs = torch.sigmoid(disc(ids, mask, types).float())
+        for r, e in enumerate(encs):
+            text = texts[i + r]
+            tokens = [{"token": t, "start": s, "end": end, "p_replaced": round(float(p), 4)}
+                      for t, tid, (s, end), p in zip(e.tokens, e.ids, e.offsets,
+                                                     probs[r, :len(e.ids)].tolist(),
+                                                     strict=True)
+                      if tid not in specials]
+            out.append({"text": text, "tokens": tokens})
+    return out
+
+
+def _terminal(result: dict[str, Any], threshold: float, color: bool) -> str:
+    parts, text, pos = [], result["text"], 0
+    for t in result["tokens"]:
+        parts.append(text[pos:t["start"]])
+        piece = text[t["start"]:t["end"]]
+        if t["p_replaced"] >= threshold:
+            piece = (f"{_RED}{piece}{_RESET}" if color
+                     else f"[{piece} p={t['p_replaced']:.2f}]")
+        parts.append(piece)
+        pos = t["end"]
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def _html(results: list[dict[str, Any]], model: str) -> str:
+    rows = []
+    for res in results:
+        text, pos, spans = res["text"], 0, []
+        for t in res["tokens"]:
+            spans.append(html.escape(text[pos:t["start"]]))
+            p = t["p_replaced"]
+            spans.append(f'<span style="background: rgba(220, 40, 40, {p:.3f})" '
+                         f'title="p(replaced) = {p:.3f}">'
+                         f'{html.escape(text[t["start"]:t["end"]])}</span>')
+            pos = t["end"]
+        spans.append(html.escape(text[pos:]))
+        rows.append(f"<p>{''.join(spans)}</p>")
+    return ("<!doctype html>\n<meta charset=\"utf-8\">\n<title>electra detect</title>\n"
+            "<style>body{font:16px/1.8 sans-serif;max-width:50em;margin:2em auto}"
+            "span{border-radius:3px}</style>\n"
+            f"<h1>p(replaced) per token</h1>\n<p><small>{html.escape(model)}: the redder, "
+            f"the surer the discriminator is that the token was replaced (hover for the "
+            f"number).</small></p>\n" + "\n".join(rows) + "\n")
+
+
+def _read_texts(path: str) -> list[str]:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"--input {path}: no such file")
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise UserError(f"--input {path}: not UTF-8 text (byte {err.start}); convert it "
+                        f"first") from None
+    if p.suffix == ".jsonl":
+        texts = []
+        for n, line in enumerate(lines, 1):
+            if line.strip():
+                try:
+                    texts.append(str(json.loads(line)["text"]))
+                except (ValueError, KeyError, TypeError):
+                    raise UserError(f"{path}:{n}: not a JSON object with a \"text\" field"
+                                    ) from None
+        return texts
+    return [line for line in lines if line.strip()]
+
+
+def main(model: str, text: list[str] | None = None, input: str | None = None,
+         html_out: str | None = None, json_lines: bool = False,
+         threshold: float = 0.5) -> None:
+    """`electra detect`."""
+    from electra.files import check_writable, disk_errors
+
+    if not 0.0 <= threshold <= 1.0:
+        raise UserError(f"--threshold {threshold} must be between 0 and 1")
+    texts = list(text or []) + (_read_texts(input) if input else [])
+    if not texts:
+        raise UserError("electra detect needs a text (\"...\") or --input FILE")
+    if html_out is not None:
+        out = Path(html_out)
+        if out.is_dir():
+            raise UserError(f"--html {out} is a folder; give the path of an .html file")
+        check_writable(out, "--html")
+    disc, tok = load_detector(model)
+    results = score(disc, tok, texts)
+    if html_out is not None:
+        part = out.with_name(out.name + ".tmp")
+        with disk_errors(out):
+            part.write_text(_html(results, model), encoding="utf-8")
+            os.replace(part, out)
+    if json_lines:
+        for res in results:
+            print(json.dumps(res, ensure_ascii=False))
+    else:
+        color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        for res in results:
+            flagged = sum(t["p_replaced"] >= threshold for t in res["tokens"])
+            print(f"{_terminal(res, threshold, color)}\n  ({flagged} of {len(res['tokens'])} "
+                  f"tokens at p(replaced) >= {threshold})")
+    if html_out is not None:
+        print(f"wrote {html_out}", file=sys.stderr)
