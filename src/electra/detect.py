@@ -26,6 +26,7 @@ def load_detector(source: str | Path) -> tuple[torch.nn.Module, Any]:
     """(discriminator in eval mode, its tokenizer) from a run, discriminator folder,
     checkpoint, or transformers ElectraForPreTraining folder."""
     from electra import folders
+    from electra.files import read_json
     from electra.hf import _load_source, _read_hf_folder
     from electra.model import Discriminator
     from electra.tokenizer import load_tokenizer
@@ -35,12 +36,12 @@ def load_detector(source: str | Path) -> tuple[torch.nn.Module, Any]:
         raise UserError(f"--model {source}: no such folder; give a pretraining run, its "
                         f"discriminator/, a checkpoint or a transformers ElectraForPreTraining "
                         f"folder")
-    config = src / "config.json"
     if (src / "discriminator" / "config.json").is_file() or (src / "manifest.json").is_file():
         models, tok_path = _load_source(src)
         return models["discriminator"].eval(), load_tokenizer(tok_path)
-    if config.is_file() and '"model_type"' in config.read_text(encoding="utf-8",
-                                                                 errors="replace"):
+    config = read_json(src / "config.json", "a model's config") \
+        if (src / "config.json").is_file() else None
+    if isinstance(config, dict) and "model_type" in config:  # a transformers folder
         cfg, state = _read_hf_folder(src, "discriminator")  # refuses other heads
         disc = Discriminator(cfg)
         folders.fit(disc, state, src)

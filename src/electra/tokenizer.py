@@ -182,7 +182,8 @@ def _electra_template(tok: Tokenizer, names: Mapping[str, str]) -> None:
 
 
 def _bert_pipeline(tok, lowercase: bool) -> None:
-    """BERT's normalisation, pre-tokenisation, decoder and [CLS] A [SEP] B [SEP] template."""
+    """BERT's normalisation, pre-tokenisation and decoder (the pair template comes with the
+    roles, from :func:`_electra_template`)."""
     from tokenizers import decoders, normalizers, pre_tokenizers
 
     tok.normalizer = normalizers.BertNormalizer(
@@ -190,9 +191,6 @@ def _bert_pipeline(tok, lowercase: bool) -> None:
         lowercase=lowercase)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
-    vocab = tok.get_vocab()
-    if "[CLS]" in vocab and "[SEP]" in vocab:
-        _electra_template(tok, {"cls": "[CLS]", "sep": "[SEP]"})
 
 
 def load_tokenizer(path: str | Path, special_tokens: str | Mapping[str, str] | None = None

@@ -166,18 +166,15 @@ def _table_records(path: Path, text_field: str) -> Iterator[str | None]:
             batches: Iterable[Any] = pf.iter_batches(batch_size=_BATCH_ROWS,
                                                      columns=[text_field])
         else:
-            source = pa.memory_map(str(path))
-            try:
-                reader: Any = pa.ipc.open_stream(source)
+            try:  # the stream format (what datasets writes), else the file format
+                stream = pa.ipc.open_stream(pa.memory_map(str(path)))
+                schema, batches = stream.schema, stream
             except pa.ArrowInvalid:
                 file = pa.ipc.open_file(pa.memory_map(str(path)))
-                reader = (file.get_batch(i) for i in range(file.num_record_batches))
-            else:
-                _text_column(reader.schema, text_field, str(path))
-            batches = reader
+                schema = file.schema
+                batches = (file.get_batch(i) for i in range(file.num_record_batches))
+            _text_column(schema, text_field, str(path))
         for batch in batches:
-            if batch.schema.names != [text_field]:
-                _text_column(batch.schema, text_field, str(path))
             yield from batch.column(batch.schema.get_field_index(text_field)).to_pylist()
     except (pa.ArrowException, OSError) as err:
         form = "Parquet" if path.suffix == ".parquet" else "Arrow"
