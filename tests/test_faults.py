@@ -149,6 +149,12 @@ def world(tmp_path_factory) -> Path:
     (w / "section.toml").write_text('preset = "tiny"\n[trian]\nlr = 1e-3\n')
     (w / "table.toml").write_text('preset = "tiny"\nmodel = 5\n')
     (w / "preset.toml").write_text('preset = "huge"\n')
+    (w / "kind.toml").write_text('preset = "tiny"\n[objective]\nkind = "mlm"\n')
+    (w / "gdes.toml").write_text('preset = "tiny"\n[objective]\nsharing = "gdes"\n')
+    # A comparison folder of other settings (its compare.json).
+    (w / "cmp_other").mkdir()
+    (w / "cmp_other/compare.json").write_text(json.dumps(
+        {"budget": "1e9", "budget_flops": 1e9, "spec": {"seeds": [7]}}))
     # Metrics with a damaged line in the middle; a file where a folder belongs.
     shutil.copytree(w / "run", w / "run_metrics", ignore=shutil.ignore_patterns(
         "checkpoints", "tb"))
@@ -193,6 +199,8 @@ def ft(model: str = "run", train: str = "train.csv", dev: str = "dev.csv") -> tu
 
 
 FINETUNE = ft()
+COMPARE = ("compare", "--data", P("data"), "--config", P("tiny.toml"), "--budget", "1e9",
+           "--tasks", "custom:name=s:train={w}/train.csv:dev={w}/dev.csv", "--seeds", "1")
 RANDOM_FT = ("finetune", "--random-init", "tiny", "--tokenizer", P("tok"), "--task", "custom",
              "--dev", P("dev.csv"), "--quiet")
 
@@ -431,13 +439,33 @@ CASES = [
     ("out", ("import", P("hf/discriminator"), "--out", "/proc/electra/imp"),
      "cannot write under /proc"),
     ("out", ("plot", P("run"), "--out", P("tok")), "--out {tok} is a folder"),
+    # -- electra compare --
+    ("config", (*COMPARE[:6], "1e3", *COMPARE[7:]), "--budget 1e+03 FLOPs is too small"),
+    ("config", (*COMPARE[:6], "ten minutes", *COMPARE[7:]), "--budget ten minutes: give"),
+    ("config", (*COMPARE, "--objectives", "electra,bert"), "unknown objective 'bert'"),
+    ("config", (*COMPARE, "--objectives", "electra,electra"), "give distinct objectives"),
+    ("config", (*COMPARE, "--tasks", "sst3"), "--tasks sst3: unknown task"),
+    ("config", (*COMPARE, "--tasks", "sst2"), "give --glue DIR"),
+    ("config", (*COMPARE, "--tasks", "custom:name=s"), "needs train, dev"),
+    ("config", (*COMPARE, "--tasks", "mrpc:lrr=1", "--glue", P()), "unknown config key 'lrr'"),
+    ("config", (*COMPARE, "--fractions", "0.25,0.5"), "ending with 1"),
+    ("config", (*COMPARE, "--finetune-set", "epochs=0"), "epochs must be a positive"),
+    ("config", (*COMPARE[:4], P("kind.toml"), *COMPARE[5:]), "sets objective.kind = 'mlm'"),
+    ("config", (*COMPARE[:4], P("gdes.toml"), *COMPARE[5:], "--objectives", "electra,mlm"),
+     "--objectives mlm: the base config does not fit"),
+    ("config", (*COMPARE[:5], "--budget", "demo", *COMPARE[7:]), "--budget demo brings"),
+    ("data", (*COMPARE[:2], P("ids_cut"), *COMPARE[3:]), "train/ids.bin is missing or not"),
+    ("out", (*COMPARE, "--out", P("cmp_other")), "holds a different comparison"),
+    ("out", (*COMPARE, "--out", P("tok")), "holds no comparison"),
+    ("out", (*COMPARE, "--out", P("a_file")), "is a file, not a folder"),
 ]
 
 
 def resolve(args: tuple, world: Path, case: int) -> list[str]:
     out = []
     for a in args:
-        out.append(str(world.joinpath(*a[1:])) if isinstance(a, tuple) else str(a))
+        out.append(str(world.joinpath(*a[1:])) if isinstance(a, tuple) else
+                   str(a).replace("{w}", str(world)))
     command = out[0] if out[0] != "tokenizer" else "tokenizer train"
     if "--out" not in out and command not in ("plot", "evaluate", "detect") \
             and "--verify" not in out:

@@ -11,7 +11,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 # The training loops, and the modules that run them (the CLI names them by string only).
-LOOPS = {"electra.pretrain": {"electra.demo"}, "electra.finetune": set()}
+LOOPS = {"electra.pretrain": {"electra.demo", "electra.compare"},
+         "electra.finetune": {"electra.compare"}}
 # What the CLI module may import: no loading, no training, no torch.
 CLI_IMPORTS = {"electra", "electra.config", "electra.errors", "electra.files",
                "electra.runtime"}

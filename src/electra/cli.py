@@ -186,6 +186,42 @@ COMMANDS: dict[str, Command] = {
             arg("--predict", choices=["test"], help="also write GLUE submission files for "
                 "the test split(s) to OUT/seed-N/predictions/"),
             _device(), _quiet(), _dist_timeout())),
+    "compare": Command(
+        "pretrain objectives at equal FLOPs, fine-tune each, tabulate and plot",
+        "electra.compare:main", (
+            arg("--data", required=True, help="a folder written by `electra prepare`"),
+            OneOf((arg("--config", metavar="BASE.toml", help="the model and training settings "
+                       "every objective shares (no objective.kind)"),
+                   arg("--preset", help="instead of --config: a preset (tiny, small, base, "
+                       "large)"))),
+            arg("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                help="override a base setting, e.g. --set train.batch_size=64"),
+            arg("--objectives", default="electra,mlm,random", help="objective kinds, "
+                "comma-separated (default: electra,mlm,random): electra, mlm, random, "
+                "electra15, replace_mlm, all_tokens_mlm"),
+            arg("--budget", required=True, help="training FLOPs per objective (e.g. 3e15), "
+                "a duration of this machine's compute (30m, 1h, 90s: measured once), or demo "
+                "(the tiny model, ~15 minutes in all on a laptop CPU)"),
+            arg("--fractions", default="0.25,0.5,1", help="fractions of the budget at which "
+                "each objective's discriminator is fine-tuned (default: 0.25,0.5,1)"),
+            arg("--tasks", help="comma-separated (default: sst2,mrpc,stsb,rte; with --budget "
+                "demo: sst2:max_train_examples=2000): GLUE tasks "
+                "(from --glue), with fine-tuning settings as TASK:key=value (e.g. "
+                "sst2:max_train_examples=10000), or custom:name=N:train=FILE:dev=FILE"
+                "[:text=COL[+COL]][:label=COL][:regression=true]"),
+            arg("--glue", metavar="DIR", help="the folder holding GLUE's task folders "
+                "(SST-2/, MRPC/, STS-B/, RTE/, ...)"),
+            arg("--seeds", default="1,2,3", help="fine-tuning seeds (default: 1,2,3)"),
+            arg("--finetune-set", dest="finetune_sets", action="append", default=[],
+                metavar="KEY=VALUE", help="a fine-tuning setting for every task (as "
+                "`electra finetune --set`)"),
+            arg("--out", required=True, help="the comparison's folder; the same command "
+                "again continues it"),
+            _device(), _quiet(), _dist_timeout()),
+        description="The paper's equal-compute comparison: each objective pretrains the same "
+        "model for the same training FLOPs, its discriminator is kept at fractions of the "
+        "budget, and each, with random init beside them, is fine-tuned on each task and "
+        "seed. Writes OUT/results.json, OUT/results.md and OUT/compare.png."),
     "evaluate": Command(
         "reload a fine-tuned model and score a split", "electra.finetune:evaluate", (
             arg("--model", required=True, help="OUT/seed-N from `electra finetune`"),

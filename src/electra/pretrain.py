@@ -65,6 +65,7 @@ class PretrainOptions:
     progress: bool = True
     device: str = "auto"
     stop_after: int | None = None  # stop (with a checkpoint) after this many steps
+    stop_at: int | None = None  # stop (with a checkpoint) at this step (electra compare)
     init: str | None = None  # start from these weights (a run folder: discriminator/, generator/)
 
 
@@ -102,7 +103,8 @@ def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
     rt = rt or Runtime(device=resolve_device(opt.device))
     p = build(opt, rt)
     trainer, tc = p.trainer, p.cfg.train
-    stop_at = min(tc.max_steps, trainer.step + (opt.stop_after or tc.max_steps))
+    stop_at = min(tc.max_steps, trainer.step + (opt.stop_after or tc.max_steps),
+                  opt.stop_at or tc.max_steps)
     resume_hint = "free disk space and rerun with --resume"
     with disk_errors(Path(opt.out), resume_hint), trainer.running():
         while trainer.step < stop_at:

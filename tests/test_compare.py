@@ -1,0 +1,174 @@
+"""`electra compare`: FLOPs counted by hand and by torch's profiler, the steps a budget buys,
+a whole tiny comparison, and continuing one that was interrupted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from test_finetune import write_sentiment
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from electra import compare
+from electra.cli import main
+from electra.config import KINDS, ModelConfig, ObjectiveConfig
+from electra.flops import step_flops_per_sequence
+from electra.objective import ElectraPretrainingModel
+from electra.tokenizer import SpecialTokens
+
+CFG = ModelConfig(vocab_size=100, embedding_size=16, hidden_size=32, num_layers=1,
+                  num_heads=2, intermediate_size=64, max_position_embeddings=16,
+                  generator_size=0.5, hidden_dropout=0.0, attention_dropout=0.0)
+T, P = 8, 2  # sequence length, prediction slots (max_predictions)
+
+# Multiply-accumulates of CFG's parts on one sequence of T = 8 tokens, by hand:
+DISC = T * (4 * 32**2 + 2 * 32 * 64 + 2 * T * 32 + 16 * 32)  # + the E=16 -> H=32 projection
+GEN = T * (4 * 16**2 + 2 * 16 * 32 + 2 * T * 16)  # width 16 = E: no projection
+RTD_HEAD = T * (32 * 32 + 32)
+GEN_HEAD = P * (16 * 16 + 16 * 100)  # dense H -> E, output E -> V at the P slots
+MLM_HEAD = P * (32 * 16 + 16 * 100)
+HAND = {
+    "electra": 6 * (DISC + RTD_HEAD + GEN + GEN_HEAD),
+    "electra15": 6 * (DISC + RTD_HEAD + GEN + GEN_HEAD),
+    "mlm": 6 * (DISC + MLM_HEAD),
+    "random": 6 * (DISC + RTD_HEAD),
+    "replace_mlm": 6 * (DISC + MLM_HEAD + GEN + GEN_HEAD),
+    "all_tokens_mlm": 6 * (DISC + RTD_HEAD + T * (32 * 16 + 16 * 100) + GEN + GEN_HEAD),
+}
+
+
+def test_flops_per_step_equal_hand_counts():
+    assert DISC == 73_728 and HAND["electra"] == 625_920  # the arithmetic, written out
+    for kind in KINDS:
+        objective = ObjectiveConfig(kind=kind, max_predictions=P)
+        assert step_flops_per_sequence(CFG, objective, T) == HAND[kind], kind
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_flops_equal_torch_profiler_count_of_a_real_step(kind):
+    """Forward and backward of the whole objective, counted by FlopCounterMode (attention
+    as plain matrix products, which it counts)."""
+    special = SpecialTokens(pad=0, unk=1, cls=2, sep=3, mask=4)
+    torch.manual_seed(0)
+    objective = ObjectiveConfig(kind=kind, max_predictions=P)
+    model = ElectraPretrainingModel(CFG, objective, special)
+    B = 3
+    ids = torch.randint(5, 100, (B, T))
+    ids[:, 0], ids[:, -1] = 2, 3
+    ones = torch.ones(B, T, dtype=torch.long)
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(ids, ones, torch.zeros_like(ids), rng=torch.Generator().manual_seed(0)
+              ).loss.backward()
+    assert counter.get_total_flops() == B * step_flops_per_sequence(CFG, objective, T)
+
+
+def test_a_budget_buys_each_objective_the_steps_its_flops_imply():
+    meta = {"vocab_size": 100, "pad_id": 0, "seq_len": T}
+    raw = {"model": {k: getattr(CFG, k) for k in ("embedding_size", "hidden_size",
+                                                   "num_layers", "num_heads",
+                                                   "intermediate_size",
+                                                   "max_position_embeddings",
+                                                   "generator_size")},
+           "objective": {"max_predictions": P},
+           "train": {"batch_size": 4, "max_steps": 100, "warmup_steps": 10}}
+    budget = 5e8
+    plan = compare.make_plan(meta, raw, ["electra", "mlm", "random"], ("flops", budget),
+                             [0.25, 0.5, 1.0], [], [1], [])
+    for kind in ("electra", "mlm", "random"):
+        per_step = 4 * HAND[kind]
+        assert plan.flops_per_step[kind] == per_step
+        steps = int(budget // per_step)
+        assert plan.objectives[kind].train.max_steps == steps
+        assert plan.objectives[kind].train.warmup_steps == round(10 * steps / 100)
+        assert plan.ends(kind) == [round(steps / 4), round(steps / 2), steps]
+        assert budget - per_step < steps * per_step <= budget
+    # BERT's corruption for mlm, ELECTRA's for the others, unless the config sets them
+    assert plan.objectives["mlm"].objective.mask_token_prob == 0.8
+    assert plan.objectives["electra"].objective.mask_token_prob == 0.85
+    with pytest.raises(compare.UserError, match="is too small"):
+        compare.make_plan(meta, raw, ["electra"], ("flops", 3 * 4 * HAND["electra"]),
+                          [0.25, 1.0], [], [1], [])
+
+
+def test_budget_and_task_parsing():
+    assert compare.parse_budget("30m") == ("seconds", 1800)
+    assert compare.parse_budget("1h30m") == ("seconds", 5400)
+    assert compare.parse_budget("3e15") == ("flops", 3e15)
+    assert compare.parse_budget("demo")[0] == "demo"
+    tasks = compare.parse_tasks("custom:name=r:train=a.csv:dev=b.csv:text=x+y:regression=true:"
+                                "epochs=2", None)
+    assert tasks[0].text_columns == "x,y" and tasks[0].regression
+    assert tasks[0].sets == ("epochs=2",) and tasks[0].metric == "spearman"
+
+
+def _args(data: Path, root: Path, out: Path) -> list[str]:
+    task = f"custom:name=sent:train={root / 'train.csv'}:dev={root / 'dev.csv'}"
+    return ["compare", "--data", str(data), "--config", str(root / "base.toml"),
+            "--objectives", "electra,mlm", "--budget", "4e8", "--fractions", "0.5,1",
+            "--tasks", task, "--seeds", "1,2", "--finetune-set", "epochs=2",
+            "--finetune-set", "precision=fp32", "--finetune-set", "max_length=32",
+            "--out", str(out), "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def compared(letters_data, tmp_path_factory) -> tuple[Path, list[str]]:
+    root = tmp_path_factory.mktemp("compare")
+    write_sentiment(root / "train.csv", 64, 0)
+    write_sentiment(root / "dev.csv", 24, 1)
+    (root / "base.toml").write_text(
+        "[model]\nembedding_size = 32\nhidden_size = 32\nnum_layers = 1\nnum_heads = 2\n"
+        "intermediate_size = 64\nmax_position_embeddings = 64\ngenerator_size = 0.5\n"
+        "[train]\nlr = 1e-3\nbatch_size = 8\nwarmup_steps = 2\nmax_steps = 100\n"
+        "eval_every = 0\neval_batches = 1\nsave_every = 1000\nprecision = \"fp32\"\n")
+    args = _args(letters_data, root, root / "out")
+    assert main(args) == 0
+    return root / "out", args
+
+
+def test_a_tiny_comparison_writes_the_table_results_and_plot(compared):
+    out, _ = compared
+    results = json.loads((out / "results.json").read_text())
+    names = [m["model"] for m in results["models"]]
+    assert names == ["electra-50", "electra-100", "mlm-50", "mlm-100", "random-init"]
+    for m in results["models"]:
+        scores = m["tasks"]["sent"]["seeds"]
+        assert len(scores) == 2 and m["average"]["seeds"] == scores
+        ft = json.loads((out / "finetune" / m["model"] / "sent/results.json").read_text())
+        assert scores == [round(100 * ft["seeds"][s]["dev"]["accuracy"], 4) for s in ("1", "2")]
+        if m["objective"]:
+            per_step = results["flops_per_step"][m["objective"]]
+            assert m["pretrain_flops"] == m["steps"] * per_step
+            saved = json.loads((out / "models" / m["model"] / "discriminator/config.json"
+                                ).read_text())
+            assert saved["step"] == m["steps"]
+    for kind in ("electra", "mlm"):  # each spends the budget to within one step
+        full = next(m for m in results["models"] if m["model"] == f"{kind}-100")
+        assert 4e8 - results["flops_per_step"][kind] < full["pretrain_flops"] <= 4e8
+    table = (out / "results.md").read_text()
+    assert table.count("\n| electra |") == 2 and "| random-init | - | 0 | 0 |" in table
+    assert "sent (accuracy) | average |" in table
+    assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rerun_skips_finished_parts_and_reproduces_interrupted_ones(compared, capsys):
+    out, args = compared
+    before = json.loads((out / "results.json").read_text())
+    kept = out / "finetune/electra-50/sent/results.json"
+    stamp = kept.stat().st_mtime_ns
+    # Interrupt electra after its 50% checkpoint, and mlm-100's fine-tune before it ended.
+    run = out / "pretrain/electra"
+    last = sorted((run / "checkpoints").iterdir())[-1]
+    for gone in (last, run / "discriminator", run / "generator", out / "models/electra-100",
+                 out / "finetune/electra-100", out / "finetune/mlm-100", out / "results.json"):
+        shutil.rmtree(gone) if gone.is_dir() else gone.unlink()
+    capsys.readouterr()
+    assert main(args) == 0
+    said = capsys.readouterr().out
+    assert "pretraining electra to 100%" in said and "pretraining mlm" not in said
+    assert "fine-tuning electra-50" not in said and "fine-tuning mlm-100" in said
+    assert kept.stat().st_mtime_ns == stamp
+    assert json.loads((out / "results.json").read_text()) == before
