@@ -122,6 +122,8 @@ def compared(letters_data, tmp_path_factory) -> tuple[Path, list[str]]:
     (root / "base.toml").write_text(
         "[model]\nembedding_size = 32\nhidden_size = 32\nnum_layers = 1\nnum_heads = 2\n"
         "intermediate_size = 64\nmax_position_embeddings = 64\ngenerator_size = 0.5\n"
+        "hidden_dropout = 0.0\nattention_dropout = 0.0\n"  # ranks draw their own dropout
+
         "[train]\nlr = 1e-3\nbatch_size = 8\nwarmup_steps = 2\nmax_steps = 100\n"
         "eval_every = 0\neval_batches = 1\nsave_every = 1000\nprecision = \"fp32\"\n")
     args = _args(letters_data, root, root / "out")
@@ -172,3 +174,24 @@ def test_rerun_skips_finished_parts_and_reproduces_interrupted_ones(compared, ca
     assert "fine-tuning electra-50" not in said and "fine-tuning mlm-100" in said
     assert kept.stat().st_mtime_ns == stamp
     assert json.loads((out / "results.json").read_text()) == before
+
+
+def test_two_processes_compare_like_one(compared):
+    """Under torchrun, through the same scaffold: the same steps and discriminators (up to
+    float summation order), and the same fine-tuned scores."""
+    from safetensors.torch import load_file
+    from test_distributed import launch
+
+    out, args = compared
+    two = out.parent / "two"
+    res = launch(2, *args[:args.index("--out")], "--out", two, "--quiet")
+    assert res.returncode == 0, res.stderr[-3000:]
+    one_r = json.loads((out / "results.json").read_text())
+    two_r = json.loads((two / "results.json").read_text())
+    assert [m["steps"] for m in one_r["models"]] == [m["steps"] for m in two_r["models"]]
+    for m in one_r["models"][:-1]:
+        a = load_file(out / "models" / m["model"] / "discriminator/model.safetensors")
+        b = load_file(two / "models" / m["model"] / "discriminator/model.safetensors")
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+    assert [m["tasks"] for m in one_r["models"]] == [m["tasks"] for m in two_r["models"]]
