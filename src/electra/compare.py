@@ -561,24 +561,27 @@ def _spread(values: list[float]) -> dict[str, Any]:
 
 
 def table(plan: Plan, results: dict[str, Any]) -> str:
-    """Markdown: one row per objective at each budget fraction, one column per task and the
-    average; medians over seeds (min-max)."""
+    """Markdown: one row per objective at each budget fraction, one column per task and (with
+    several tasks) the average; medians over seeds (min-max)."""
     names = [t.name for t in plan.tasks]
     metric = {t.name: t.metric for t in plan.tasks}
-    head = " | ".join(f"{n} ({metric[n]})" for n in names)
-    lines = [f"| model | budget | pretraining FLOPs | steps | {head} | average |",
-             f"|---|---|---|---|{'---|' * len(names)}---|"]
+    avg = len(names) > 1
+    head = " | ".join([f"{n} ({metric[n]})" for n in names] + (["average"] if avg else []))
+    lines = [f"| model | budget | pretraining FLOPs | steps | {head} |",
+             f"|---|---|---|---|{'---|' * (len(names) + avg)}"]
     for m in results["models"]:
         cells = [_cell(m["tasks"][n], len(plan.seeds))
                  + (" !" if m["tasks"][n]["warned_seeds"] else "") for n in names]
+        if avg:
+            cells.append(_cell(m["average"], len(plan.seeds)))
         budget = f"{m['fraction']:.0%}" if m["objective"] else "-"
         lines.append(f"| {m['objective'] or RANDOM_INIT} | {budget} | "
-                     f"{m['pretrain_flops']:.3g} | {m['steps']} | {' | '.join(cells)} | "
-                     f"{_cell(m['average'], len(plan.seeds))} |")
+                     f"{m['pretrain_flops']:.3g} | {m['steps']} | {' | '.join(cells)} |")
     seeds = ",".join(map(str, plan.seeds))
     warned = any(m["tasks"][n]["warned_seeds"] for m in results["models"] for n in names)
     return ("\n".join(lines) + f"\n\nMedian over seeds {seeds} of each task's dev score x100 "
-            f"(min-max in brackets); the average is each seed's mean over the tasks."
+            f"(min-max in brackets)" + ("; the average is each seed's mean over the tasks."
+                                        if avg else ".")
             + ("\n! a seed predicted one class everywhere or its training loss never fell: "
                "see finetune/MODEL/TASK/results.md" if warned else ""))
 
