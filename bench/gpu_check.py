@@ -80,16 +80,8 @@ def check_bf16_fused(dev: torch.device, preset: str, B: int, T: int) -> dict:
     torch.manual_seed(0)
     model = model_for(preset, 30522).to(dev)
     opt = adamw(param_groups(model, 0.01), lr=5e-4)
-    losses = []
-    for step in range(3):
-        b = make_batch(B, T, 30522, step, dev)
-        with autocast(dev, "bf16"):
-            o = model(b["input_ids"], b["attention_mask"], b["token_type_ids"],
-                      rng=torch.Generator(dev).manual_seed(step))
-        o.loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(o.loss.detach()))
+    losses = [bf16_step(model, opt, make_batch(B, T, 30522, step, dev), dev, step)
+              for step in range(3)]
     fused = opt.defaults.get("fused") or False
     # Fused (device) against foreach (CPU) AdamW from the same weights and gradients.
     torch.manual_seed(0)
@@ -105,6 +97,18 @@ def check_bf16_fused(dev: torch.device, preset: str, B: int, T: int) -> dict:
     finite = all(map(lambda x: x == x and abs(x) != float("inf"), losses))
     return {"bf16_losses": losses, "bf16_ok": finite, "fused_adamw": bool(fused),
             "fused_vs_foreach_max_diff": gap, "fused_ok": gap <= 1e-6}
+
+
+def bf16_step(model: torch.nn.Module, opt: torch.optim.Optimizer, b: dict,
+              dev: torch.device, step: int) -> float:
+    """One training step under bf16 autocast; its loss."""
+    with autocast(dev, "bf16"):
+        o = model(b["input_ids"], b["attention_mask"], b["token_type_ids"],
+                  rng=torch.Generator(dev).manual_seed(step))
+    o.loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return float(o.loss.detach())
 
 
 def matmul_peak(dev: torch.device, n: int) -> float:
@@ -135,12 +139,7 @@ def throughput(dev: torch.device, preset: str, B: int, T: int, steps: int, peak:
     for step in range(steps + 3):
         sync(dev)
         t0 = time.perf_counter()
-        with autocast(dev, "bf16"):
-            o = model(b["input_ids"], b["attention_mask"], b["token_type_ids"],
-                      rng=torch.Generator(dev).manual_seed(step))
-        o.loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        bf16_step(model, opt, b, dev, step)
         sync(dev)
         if step >= 3:
             times.append(time.perf_counter() - t0)

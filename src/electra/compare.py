@@ -39,10 +39,10 @@ from electra.config import (
     FinetuneConfig,
     ObjectiveConfig,
     RunConfig,
-    apply_overrides,
     config_diffs,
     config_from_dict,
     parse_set,
+    raw_run_config,
 )
 from electra.errors import UserError
 from electra.files import check_writable, read_json, write_json
@@ -351,7 +351,7 @@ def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random
         raise UserError(f"--budget {budget}: under torchrun give the budget in FLOPs (a "
                         f"duration is measured on one process); e.g. measure it with a "
                         f"one-process run, whose compare.json records the FLOPs")
-    raw = _raw_config(preset, config, sets or [])
+    raw = raw_run_config(preset, config, sets or [])
     shards = ShardDataset(data, "train")
     check_writable(Path(out))
     kind_budget = _saved_budget(Path(out), kind_budget, budget)
@@ -369,31 +369,6 @@ def _world_size() -> int:
     import os
 
     return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def _raw_config(preset: str | None, config: str | None, sets: list[str]) -> dict[str, Any]:
-    """The base config as given (before defaults), so that its objective.kind is seen."""
-    from electra.config import MODEL_PRESETS
-
-    if preset and config:
-        raise UserError("give either --preset or --config, not both")
-    raw: dict[str, Any] = {}
-    if preset:
-        if preset not in MODEL_PRESETS:
-            raise UserError(f"--preset {preset}: unknown; valid presets: "
-                            f"{', '.join(MODEL_PRESETS)}")
-        raw = {"preset": preset}
-    elif config:
-        import tomllib
-
-        try:
-            with open(config, "rb") as f:
-                raw = tomllib.load(f)
-        except FileNotFoundError:
-            raise UserError(f"--config {config}: no such file") from None
-        except tomllib.TOMLDecodeError as err:
-            raise UserError(f"--config {config}: not valid TOML ({err})") from None
-    return apply_overrides(raw, sets)
 
 
 def run_compare(plan: Plan, data: str, out: Path, rt: Any, progress: bool = True,

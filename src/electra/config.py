@@ -511,6 +511,13 @@ def name_in(klass: type, name: str) -> bool:
 def load_run_config(preset: str | None = None, config_file: str | None = None,
                     sets: list[str] | None = None) -> RunConfig:
     """Resolve ``--preset`` or ``--config FILE.toml``, then ``--set`` overrides."""
+    return RunConfig.from_dict(raw_run_config(preset, config_file, sets))
+
+
+def raw_run_config(preset: str | None = None, config_file: str | None = None,
+                   sets: list[str] | None = None) -> dict[str, Any]:
+    """What ``--preset`` or ``--config FILE.toml`` and ``--set`` say, before defaults: the
+    sections as given (``{"preset": ...}`` for a preset)."""
     d: dict[str, Any] = {}
     if preset and config_file:
         raise UserError("give either --preset or --config, not both")
@@ -531,7 +538,7 @@ def load_run_config(preset: str | None = None, config_file: str | None = None,
             raise UserError(f"--config {config_file}: no such file") from None
         except tomllib.TOMLDecodeError as err:
             raise UserError(f"--config {config_file}: not valid TOML ({err})") from None
-    return RunConfig.from_dict(apply_overrides(d, sets or []))
+    return apply_overrides(d, sets or [])
 
 
 def resumed_run_config(run: str | Path, sets: list[str] | None = None) -> RunConfig:
