@@ -139,7 +139,8 @@ def test_a_tiny_comparison_writes_the_table_results_and_plot(compared):
     for m in results["models"]:
         scores = m["tasks"]["sent"]["seeds"]
         assert len(scores) == 2 and m["average"]["seeds"] == scores
-        ft = json.loads((out / "finetune" / m["model"] / "sent/results.json").read_text())
+        ft = json.loads(next((out / "finetune" / m["model"]).glob("sent-*/results.json"))
+                        .read_text())
         assert scores == [round(100 * ft["seeds"][s]["dev"]["accuracy"], 4) for s in ("1", "2")]
         if m["objective"]:
             per_step = results["flops_per_step"][m["objective"]]
@@ -159,7 +160,7 @@ def test_a_tiny_comparison_writes_the_table_results_and_plot(compared):
 def test_rerun_skips_finished_parts_and_reproduces_interrupted_ones(compared, capsys):
     out, args = compared
     before = json.loads((out / "results.json").read_text())
-    kept = out / "finetune/electra-50/sent/results.json"
+    kept = next((out / "finetune/electra-50").glob("sent-*/results.json"))
     stamp = kept.stat().st_mtime_ns
     # Interrupt electra after its 50% checkpoint, and mlm-100's fine-tune before it ended.
     run = out / "pretrain/electra"
@@ -174,6 +175,22 @@ def test_rerun_skips_finished_parts_and_reproduces_interrupted_ones(compared, ca
     assert "fine-tuning electra-50" not in said and "fine-tuning mlm-100" in said
     assert kept.stat().st_mtime_ns == stamp
     assert json.loads((out / "results.json").read_text()) == before
+
+
+def test_other_seeds_reuse_the_pretraining_and_another_budget_is_refused(compared, capsys):
+    out, args = compared
+    seeds = args.index("--seeds") + 1
+    capsys.readouterr()
+    assert main([*args[:seeds], "3", *args[seeds + 1:]]) == 0
+    said = capsys.readouterr().out
+    assert "its pretrained models are reused" in said and "compare: pretraining" not in said
+    results = json.loads((out / "results.json").read_text())
+    assert results["seeds"] == [3] and len(results["models"][0]["tasks"]["sent"]["seeds"]) == 1
+    budget = args.index("--budget") + 1
+    assert main([*args[:budget], "5e8", *args[budget + 1:]]) == 2
+    assert "holds a different comparison (budget_flops: run has 4" in capsys.readouterr().err
+    assert main(args) == 0  # back to seeds 1,2: every part is read back
+    assert "compare: fine-tuning" not in capsys.readouterr().out
 
 
 def test_two_processes_compare_like_one(compared):

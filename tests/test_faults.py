@@ -143,6 +143,13 @@ def world(tmp_path_factory) -> Path:
     (w / "unseen.csv").write_text("text,label\ngood,pos\nbad,meh\n")
     (w / "bad.jsonl").write_text('{"text": "good", "label": "pos"}\n{"text": oops}\n')
     (w / "num.csv").write_text("text,label\ngood,high\nbad,0.1\n")
+    # Tagging files: good ones, ragged columns, a dev tag never seen in training, a JSONL
+    # sentence whose tags do not match its tokens, a CoNLL-U line with 9 columns.
+    (w / "tags.conll").write_text("alice\tB-PER\nruns\tO\n\nbob\tB-PER\nsees\tO\n")
+    (w / "ragged.conll").write_text("alice\tB-PER\nruns\tO\tX\n")
+    (w / "unseen.conll").write_text("alice\tB-LOC\nruns\tO\n")
+    (w / "short.jsonl").write_text('{"tokens": ["a", "b"], "tags": ["O"]}\n')
+    (w / "nine.conllu").write_text("1\tI\tI\tPRON\tPRP\t_\t3\tnsubj\t_\n")
     # Configs.
     (w / "broken.toml").write_text("[train\nlr = 1\n")
     (w / "types.toml").write_text('preset = "tiny"\n[train]\nlr = "fast"\n')
@@ -154,7 +161,7 @@ def world(tmp_path_factory) -> Path:
     # A comparison folder of other settings (its compare.json).
     (w / "cmp_other").mkdir()
     (w / "cmp_other/compare.json").write_text(json.dumps(
-        {"budget": "1e9", "budget_flops": 1e9, "spec": {"seeds": [7]}}))
+        {"budget": "1e9", "budget_flops": 1e9, "spec": {"pretraining": {"budget_flops": 5e9}}}))
     # Metrics with a damaged line in the middle; a file where a folder belongs.
     shutil.copytree(w / "run", w / "run_metrics", ignore=shutil.ignore_patterns(
         "checkpoints", "tb"))
@@ -201,6 +208,8 @@ def ft(model: str = "run", train: str = "train.csv", dev: str = "dev.csv") -> tu
 FINETUNE = ft()
 COMPARE = ("compare", "--data", P("data"), "--config", P("tiny.toml"), "--budget", "1e9",
            "--tasks", "custom:name=s:train={w}/train.csv:dev={w}/dev.csv", "--seeds", "1")
+TAGGING = ("finetune", "--model", P("run"), "--task", "tagging", "--train", P("tags.conll"),
+           "--quiet")
 RANDOM_FT = ("finetune", "--random-init", "tiny", "--tokenizer", P("tok"), "--task", "custom",
              "--dev", P("dev.csv"), "--quiet")
 
@@ -414,6 +423,17 @@ CASES = [
     ("task", (*RANDOM_FT, "--train", P("missing.csv")), "missing.csv: no such file"),
     ("task", (*FINETUNE, "--text-columns", "sentence"), "no column 'sentence'"),
     ("task", (*FINETUNE, "--predict", "test"), "GLUE submission files"),
+    ("task", (*TAGGING, "--dev", P("ragged.conll")),
+     "ragged.conll:2: 3 column(s) where the file's first word line has 2"),
+    ("task", (*TAGGING, "--dev", P("unseen.conll")), "dev tags 'B-LOC' never occur"),
+    ("task", (*TAGGING, "--dev", P("short.jsonl")), "short.jsonl:1: 2 tokens but 1 tags"),
+    ("task", (*TAGGING, "--dev", P("nine.conllu")), "nine.conllu:1: 9 tab-separated columns"),
+    ("task", (*TAGGING, "--dev", P("tags.conll"), "--tag-column", "5"),
+     "--tag-column 5: {w}/tags.conll has 2 columns"),
+    ("task", (*TAGGING, "--dev", P("tags.conll"), "--tag-column", "lemma"),
+     "--tag-column lemma: "),
+    ("task", TAGGING, "--task tagging needs --train FILE and --dev FILE"),
+    ("task", (*TAGGING, "--dev", P("latin1.csv")), "not UTF-8 text"),
     # -- outputs --
     ("out", (*PRETRAIN, "--out", P("a_file")), "--out {a_file} is a file, not a folder"),
     ("out", (*PRETRAIN, "--out", P("tok")), "already holds a run"),
@@ -478,7 +498,8 @@ def resolve(args: tuple, world: Path, case: int) -> list[str]:
 def test_bad_input_is_one_line_exit_2_and_changes_nothing(world, capsys, case):
     _, args, words = CASES[case]
     argv = resolve(args, world, case)
-    words = words.replace("{a_file}", str(world / "a_file")).replace("{tok}", str(world / "tok"))
+    words = words.replace("{a_file}", str(world / "a_file")).replace("{tok}", str(
+        world / "tok")).replace("{w}", str(world))
     before = snapshot(world)
     capsys.readouterr()
     code = main(argv)

@@ -63,15 +63,17 @@ def _dist_timeout() -> Arg:
 
 def _task_args(evaluate: bool = False) -> tuple[Arg, ...]:
     return (
-        arg("--task", required=True, help="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli "
-            "or custom"),
+        arg("--task", required=True, help="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli, "
+            "custom (sentence or pair classification, regression) or tagging (NER, POS)"),
         arg("--data", help="the GLUE task folder (e.g. glue/SST-2)"),
         *(() if evaluate else (arg("--train", help="custom: training file (.csv, .tsv, "
-                                   ".jsonl)"),)),
+                                   ".jsonl); tagging: .conllu, CoNLL or .jsonl {tokens, tags}"),)),
         arg("--dev", help="custom: dev file" + (" (the file to score)" if evaluate else "")),
         arg("--text-columns", default="text", help="custom: A or A,B"),
         arg("--label-column", default="label", help="custom: the label column"),
         arg("--regression", action="store_true", help="custom: numeric labels"),
+        arg("--tag-column", help="tagging: upos (default) or xpos in CoNLL-U; the tag's "
+            "column number in CoNLL (default: the last)"),
     )
 
 

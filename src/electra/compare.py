@@ -10,13 +10,15 @@ init, is fine-tuned on each task with each seed (the paper's recipe, ``electra f
     DIR/compare.json                the comparison: objectives, budget in FLOPs, tasks, seeds
     DIR/pretrain/OBJECTIVE/         each objective's pretraining run (`electra pretrain`)
     DIR/models/OBJECTIVE-PCT/       its discriminator at PCT% of the budget
-    DIR/finetune/MODEL/TASK/        each fine-tune (`electra finetune`'s folder)
+    DIR/finetune/MODEL/TASK-KEY/    each fine-tune (`electra finetune`'s folder; KEY: a hash
+                                    of the task's settings and the seeds)
     DIR/results.json, results.md    per seed, medians, the table with the average
     DIR/compare.png                 score against pretraining FLOPs
 
 Running the same command again continues: finished parts are read back, an interrupted
-pretraining or fine-tune continues from its last checkpoint. A different comparison in the
-same DIR is refused.
+pretraining or fine-tune continues from its last checkpoint. Other tasks, seeds or
+fine-tuning settings in the same DIR reuse its pretrained models; other pretraining
+settings (objectives, budget, fractions, base config) are refused.
 """
 
 from __future__ import annotations
@@ -206,11 +208,22 @@ class Plan:
         return [*out, (RANDOM_INIT, None, 0.0, 0.0)]
 
     def spec(self) -> dict[str, Any]:
-        """What makes two comparisons the same one (compare.json)."""
-        return {"objectives": {o: c.to_dict() for o, c in self.objectives.items()},
-                "fractions": self.fractions, "budget_flops": self.budget_flops,
-                "tasks": [dataclasses.asdict(t) for t in self.tasks], "seeds": self.seeds,
-                "finetune_sets": self.finetune_sets}
+        """compare.json's settings: the pretraining (what makes two comparisons the same
+        one) and the fine-tuning (which may change: tasks and seeds can be added later)."""
+        return json.loads(json.dumps({  # tuples as lists, as read back
+            "pretraining": {"objectives": {o: c.to_dict() for o, c in self.objectives.items()},
+                            "fractions": self.fractions, "budget_flops": self.budget_flops},
+            "finetuning": {"tasks": [dataclasses.asdict(t) for t in self.tasks],
+                           "seeds": self.seeds, "finetune_sets": self.finetune_sets}}))
+
+    def finetune_folder(self, out: Path, model: str, task: Task) -> Path:
+        """DIR/finetune/MODEL/TASK-KEY: KEY names the task's files and settings and the
+        seeds, so that changed fine-tuning settings never read back another's results."""
+        import hashlib
+
+        key = json.dumps([dataclasses.asdict(task), self.finetune_sets, self.seeds])
+        digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+        return out / "finetune" / model / f"{task.name}-{digest}"
 
 
 def objective_config(base: RunConfig, kind: str, given: dict[str, Any] | None = None,
@@ -392,17 +405,24 @@ def run_compare(plan: Plan, data: str, out: Path, rt: Any, progress: bool = True
 
 
 def _claim(out: Path, plan: Plan, budget_text: str) -> None:
-    """Start DIR, or continue it when it holds this same comparison."""
-    spec = json.loads(json.dumps(plan.spec()))  # tuples as lists, as read back
+    """Start DIR, or continue it when it holds this same comparison (the same pretraining;
+    other fine-tuning settings reuse the pretrained models)."""
+    spec = plan.spec()
     marker = out / "compare.json"
     if marker.is_file():
         saved = read_json(marker, "the comparison's settings")
-        diffs = config_diffs(saved.get("spec", {}), spec, set()) if isinstance(
-            saved, dict) else ["compare.json: not a comparison"]
-        if diffs:
+        saved_spec = saved.get("spec", {}) if isinstance(saved, dict) else {}
+        before = saved_spec.get("pretraining", {})
+        diffs = config_diffs(before, spec["pretraining"], set())
+        if diffs or set(before) != set(spec["pretraining"]):
+            diffs = diffs or ["the pretraining settings differ"]
             raise UserError(f"--out {out} holds a different comparison ({'; '.join(diffs[:3])}"
                             f"); choose another --out, or rerun with the same settings to "
                             f"continue it")
+        if saved_spec.get("finetuning") != spec["finetuning"]:
+            print(f"compare: {out} continues with other fine-tuning settings (tasks, seeds); "
+                  f"its pretrained models are reused", flush=True)
+            write_json(marker, {**saved, "spec": spec})
         return
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {out} is not empty and holds no comparison (compare.json); "
@@ -472,7 +492,7 @@ def _finetune_all(plan: Plan, data: str, out: Path, rt: Any,
     for name, objective, _, _ in plan.models():
         scores[name] = {}
         for task in plan.tasks:
-            folder = out / "finetune" / name / task.name
+            folder = plan.finetune_folder(out, name, task)
             if (folder / "results.json").is_file():
                 scores[name][task.name] = read_json(folder / "results.json")
                 continue

@@ -45,10 +45,11 @@ from electra.config import (
     load_finetune_config,
     model_preset,
 )
+from electra.data.tagging import IGNORE, Sentence, encode_tagged, score, word_predictions
 from electra.data.tasks import Example, TaskData, compute_metrics, encode, label_map, load_task
 from electra.errors import UserError
 from electra.files import check_out, disk_errors, publish, read_json, staging_dir, write_json
-from electra.model import Encoder, SequenceClassifier
+from electra.model import Encoder, SequenceClassifier, TokenClassifier
 from electra.optim import layerwise_groups
 from electra.runtime import Runtime, autocast, start
 from electra.trainer import RandomStreams, Settings, Trainer
@@ -110,14 +111,14 @@ def main(task: str, out: str, model: str | None = None, random_init: str | None 
          dev: str | None = None, text_columns: str = "text", label_column: str = "label",
          regression: bool = False, seeds: str = "1", sets: list[str] | None = None,
          overwrite: bool = False, resume: bool = False, predict: str | None = None,
-         device: str = "auto", progress: bool = True,
+         tag_column: str | None = None, device: str = "auto", progress: bool = True,
          dist_timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any] | None:
     """`electra finetune`: the task, the model to start from, the settings, then one
     fine-tune per seed in this command's runtime."""
     seed_list = parse_seeds(seeds)
     cfg = load_finetune_config(sets or [])
     task_data = load_task(task, data, train, dev, text_columns, label_column, regression,
-                          predict)
+                          predict, tag_column=tag_column)
     source = model_source(model, random_init, tokenizer)
     with start(device, dist_timeout) as rt:
         return run_finetune(source, task_data, out, cfg, seed_list, rt, overwrite=overwrite,
@@ -126,16 +127,20 @@ def main(task: str, out: str, model: str | None = None, random_init: str | None 
 
 def evaluate(model: str, task: str, data: str | None = None, dev: str | None = None,
              text_columns: str = "text", label_column: str = "label", regression: bool = False,
-             split: str = "dev") -> dict[str, Any]:
+             split: str = "dev", tag_column: str | None = None) -> dict[str, Any]:
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s)."""
+    from electra.data.tagging import tag_map, tagging_metrics
     from electra.tokenizer import load_tokenizer
 
     classifier, meta = load_classifier(model)
     if task != meta["task"]:
         raise UserError(f"--model {model} was fine-tuned on {meta['task']}, not {task}")
     task_data = load_task(task, data, None, dev, text_columns, label_column, regression,
-                          split=split)
+                          split=split, tag_column=tag_column)
     task_data.labels = meta["labels"]
+    if task_data.tagging:  # the model's tags: the metrics, and dev tags it cannot predict
+        tag_map([Sentence([], list(meta["labels"]))], task_data.dev["dev"])
+        task_data.metrics = tagging_metrics(meta["labels"])
     cfg = config_from_dict(FinetuneConfig, meta["finetune"], f"{model}/config.json")
     res = evaluate_model(classifier, load_tokenizer(model), task_data, cfg)
     print(json.dumps(res))
@@ -182,10 +187,29 @@ class EpochBatches:
 
 
 def _loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> torch.Tensor:
-    """The summed loss of a micro-batch (cross-entropy, or squared error for regression)."""
+    """The summed loss of a micro-batch (cross-entropy, or squared error for regression;
+    for tagging, over the words' first pieces)."""
     if regression:
         return F.mse_loss(logits.squeeze(-1).float(), labels.float(), reduction="sum")
+    if logits.ndim == 3:  # tagging: (B, T, labels)
+        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
+                               ignore_index=IGNORE, reduction="sum")
     return F.cross_entropy(logits.float(), labels, reduction="sum")
+
+
+def encode_task(tok: Any, examples: list[Any], data: TaskData,
+                cfg: FinetuneConfig) -> dict[str, Any]:
+    """Examples (or tagged sentences) as the model reads them, in training and evaluation."""
+    if data.tagging:
+        return encode_tagged(tok, examples, cfg.max_length, data.labels)
+    return encode(tok, examples, cfg.max_length, data.labels, data.regression)
+
+
+def build_model(cfg: ModelConfig, data: TaskData) -> nn.Module:
+    """The task's head on a fresh encoder: a tagger, or a sequence classifier/regressor."""
+    if data.tagging:
+        return TokenClassifier(cfg, len(data.labels))
+    return SequenceClassifier(cfg, 1 if data.regression else len(data.labels))
 
 
 def _training_examples(data: TaskData, cfg: FinetuneConfig) -> list[Example]:
@@ -194,7 +218,7 @@ def _training_examples(data: TaskData, cfg: FinetuneConfig) -> list[Example]:
     if 0 < cfg.max_train_examples < len(examples):
         pick = torch.randperm(len(examples), generator=torch.Generator().manual_seed(0))
         examples = [examples[i] for i in sorted(pick[: cfg.max_train_examples].tolist())]
-    if cfg.double_pairs:
+    if cfg.double_pairs and not data.tagging:
         examples += [Example(e.text_b, e.text_a, e.label) for e in examples
                      if e.text_b is not None]
     return examples
@@ -256,11 +280,12 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
     """
     rt = rt or Runtime()
     torch.manual_seed(seed)
-    model = SequenceClassifier(source.config, 1 if data.regression else len(data.labels))
+    model = build_model(source.config, data)
     if source.encoder is not None:
         folders.fit(model.encoder, source.encoder, source.init)  # type: ignore[arg-type]
     examples = _training_examples(data, cfg)
-    train = encode(tok, examples, cfg.max_length, data.labels, data.regression)
+    train = encode_task(tok, examples, data, cfg)
+    train.pop("first", None)  # tagging: where words start, for predictions only
     steps_per_epoch = max(1, len(examples) // cfg.batch_size)
     total = steps_per_epoch * cfg.epochs  # type: ignore[operator]
     batches = EpochBatches(len(examples), cfg.batch_size, steps_per_epoch, seed)
@@ -286,16 +311,19 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
             index = batches.next()
             mine = {k: v[index[rt.rank * per_rank : (rt.rank + 1) * per_rank]]
                     for k, v in train.items()}
+            # the loss is a mean over the global batch: its examples, or its tagged words
+            denom = (max(1, int((train["labels"][index] != IGNORE).sum())) if data.tagging
+                     else cfg.batch_size)
 
-            def micro_step(step_model: nn.Module, j: int,
-                           b: dict[str, torch.Tensor] = mine) -> tuple[torch.Tensor, dict]:
+            def micro_step(step_model: nn.Module, j: int, b: dict[str, torch.Tensor] = mine,
+                           denom: int = denom) -> tuple[torch.Tensor, dict]:
                 rows = {k: v[j * micro : (j + 1) * micro] for k, v in b.items()}
                 keep = int(rows["attention_mask"].sum(1).max())  # drop all-pad columns
                 rows = {k: (v[:, :keep] if v.ndim == 2 else v).to(rt.device)
                         for k, v in rows.items()}
                 logits = step_model(rows["input_ids"], rows["attention_mask"],
                                     rows["token_type_ids"])
-                return _loss(logits, rows["labels"], data.regression) / cfg.batch_size, {}
+                return _loss(logits, rows["labels"], data.regression) / denom, {}
 
             tokens = train["attention_mask"][index].sum()
             if trainer.train_step(micro_step, tokens) is None:
@@ -341,21 +369,56 @@ def predict(model: SequenceClassifier, batch: dict[str, torch.Tensor], regressio
     return logits.squeeze(-1) if regression else logits.argmax(-1)
 
 
-def dev_predictions(model: SequenceClassifier, tok: Any, data: TaskData,
-                    cfg: FinetuneConfig) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(predictions, labels) on each dev split."""
-    out = {}
+@torch.no_grad()
+def predict_tags(model: TokenClassifier, tok: Any, sentences: list[Sentence],
+                 data: TaskData, cfg: FinetuneConfig, batch_size: int = 64) -> list[list[str]]:
+    """Each sentence's predicted tag per word (read at the word's first piece; a word cut off
+    by max_length gets "O", or the first tag where there is no "O")."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    names = {i: t for t, i in data.labels.items()}
+    fallback = data.labels.get("O", 0)
+    out: list[list[str]] = []
+    for i in range(0, len(sentences), batch_size):
+        part = sentences[i : i + batch_size]
+        b = encode_tagged(tok, part, cfg.max_length, data.labels)
+        with autocast(device, cfg.precision):
+            logits = model(b["input_ids"].to(device), b["attention_mask"].to(device),
+                           b["token_type_ids"].to(device)).float().cpu()
+        out += [[names[t] for t in ids] for ids in word_predictions(
+            logits, b["first"], [len(s.words) for s in part], fallback)]
+    model.train(was_training)
+    return out
+
+
+def dev_predictions(model: nn.Module, tok: Any, data: TaskData,
+                    cfg: FinetuneConfig) -> dict[str, tuple[Any, Any]]:
+    """(predictions, labels) on each dev split: arrays of label ids (scores for regression),
+    or for tagging each sentence's tags."""
+    out: dict[str, tuple[Any, Any]] = {}
     for split, examples in data.dev.items():
+        if data.tagging:
+            out[split] = (predict_tags(model, tok, examples, data, cfg),  # type: ignore[arg-type]
+                          [s.tags for s in examples])
+            continue
         batch = encode(tok, examples, cfg.max_length, data.labels, data.regression)
-        preds = predict(model, batch, data.regression, cfg.precision)
+        preds = predict(model, batch, data.regression, cfg.precision)  # type: ignore[arg-type]
         out[split] = (preds.numpy(), batch["labels"].numpy())
     return out
 
 
-def evaluate_model(model: SequenceClassifier, tok: Any, data: TaskData,
+def metrics_of(data: TaskData, preds: Any, labels: Any) -> dict[str, float]:
+    """The task's metrics of one split's predictions."""
+    if data.tagging:
+        return score(data.metrics, preds, labels)
+    return compute_metrics(data.metrics, preds, labels)
+
+
+def evaluate_model(model: nn.Module, tok: Any, data: TaskData,
                    cfg: FinetuneConfig) -> dict[str, Any]:
     """The task's metrics on each dev split."""
-    return {split: compute_metrics(data.metrics, p, y)
+    return {split: metrics_of(data, p, y)
             for split, (p, y) in dev_predictions(model, tok, data, cfg).items()}
 
 
@@ -370,6 +433,9 @@ def report(data: TaskData, preds: dict[str, tuple[np.ndarray, np.ndarray]],
     names = {i: label for label, i in data.labels.items()}
     warnings, confusion = [], {}
     for split, (p, y) in preds.items():
+        if data.tagging:  # word by word
+            p = np.array([data.labels[t] for s in p for t in s])
+            y = np.array([data.labels[t] for s in y for t in s])
         if data.regression:
             if float(np.std(p)) < 0.01 * max(float(np.std(y)), 1e-12):
                 warnings.append(f"{split}: near-constant predictions (std {np.std(p):.2g} "
@@ -504,7 +570,7 @@ def _run_seeds(source: ModelSource, data: TaskData, cfg: FinetuneConfig, seeds: 
         ckpt = None  # only the first seed to run can have been interrupted
         if rt.is_main:
             preds = dev_predictions(model, tok, data, cfg)
-            done[seed] = {"seed": seed, "dev": {split: compute_metrics(data.metrics, p, y)
+            done[seed] = {"seed": seed, "dev": {split: metrics_of(data, p, y)
                                                 for split, (p, y) in preds.items()},
                           **report(data, preds, selection)}
             _finish_seed(model.cpu(), folder, data, cfg, tok, done[seed],
@@ -519,7 +585,7 @@ def save_classifier(model: SequenceClassifier, folder: Path, data: TaskData,
     """A fine-tuned model's folder: what `evaluate`, `export` and `--model` read."""
     folders.write(folder, model, "classifier", tok, task=data.name,
                   labels=data.labels, regression=data.regression, metrics=list(data.metrics),
-                  finetune=cfg.to_dict())
+                  finetune=cfg.to_dict(), **({"head": "tagging"} if data.tagging else {}))
 
 
 def load_classifier(folder: str | Path) -> tuple[SequenceClassifier, dict[str, Any]]:

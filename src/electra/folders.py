@@ -59,13 +59,15 @@ def read_config(folder: Path, kind: str, flag: str = "--model") -> tuple[ModelCo
 
 def build(kind: str, cfg: ModelConfig, meta: dict[str, Any] | None = None) -> nn.Module:
     """A fresh module of ``kind`` (a classifier's label count from ``meta``)."""
-    from electra.model import Discriminator, Generator, SequenceClassifier
+    from electra.model import Discriminator, Generator, SequenceClassifier, TokenClassifier
 
     if kind == "discriminator":
         return Discriminator(cfg)
     if kind == "generator":
         return Generator(cfg)
     meta = meta or {}
+    if meta.get("head") == "tagging":
+        return TokenClassifier(cfg, len(meta["labels"]))
     return SequenceClassifier(cfg, 1 if meta.get("regression") else len(meta["labels"]))
 
 

@@ -72,8 +72,11 @@ CLASSIFIER_KEYS = [*_ENCODER,
                    ("head_dense.bias", "classifier.dense.bias"),
                    ("head_out.weight", "classifier.out_proj.weight"),
                    ("head_out.bias", "classifier.out_proj.bias")]
+# A fine-tuned TokenClassifier <-> ElectraForTokenClassification.
+TAGGER_KEYS = [*_ENCODER, ("head_out.weight", "classifier.weight"),
+               ("head_out.bias", "classifier.bias")]
 _TABLES = {"discriminator": DISCRIMINATOR_KEYS, "generator": GENERATOR_KEYS,
-           "classifier": CLASSIFIER_KEYS}
+           "classifier": CLASSIFIER_KEYS, "tagger": TAGGER_KEYS}
 # transformers also stores the tied output layer; it equals the word table.
 TIED_OUTPUT_KEY = "generator_lm_head.weight"
 
@@ -154,7 +157,8 @@ def from_hf_config(hf: dict[str, Any], where: str = "config.json") -> ModelConfi
 
 
 HF_CLASSES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM",
-              "classifier": "ElectraForSequenceClassification"}
+              "classifier": "ElectraForSequenceClassification",
+              "tagger": "ElectraForTokenClassification"}
 
 
 def _need_transformers() -> None:
@@ -227,12 +231,14 @@ def _is_classifier(src: Path) -> bool:
 
 def _classifier_labels(meta: dict[str, Any]) -> dict[str, Any]:
     """transformers' label fields for a fine-tuned model's config.json."""
-    if meta["regression"]:
+    if meta.get("regression"):
         return {"id2label": {0: "score"}, "label2id": {"score": 0},
                 "problem_type": "regression"}
     ids = meta["labels"]  # name -> id
-    return {"id2label": {i: name for name, i in ids.items()}, "label2id": dict(ids),
-            "problem_type": "single_label_classification"}
+    labels = {"id2label": {i: name for name, i in ids.items()}, "label2id": dict(ids)}
+    if meta.get("head") == "tagging":
+        return labels
+    return {**labels, "problem_type": "single_label_classification"}
 
 
 def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> Path:
@@ -243,10 +249,11 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
     if _is_classifier(src):
         model, meta = folders.load(src, "classifier", flag="export")
         labels = _classifier_labels(meta)
+        kind = "tagger" if meta.get("head") == "tagging" else "classifier"
         with staged(out) as tmp:
-            _write_hf_folder(tmp, model, "classifier", load_tokenizer(src),
+            _write_hf_folder(tmp, model, kind, load_tokenizer(src),
                              finetuning_task=meta["task"], **labels)
-        print(f"wrote {out} ({HF_CLASSES['classifier']}, task {meta['task']}, labels "
+        print(f"wrote {out} ({HF_CLASSES[kind]}, task {meta['task']}, labels "
               f"{list(labels['label2id'])})")
         return out
     models, tok_path = _load_source(src)

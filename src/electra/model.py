@@ -299,6 +299,29 @@ class SequenceClassifier(nn.Module):
         return self.head_out(h)  # (B, num_labels)
 
 
+class TokenClassifier(nn.Module):
+    """Encoder + dropout -> dense on every token (``num_labels`` logits each): a tagger. Keys
+    map onto transformers' ElectraForTokenClassification (``classifier``)."""
+
+    def __init__(self, cfg: ModelConfig, num_labels: int) -> None:
+        super().__init__()
+        self.config = cfg
+        self.num_labels = num_labels
+        self.encoder = Encoder(cfg)
+        self.head_dropout = nn.Dropout(cfg.hidden_dropout)
+        self.head_out = nn.Linear(cfg.hidden_size, num_labels)
+        init_weights(self, cfg.initializer_range)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        h = self.encoder(input_ids, attention_mask, token_type_ids)  # (B, T, H)
+        return self.head_out(self.head_dropout(h))  # (B, T, num_labels)
+
+
 def count_parameters(module: nn.Module) -> int:
     """Trainable parameters, each shared tensor counted once."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad)

@@ -268,17 +268,26 @@ class TaskData:
     regression: bool
     labels: dict[str, int] = field(default_factory=dict)  # name -> id (classification)
     test: dict[str, list[Example]] = field(default_factory=dict)  # for --predict test
+    kind: str = "sequence"  # or "tagging": train and dev hold data.tagging.Sentence
+
+    @property
+    def tagging(self) -> bool:
+        return self.kind == "tagging"
 
 
 def load_task(task: str, data: str | None = None, train: str | None = None,
               dev: str | None = None, text_columns: str = "text",
               label_column: str = "label", regression: bool = False,
-              predict: str | None = None, split: str | None = None) -> TaskData:
-    """A GLUE task from its folder (``data``), or ``custom`` from ``train``/``dev`` files.
+              predict: str | None = None, split: str | None = None,
+              tag_column: str | None = None) -> TaskData:
+    """A GLUE task from its folder (``data``), ``custom`` from ``train``/``dev`` files, or
+    ``tagging`` from CoNLL-U/CoNLL/JSONL ``train``/``dev`` files.
 
     ``split`` (evaluation only): which dev split to read, and no training set; None reads
     the training set and every dev split (fine-tuning).
     """
+    if task == "tagging":
+        return _tagging_task(train, dev, tag_column, predict, evaluating=split is not None)
     if task == "custom":
         if predict:
             raise UserError("--predict test writes GLUE submission files; for a custom task "
@@ -306,6 +315,25 @@ def load_task(task: str, data: str | None = None, train: str | None = None,
                     spec.is_regression, labels,
                     {s: read_glue(spec, data, s) for s in spec.test} if predict == "test"
                     else {})
+
+
+def _tagging_task(train: str | None, dev: str | None, tag_column: str | None,
+                  predict: str | None, evaluating: bool) -> TaskData:
+    from electra.data.tagging import read_tagged, tag_map, tagging_metrics
+
+    if predict:
+        raise UserError("--predict test writes GLUE submission files; for tagging score your "
+                        "file with `electra evaluate --dev FILE`")
+    if not dev or not (train or evaluating):
+        raise UserError("--task tagging needs --train FILE and --dev FILE (.conllu, CoNLL or "
+                        ".jsonl {tokens, tags})")
+    dev_sents = read_tagged(dev, tag_column)
+    if evaluating:  # the model's tags decide the metrics
+        return TaskData("tagging", [], {"dev": dev_sents}, (), False, kind="tagging")
+    train_sents = read_tagged(train, tag_column)
+    labels = tag_map(train_sents, dev_sents)
+    return TaskData("tagging", train_sents, {"dev": dev_sents}, tagging_metrics(labels), False,
+                    labels, kind="tagging")
 
 
 def encode(tok: Any, examples: list[Example], max_length: int,
