@@ -412,7 +412,8 @@ def _claim(out: Path, plan: Plan, budget_text: str) -> None:
     if marker.is_file():
         saved = read_json(marker, "the comparison's settings")
         saved_spec = saved.get("spec", {}) if isinstance(saved, dict) else {}
-        before = saved_spec.get("pretraining", {})
+        before = saved_spec.get("pretraining", {k: saved_spec[k] for k in (
+            "objectives", "fractions", "budget_flops") if k in saved_spec})  # or 1st layout
         diffs = config_diffs(before, spec["pretraining"], set())
         if diffs or set(before) != set(spec["pretraining"]):
             diffs = diffs or ["the pretraining settings differ"]
