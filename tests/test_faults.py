@@ -150,6 +150,12 @@ def world(tmp_path_factory) -> Path:
     (w / "unseen.conll").write_text("alice\tB-LOC\nruns\tO\n")
     (w / "short.jsonl").write_text('{"tokens": ["a", "b"], "tags": ["O"]}\n')
     (w / "nine.conllu").write_text("1\tI\tI\tPRON\tPRP\t_\t3\tnsubj\t_\n")
+    # SQuAD files: an answerable question without an answer; JSON that is not SQuAD.
+    (w / "noans.json").write_text(json.dumps({"version": "1.1", "data": [{"title": "t",
+        "paragraphs": [{"context": "a b", "qas": [{"id": "q9", "question": "a?",
+                                                   "answers": []}]}]}]}))
+    (w / "notsquad.json").write_text('{"rows": []}')
+    (w / "nocol.csv").write_text("sentence,label\ngood film,pos\n")
     # Configs.
     (w / "broken.toml").write_text("[train\nlr = 1\n")
     (w / "types.toml").write_text('preset = "tiny"\n[train]\nlr = "fast"\n')
@@ -433,6 +439,25 @@ CASES = [
     ("task", (*TAGGING, "--dev", P("tags.conll"), "--tag-column", "lemma"),
      "--tag-column lemma: "),
     ("task", TAGGING, "--task tagging needs --train FILE and --dev FILE"),
+    ("task", ("finetune", "--model", P("run"), "--task", "squad1", "--train", P("noans.json"),
+              "--dev", P("noans.json")), "question q9 has no answer"),
+    ("task", ("finetune", "--model", P("run"), "--task", "squad1", "--train",
+              P("notsquad.json"), "--dev", P("noans.json")), "not SQuAD JSON"),
+    ("task", ("finetune", "--model", P("run"), "--task", "squad2", "--dev", P("noans.json")),
+     "--task squad2 needs --train FILE and --dev FILE"),
+    ("task", ("predict", "--model", P("ft", "seed-1"), "--input", P("nocol.csv")),
+     "no column 'text'; found 'sentence', 'label'"),
+    ("data", ("predict", "--model", P("ft", "seed-1"), "--input", P("missing.csv")),
+     "missing.csv: no such file"),
+    ("model", ("predict", "--model", P("run"), "--input", P("dev.csv")),
+     "no classifier weights"),
+    ("config", ("predict", "--model", P("ft", "seed-1"), "--input", P("dev.csv"),
+                "--batch-size", "0"), "--batch-size 0: give a positive number"),
+    ("out", ("predict", "--model", P("ft", "seed-1"), "--input", P("dev.csv"), "--out",
+             P("tok")), "is a folder; give a file path"),
+    ("config", ("finetune", "--model", P("run"), "--task", "squad1", "--train",
+                P("noans.json"), "--dev", P("noans.json"), "--set", "article_split=1.5"),
+     "article_split must be in [0, 1)"),
     ("task", (*TAGGING, "--dev", P("latin1.csv")), "not UTF-8 text"),
     # -- outputs --
     ("out", (*PRETRAIN, "--out", P("a_file")), "--out {a_file} is a file, not a folder"),
@@ -487,7 +512,7 @@ def resolve(args: tuple, world: Path, case: int) -> list[str]:
         out.append(str(world.joinpath(*a[1:])) if isinstance(a, tuple) else
                    str(a).replace("{w}", str(world)))
     command = out[0] if out[0] != "tokenizer" else "tokenizer train"
-    if "--out" not in out and command not in ("plot", "evaluate", "detect") \
+    if "--out" not in out and command not in ("plot", "evaluate", "detect", "predict") \
             and "--verify" not in out:
         out += ["--out", str(world / f"out-{case}")]
     return out

@@ -181,3 +181,21 @@ def test_the_shared_ud_and_wnut_files_read_as_documented():
     wnut = shared_data("wnut17")
     sents = read_tagged(wnut / "wnut17train.conll")
     assert len(sents) == 3_394 and is_entity_scheme({t for s in sents for t in s.tags})
+
+
+def test_predict_tags_a_file_as_evaluation_does(tagged, capsys):
+    assert main(["predict", "--model", str(tagged / "ft/seed-1"), "--input",
+                 str(tagged / "dev.conll"), "--out", str(tagged / "pred.jsonl"), "--quiet"]) == 0
+    records = [json.loads(line) for line in (tagged / "pred.jsonl").read_text().splitlines()]
+    gold = read_tagged(tagged / "dev.conll")
+    assert [r["tokens"] for r in records] == [s.words for s in gold]
+    got = score(("f1", "accuracy"), [r["tags"] for r in records], [s.tags for s in gold])
+    dev = json.loads((tagged / "ft/results.json").read_text())["seeds"]["1"]["dev"]
+    assert got == pytest.approx({k: dev[k] for k in got})
+    (tagged / "words.txt").write_text("alice smith runs\n\nbob sees a dog\n")
+    capsys.readouterr()
+    assert main(["predict", "--model", str(tagged / "ft/seed-1"), "--input",
+                 str(tagged / "words.txt"), "--quiet"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [r["tokens"] for r in lines] == [["alice", "smith", "runs"], ["bob", "sees", "a",
+                                                                          "dog"]]

@@ -229,6 +229,17 @@ COMMANDS: dict[str, Command] = {
             arg("--model", required=True, help="OUT/seed-N from `electra finetune`"),
             *_task_args(evaluate=True),
             arg("--split", default="dev", help="dev (all dev sets), or e.g. dev_matched"))),
+    "predict": Command(
+        "apply a fine-tuned model to an unlabelled file (one JSON line per input)",
+        "electra.predict:main", (
+            arg("--model", required=True, help="OUT/seed-N from `electra finetune`"),
+            arg("--input", required=True, help="classification/regression: CSV, TSV or JSONL "
+                "with the model's text column(s), or plain lines; tagging: .conllu, CoNLL, "
+                ".jsonl {tokens} or lines of words; SQuAD: its JSON, or .jsonl {question, "
+                "context}"),
+            arg("--out", help="a .jsonl file (default: standard output)"),
+            arg("--batch-size", type=int, default=64, help="inputs per batch (default: 64)"),
+            _quiet())),
     "export": Command(
         "write transformers ELECTRA folders (needs transformers)", "electra.hf:export_hf", (
             arg("source", help="a pretraining run folder, RUN/checkpoints/step-N, or a "

@@ -574,8 +574,9 @@ class FinetuneConfig:
     """Examples per optimizer step, over all processes and accumulation steps."""
     grad_accum: int = 1
     """Micro-batches per optimizer step; must divide batch_size."""
-    max_length: int = 128
-    """Tokens per example ([CLS] A [SEP] B [SEP]); longer inputs are truncated."""
+    max_length: int | None = None
+    """Tokens per example ([CLS] A [SEP] B [SEP]); longer inputs are truncated (question
+    answering: the window's length). None: 128, or 512 for SQuAD (the original's)."""
     warmup_fraction: float = 0.1
     """Fraction of the steps with a linear warmup, then linear decay to 0."""
     weight_decay: float = 0.01
@@ -599,6 +600,17 @@ class FinetuneConfig:
     select: str = "last"
     """Which model a seed keeps: "last" (the paper's protocol) or "best" (the evaluation with
     the highest dev score on the task's first metric)."""
+    doc_stride: int = 128
+    """SQuAD: tokens by which consecutive windows over a long context overlap."""
+    max_query_length: int = 64
+    """SQuAD: the question's most tokens (longer ones are cut)."""
+    n_best: int = 20
+    """SQuAD: start and end candidates per window."""
+    max_answer_length: int = 30
+    """SQuAD: the longest answer span, in tokens."""
+    article_split: float = 0.0
+    """SQuAD, > 0: train on this fraction of the articles of --train and evaluate on the
+    others of --dev (one file for both: a stand-in when there is no separate train set)."""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -614,7 +626,13 @@ class FinetuneConfig:
         _check(self.batch_size % self.grad_accum == 0,
                f"batch_size={self.batch_size} is not divisible by grad_accum="
                f"{self.grad_accum}; choose an accumulation that divides it")
-        _check(self.max_length >= 8, f"max_length must be at least 8, got {self.max_length!r}")
+        _check(self.max_length is None or self.max_length >= 8,
+               f"max_length must be at least 8, got {self.max_length!r}")
+        for name in ("doc_stride", "max_query_length", "n_best", "max_answer_length"):
+            value = getattr(self, name)
+            _check(value >= 1, f"{name} must be a positive integer, got {value!r}")
+        _check(0.0 <= self.article_split < 1.0,
+               f"article_split must be in [0, 1), got {self.article_split!r}; e.g. 0.5")
         _check(0.0 <= self.warmup_fraction < 1.0,
                f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
         for name in ("weight_decay", "grad_clip", "max_train_examples", "save_every",
@@ -626,11 +644,13 @@ class FinetuneConfig:
 
     def resolved(self, model_cfg: ModelConfig, task: str) -> FinetuneConfig:
         """The paper's values where this config leaves them unset, for this model and task."""
-        _check(self.max_length <= model_cfg.max_position_embeddings,
-               f"--set max_length={self.max_length} exceeds the model's "
-               f"{model_cfg.max_position_embeddings} positions")
+        length = self.max_length or (512 if task.startswith("squad") else 128)
+        _check(length <= model_cfg.max_position_embeddings,
+               f"max_length={length} exceeds the model's {model_cfg.max_position_embeddings} "
+               f"positions; --set max_length=N with N <= "
+               f"{model_cfg.max_position_embeddings}")
         return dataclasses.replace(
-            self,
+            self, max_length=length,
             lr=self.lr if self.lr is not None else
             (3e-4 if model_cfg.hidden_size <= 256 else 1e-4),
             layer_decay=self.layer_decay if self.layer_decay is not None else

@@ -156,6 +156,19 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def read_text(path: Path, flag: str = "") -> str:
+    """A UTF-8 text file (a byte-order mark dropped); a missing file or other bytes are a
+    UserError naming it."""
+    where = f"{flag} {path}" if flag else str(path)
+    if not path.is_file():
+        raise UserError(f"{where}: no such file")
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{where}: not UTF-8 text (byte {err.start}: {err.reason}); save it "
+                        f"as UTF-8") from None
+
+
 def read_json(path: Path, what: str = "") -> Any:
     """The JSON in ``path``; a missing, unreadable or damaged file is one UserError.
 

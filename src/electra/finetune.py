@@ -45,13 +45,15 @@ from electra.config import (
     load_finetune_config,
     model_preset,
 )
-from electra.data.tagging import IGNORE, Sentence, encode_tagged, score, word_predictions
+from electra.data.squad import qa_features, split_articles, squad_scores
+from electra.data.tagging import IGNORE, Sentence, encode_tagged, score
 from electra.data.tasks import Example, TaskData, compute_metrics, encode, label_map, load_task
 from electra.errors import UserError
 from electra.files import check_out, disk_errors, publish, read_json, staging_dir, write_json
-from electra.model import Encoder, SequenceClassifier, TokenClassifier
+from electra.infer import answer_questions, predict, predict_tags
+from electra.model import Encoder, QuestionAnswerer, SequenceClassifier, TokenClassifier
 from electra.optim import layerwise_groups
-from electra.runtime import Runtime, autocast, start
+from electra.runtime import Runtime, start
 from electra.trainer import RandomStreams, Settings, Trainer
 
 
@@ -138,10 +140,12 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     task_data = load_task(task, data, None, dev, text_columns, label_column, regression,
                           split=split, tag_column=tag_column)
     task_data.labels = meta["labels"]
+    cfg = config_from_dict(FinetuneConfig, meta["finetune"], f"{model}/config.json")
+    if task_data.kind == "qa" and cfg.article_split:  # the articles it was not trained on
+        task_data.dev = {"dev": split_articles(task_data.dev["dev"], cfg.article_split)[1]}
     if task_data.tagging:  # the model's tags: the metrics, and dev tags it cannot predict
         tag_map([Sentence([], list(meta["labels"]))], task_data.dev["dev"])
         task_data.metrics = tagging_metrics(meta["labels"])
-    cfg = config_from_dict(FinetuneConfig, meta["finetune"], f"{model}/config.json")
     res = evaluate_model(classifier, load_tokenizer(model), task_data, cfg)
     print(json.dumps(res))
     return res
@@ -186,14 +190,17 @@ class EpochBatches:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
-def _loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> torch.Tensor:
-    """The summed loss of a micro-batch (cross-entropy, or squared error for regression;
-    for tagging, over the words' first pieces)."""
-    if regression:
+def _loss(logits: torch.Tensor, labels: torch.Tensor, data: TaskData) -> torch.Tensor:
+    """The summed loss of a micro-batch: cross-entropy, or squared error for regression; for
+    tagging over the words' first pieces; for QA the mean of the start and end positions'."""
+    if data.regression:
         return F.mse_loss(logits.squeeze(-1).float(), labels.float(), reduction="sum")
-    if logits.ndim == 3:  # tagging: (B, T, labels)
+    if data.tagging:  # (B, T, tags)
         return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
                                ignore_index=IGNORE, reduction="sum")
+    if data.kind == "qa":  # (B, T, 2) against (B, 2) token positions
+        return sum(F.cross_entropy(logits[..., k].float(), labels[:, k], reduction="sum")
+                   for k in (0, 1)) / 2  # type: ignore[return-value]
     return F.cross_entropy(logits.float(), labels, reduction="sum")
 
 
@@ -202,13 +209,21 @@ def encode_task(tok: Any, examples: list[Any], data: TaskData,
     """Examples (or tagged sentences) as the model reads them, in training and evaluation."""
     if data.tagging:
         return encode_tagged(tok, examples, cfg.max_length, data.labels)
+    if data.kind == "qa":  # training windows, each with its answer's token positions
+        f = qa_features(tok, examples, cfg.max_length, cfg.doc_stride,  # type: ignore[arg-type]
+                        cfg.max_query_length, training=True)
+        return {k: f[k] for k in ("input_ids", "token_type_ids", "attention_mask")} | {
+            "labels": torch.stack([f["start"], f["end"]], 1)}
     return encode(tok, examples, cfg.max_length, data.labels, data.regression)
 
 
 def build_model(cfg: ModelConfig, data: TaskData) -> nn.Module:
-    """The task's head on a fresh encoder: a tagger, or a sequence classifier/regressor."""
+    """The task's head on a fresh encoder: a tagger, a question answerer, or a sequence
+    classifier/regressor."""
     if data.tagging:
         return TokenClassifier(cfg, len(data.labels))
+    if data.kind == "qa":
+        return QuestionAnswerer(cfg)
     return SequenceClassifier(cfg, 1 if data.regression else len(data.labels))
 
 
@@ -279,6 +294,7 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
     checkpoint of it.
     """
     rt = rt or Runtime()
+    cfg = cfg.resolved(source.config, data.name)  # (a no-op on a resolved config)
     torch.manual_seed(seed)
     model = build_model(source.config, data)
     if source.encoder is not None:
@@ -286,9 +302,10 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
     examples = _training_examples(data, cfg)
     train = encode_task(tok, examples, data, cfg)
     train.pop("first", None)  # tagging: where words start, for predictions only
-    steps_per_epoch = max(1, len(examples) // cfg.batch_size)
+    n = len(train["input_ids"])  # examples, or QA's windows
+    steps_per_epoch = max(1, n // cfg.batch_size)
     total = steps_per_epoch * cfg.epochs  # type: ignore[operator]
-    batches = EpochBatches(len(examples), cfg.batch_size, steps_per_epoch, seed)
+    batches = EpochBatches(n, cfg.batch_size, steps_per_epoch, seed)
     first = next(iter(data.dev))
     selection = Selection(cfg.select, first, data.metrics[0], folder)
     settings = Settings(lr=cfg.lr, max_steps=total,  # type: ignore[arg-type]
@@ -323,7 +340,7 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
                         for k, v in rows.items()}
                 logits = step_model(rows["input_ids"], rows["attention_mask"],
                                     rows["token_type_ids"])
-                return _loss(logits, rows["labels"], data.regression) / denom, {}
+                return _loss(logits, rows["labels"], data) / denom, {}
 
             tokens = train["attention_mask"][index].sum()
             if trainer.train_step(micro_step, tokens) is None:
@@ -351,53 +368,15 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
 # -- evaluation and predictions ---------------------------------------------------------
 
 
-@torch.no_grad()
-def predict(model: SequenceClassifier, batch: dict[str, torch.Tensor], regression: bool,
-            precision: str = "bf16", batch_size: int = 128) -> torch.Tensor:
-    """Predicted label ids (or scores, for regression) for encoded examples."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    outs = []
-    for i in range(0, len(batch["input_ids"]), batch_size):
-        part = {k: v[i : i + batch_size].to(device) for k, v in batch.items() if k != "labels"}
-        with autocast(device, precision):
-            logits = model(part["input_ids"], part["attention_mask"], part["token_type_ids"])
-        outs.append(logits.float().cpu())
-    model.train(was_training)
-    logits = torch.cat(outs)
-    return logits.squeeze(-1) if regression else logits.argmax(-1)
-
-
-@torch.no_grad()
-def predict_tags(model: TokenClassifier, tok: Any, sentences: list[Sentence],
-                 data: TaskData, cfg: FinetuneConfig, batch_size: int = 64) -> list[list[str]]:
-    """Each sentence's predicted tag per word (read at the word's first piece; a word cut off
-    by max_length gets "O", or the first tag where there is no "O")."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    names = {i: t for t, i in data.labels.items()}
-    fallback = data.labels.get("O", 0)
-    out: list[list[str]] = []
-    for i in range(0, len(sentences), batch_size):
-        part = sentences[i : i + batch_size]
-        b = encode_tagged(tok, part, cfg.max_length, data.labels)
-        with autocast(device, cfg.precision):
-            logits = model(b["input_ids"].to(device), b["attention_mask"].to(device),
-                           b["token_type_ids"].to(device)).float().cpu()
-        out += [[names[t] for t in ids] for ids in word_predictions(
-            logits, b["first"], [len(s.words) for s in part], fallback)]
-    model.train(was_training)
-    return out
-
-
 def dev_predictions(model: nn.Module, tok: Any, data: TaskData,
                     cfg: FinetuneConfig) -> dict[str, tuple[Any, Any]]:
     """(predictions, labels) on each dev split: arrays of label ids (scores for regression),
-    or for tagging each sentence's tags."""
+    for tagging each sentence's tags, for QA (answers, no-answer scores) and the questions."""
     out: dict[str, tuple[Any, Any]] = {}
     for split, examples in data.dev.items():
+        if data.kind == "qa":
+            out[split] = (answer_questions(model, tok, examples, cfg), examples)  # type: ignore[arg-type]
+            continue
         if data.tagging:
             out[split] = (predict_tags(model, tok, examples, data, cfg),  # type: ignore[arg-type]
                           [s.tags for s in examples])
@@ -412,6 +391,9 @@ def metrics_of(data: TaskData, preds: Any, labels: Any) -> dict[str, float]:
     """The task's metrics of one split's predictions."""
     if data.tagging:
         return score(data.metrics, preds, labels)
+    if data.kind == "qa":  # the official script's numbers, x100
+        answers, null = preds
+        return squad_scores(labels, answers, null if data.name == "squad2" else None)
     return compute_metrics(data.metrics, preds, labels)
 
 
@@ -433,6 +415,10 @@ def report(data: TaskData, preds: dict[str, tuple[np.ndarray, np.ndarray]],
     names = {i: label for label, i in data.labels.items()}
     warnings, confusion = [], {}
     for split, (p, y) in preds.items():
+        if data.kind == "qa":
+            if not any(p[0].values()):
+                warnings.append(f"{split}: every answer is empty")
+            continue
         if data.tagging:  # word by word
             p = np.array([data.labels[t] for s in p for t in s])
             y = np.array([data.labels[t] for s in y for t in s])
@@ -524,7 +510,10 @@ def run_finetune(source: ModelSource, data: TaskData, out: str | Path, cfg: Fine
             raise UserError(f"--set batch_size={resolved.batch_size} does not split into "
                             f"{rt.world_size} processes x grad_accum={resolved.grad_accum} "
                             f"equal micro-batches; choose a multiple of {split}")
-        if not data.regression and not data.labels:
+        if data.kind == "qa" and resolved.article_split:  # a stand-in train set
+            data.train = split_articles(data.train, resolved.article_split)[0]
+            data.dev = {"dev": split_articles(data.dev["dev"], resolved.article_split)[1]}
+        elif not data.regression and not data.labels and data.kind == "sequence":
             data.labels = label_map(data.train, [e for d in data.dev.values() for e in d])
         return resolved, load_tokenizer(source.tokenizer)
 
@@ -585,7 +574,8 @@ def save_classifier(model: SequenceClassifier, folder: Path, data: TaskData,
     """A fine-tuned model's folder: what `evaluate`, `export` and `--model` read."""
     folders.write(folder, model, "classifier", tok, task=data.name,
                   labels=data.labels, regression=data.regression, metrics=list(data.metrics),
-                  finetune=cfg.to_dict(), **({"head": "tagging"} if data.tagging else {}))
+                  finetune=cfg.to_dict(), text_columns=list(data.columns),
+                  **({"head": data.kind} if data.kind in ("tagging", "qa") else {}))
 
 
 def load_classifier(folder: str | Path) -> tuple[SequenceClassifier, dict[str, Any]]:

@@ -59,7 +59,13 @@ def read_config(folder: Path, kind: str, flag: str = "--model") -> tuple[ModelCo
 
 def build(kind: str, cfg: ModelConfig, meta: dict[str, Any] | None = None) -> nn.Module:
     """A fresh module of ``kind`` (a classifier's label count from ``meta``)."""
-    from electra.model import Discriminator, Generator, SequenceClassifier, TokenClassifier
+    from electra.model import (
+        Discriminator,
+        Generator,
+        QuestionAnswerer,
+        SequenceClassifier,
+        TokenClassifier,
+    )
 
     if kind == "discriminator":
         return Discriminator(cfg)
@@ -68,6 +74,8 @@ def build(kind: str, cfg: ModelConfig, meta: dict[str, Any] | None = None) -> nn
     meta = meta or {}
     if meta.get("head") == "tagging":
         return TokenClassifier(cfg, len(meta["labels"]))
+    if meta.get("head") == "qa":
+        return QuestionAnswerer(cfg)
     return SequenceClassifier(cfg, 1 if meta.get("regression") else len(meta["labels"]))
 
 

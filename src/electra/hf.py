@@ -75,8 +75,11 @@ CLASSIFIER_KEYS = [*_ENCODER,
 # A fine-tuned TokenClassifier <-> ElectraForTokenClassification.
 TAGGER_KEYS = [*_ENCODER, ("head_out.weight", "classifier.weight"),
                ("head_out.bias", "classifier.bias")]
+# A fine-tuned QuestionAnswerer <-> ElectraForQuestionAnswering.
+QA_KEYS = [*_ENCODER, ("head_out.weight", "qa_outputs.weight"),
+           ("head_out.bias", "qa_outputs.bias")]
 _TABLES = {"discriminator": DISCRIMINATOR_KEYS, "generator": GENERATOR_KEYS,
-           "classifier": CLASSIFIER_KEYS, "tagger": TAGGER_KEYS}
+           "classifier": CLASSIFIER_KEYS, "tagger": TAGGER_KEYS, "qa": QA_KEYS}
 # transformers also stores the tied output layer; it equals the word table.
 TIED_OUTPUT_KEY = "generator_lm_head.weight"
 
@@ -158,7 +161,7 @@ def from_hf_config(hf: dict[str, Any], where: str = "config.json") -> ModelConfi
 
 HF_CLASSES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM",
               "classifier": "ElectraForSequenceClassification",
-              "tagger": "ElectraForTokenClassification"}
+              "tagger": "ElectraForTokenClassification", "qa": "ElectraForQuestionAnswering"}
 
 
 def _need_transformers() -> None:
@@ -231,6 +234,8 @@ def _is_classifier(src: Path) -> bool:
 
 def _classifier_labels(meta: dict[str, Any]) -> dict[str, Any]:
     """transformers' label fields for a fine-tuned model's config.json."""
+    if meta.get("head") == "qa":
+        return {}
     if meta.get("regression"):
         return {"id2label": {0: "score"}, "label2id": {"score": 0},
                 "problem_type": "regression"}
@@ -249,12 +254,12 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
     if _is_classifier(src):
         model, meta = folders.load(src, "classifier", flag="export")
         labels = _classifier_labels(meta)
-        kind = "tagger" if meta.get("head") == "tagging" else "classifier"
+        kind = {"tagging": "tagger", "qa": "qa"}.get(meta.get("head", ""), "classifier")
         with staged(out) as tmp:
             _write_hf_folder(tmp, model, kind, load_tokenizer(src),
                              finetuning_task=meta["task"], **labels)
-        print(f"wrote {out} ({HF_CLASSES[kind]}, task {meta['task']}, labels "
-              f"{list(labels['label2id'])})")
+        print(f"wrote {out} ({HF_CLASSES[kind]}, task {meta['task']}"
+              + (f", labels {list(labels['label2id'])})" if labels else ")"))
         return out
     models, tok_path = _load_source(src)
     tok = load_tokenizer(tok_path)

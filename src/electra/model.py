@@ -210,7 +210,26 @@ def init_weights(module: nn.Module, std: float, skip: nn.Module | None = None) -
             nn.init.zeros_(m.bias)
 
 
-class Discriminator(nn.Module):
+class EncoderWithHead(nn.Module):
+    """An encoder and a head on its hidden states: the discriminator and every fine-tuning
+    model. ``forward(input_ids, attention_mask, token_type_ids)`` is ``head(encoder(...))``."""
+
+    encoder: Encoder
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The head's output; ``attention_mask`` (B, T) is 1/True on real tokens."""
+        return self.head(self.encoder(input_ids, attention_mask, token_type_ids))
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class Discriminator(EncoderWithHead):
     """Encoder + dense -> GELU -> dense: one logit per token, > 0 meaning "replaced"."""
 
     def __init__(self, cfg: ModelConfig, embeddings: Embeddings | None = None) -> None:
@@ -220,14 +239,6 @@ class Discriminator(nn.Module):
         self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.head_out = nn.Linear(cfg.hidden_size, 1)
         init_weights(self, cfg.initializer_range, skip=embeddings)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return self.head(self.encoder(input_ids, attention_mask, token_type_ids))
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Hidden states (B, T, H) -> one logit per token (B, T)."""
@@ -273,7 +284,7 @@ class Generator(nn.Module):
         return F.linear(h, self.encoder.embeddings.word_table(), self.output_bias)
 
 
-class SequenceClassifier(nn.Module):
+class SequenceClassifier(EncoderWithHead):
     """Encoder + ELECTRA's head on [CLS]: dropout -> dense -> GELU -> dropout -> dense
     (``num_labels`` logits; 1 for regression). Keys map onto transformers'
     ElectraForSequenceClassification (``classifier.dense``, ``classifier.out_proj``)."""
@@ -288,18 +299,13 @@ class SequenceClassifier(nn.Module):
         self.head_out = nn.Linear(cfg.hidden_size, num_labels)
         init_weights(self, cfg.initializer_range)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        h = self.encoder(input_ids, attention_mask, token_type_ids)[:, 0]  # [CLS], (B, H)
-        h = self.head_dropout(F.gelu(self.head_dense(self.head_dropout(h))))
-        return self.head_out(h)  # (B, num_labels)
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Hidden states (B, T, H) -> logits (B, num_labels), from [CLS]."""
+        h = self.head_dropout(F.gelu(self.head_dense(self.head_dropout(h[:, 0]))))
+        return self.head_out(h)
 
 
-class TokenClassifier(nn.Module):
+class TokenClassifier(EncoderWithHead):
     """Encoder + dropout -> dense on every token (``num_labels`` logits each): a tagger. Keys
     map onto transformers' ElectraForTokenClassification (``classifier``)."""
 
@@ -312,14 +318,25 @@ class TokenClassifier(nn.Module):
         self.head_out = nn.Linear(cfg.hidden_size, num_labels)
         init_weights(self, cfg.initializer_range)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        h = self.encoder(input_ids, attention_mask, token_type_ids)  # (B, T, H)
-        return self.head_out(self.head_dropout(h))  # (B, T, num_labels)
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Hidden states (B, T, H) -> logits (B, T, num_labels)."""
+        return self.head_out(self.head_dropout(h))
+
+
+class QuestionAnswerer(EncoderWithHead):
+    """Encoder + dense -> a start and an end logit per token (extractive QA). Keys map onto
+    transformers' ElectraForQuestionAnswering (``qa_outputs``)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.encoder = Encoder(cfg)
+        self.head_out = nn.Linear(cfg.hidden_size, 2)
+        init_weights(self, cfg.initializer_range)
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Hidden states (B, T, H) -> start and end logits (B, T, 2)."""
+        return self.head_out(h)
 
 
 def count_parameters(module: nn.Module) -> int:

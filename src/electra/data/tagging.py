@@ -43,14 +43,10 @@ def read_tagged(path: str | Path, tag_column: str | None = None) -> list[Sentenc
         UserError: a missing or empty file, a line with the wrong number of columns (naming
             it), tokens and tags of different lengths, a tag column the file does not have.
     """
+    from electra.files import read_text
+
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise UserError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); save it as "
-                        f"UTF-8") from None
+    text = read_text(path)
     if path.suffix == ".jsonl":
         sentences = _jsonl(path, text)
     elif path.suffix == ".conllu":

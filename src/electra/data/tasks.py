@@ -80,7 +80,8 @@ GLUE: dict[str, TaskSpec] = {
 def glue_task(name: str) -> TaskSpec:
     key = name.lower().replace("-", "")
     if key not in GLUE:
-        raise UserError(f"--task {name}: unknown; valid tasks: {', '.join(GLUE)}, custom")
+        raise UserError(f"--task {name}: unknown; valid tasks: {', '.join(GLUE)}, custom, "
+                        f"tagging, squad1, squad2")
     return GLUE[key]
 
 
@@ -268,7 +269,8 @@ class TaskData:
     regression: bool
     labels: dict[str, int] = field(default_factory=dict)  # name -> id (classification)
     test: dict[str, list[Example]] = field(default_factory=dict)  # for --predict test
-    kind: str = "sequence"  # or "tagging": train and dev hold data.tagging.Sentence
+    kind: str = "sequence"  # or "tagging" (data.tagging.Sentence), "qa" (data.squad.QAExample)
+    columns: tuple[str, ...] = ()  # the text columns a file to predict on must have
 
     @property
     def tagging(self) -> bool:
@@ -288,6 +290,8 @@ def load_task(task: str, data: str | None = None, train: str | None = None,
     """
     if task == "tagging":
         return _tagging_task(train, dev, tag_column, predict, evaluating=split is not None)
+    if task in ("squad1", "squad2"):
+        return _squad_task(task, train, dev, predict, evaluating=split is not None)
     if task == "custom":
         if predict:
             raise UserError("--predict test writes GLUE submission files; for a custom task "
@@ -304,7 +308,7 @@ def load_task(task: str, data: str | None = None, train: str | None = None,
         metrics = ("pearson", "spearman") if regression else ("accuracy",)
         return TaskData("custom", examples, {"dev": read_custom(dev, cols, label_column,
                                                                  regression)},
-                        metrics, regression)
+                        metrics, regression, columns=tuple(cols))
     spec = glue_task(task)
     if data is None:
         raise UserError(f"--task {task} needs --data GLUE_TASK_DIR")
@@ -314,7 +318,30 @@ def load_task(task: str, data: str | None = None, train: str | None = None,
                     {s: read_glue(spec, data, s) for s in splits}, spec.metrics,
                     spec.is_regression, labels,
                     {s: read_glue(spec, data, s) for s in spec.test} if predict == "test"
-                    else {})
+                    else {}, columns=tuple(map(str, spec.test_text or spec.text)))
+
+
+def _squad_task(task: str, train: str | None, dev: str | None, predict: str | None,
+                evaluating: bool) -> TaskData:
+    """SQuAD 1.1/2.0 from the official JSON (train: questions with their first answer;
+    answers not at their answer_start are skipped and counted)."""
+    from electra.data.squad import read_squad
+
+    if predict:
+        raise UserError(f"--predict test writes GLUE submission files; score {task} with "
+                        f"`electra evaluate --dev FILE`")
+    if not dev or not (train or evaluating):
+        raise UserError(f"--task {task} needs --train FILE and --dev FILE (SQuAD JSON; one "
+                        f"file for both with --set article_split=0.5)")
+    metrics = ("f1", "exact") + (("best_f1", "best_exact") if task == "squad2" else ())
+    dev_q = read_squad(dev, training=False)[0]
+    train_q: list[Any] = []
+    if not evaluating:
+        train_q, skipped, _ = read_squad(train, training=True)  # type: ignore[arg-type]
+        if skipped:
+            print(f"electra: note: {skipped} training answer(s) of {train} are not at their "
+                  f"answer_start in the context and were skipped", file=sys.stderr)
+    return TaskData(task, train_q, {"dev": dev_q}, metrics, False, kind="qa")
 
 
 def _tagging_task(train: str | None, dev: str | None, tag_column: str | None,

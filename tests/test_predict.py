@@ -1,0 +1,58 @@
+"""`electra predict` on a classifier: the same predictions as evaluation, probabilities,
+plain lines."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from test_finetune import write_sentiment
+
+from electra import folders
+from electra.cli import main
+from electra.config import model_preset
+from electra.data.tasks import read_custom
+from electra.model import Discriminator
+from electra.tokenizer import train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    root = tmp_path_factory.mktemp("predict")
+    write_sentiment(root / "train.csv", 200, 0)
+    write_sentiment(root / "dev.csv", 60, 1)
+    tok = train_tokenizer([str(root / "train.csv")], 100, root / "tok")
+    torch.manual_seed(0)
+    disc = Discriminator(model_preset("tiny", vocab_size=tok.get_vocab_size(), num_layers=1,
+                                      hidden_size=32, num_heads=2, intermediate_size=64,
+                                      embedding_size=32))
+    folders.save(disc, "discriminator", root / "run/discriminator", tok)
+    assert main(["finetune", "--model", str(root / "run"), "--task", "custom", "--train",
+                 str(root / "train.csv"), "--dev", str(root / "dev.csv"), "--out",
+                 str(root / "ft"), "--quiet", "--set", "epochs=3", "--set", "lr=3e-3",
+                 "--set", "precision=fp32", "--set", "batch_size=16"]) == 0
+    return root
+
+
+def test_predictions_equal_evaluation_and_carry_probabilities(classifier, capsys):
+    root = classifier
+    assert main(["predict", "--model", str(root / "ft/seed-1"), "--input",
+                 str(root / "dev.csv"), "--out", str(root / "p.jsonl"), "--quiet",
+                 "--batch-size", "7"]) == 0
+    records = [json.loads(x) for x in (root / "p.jsonl").read_text().splitlines()]
+    gold = [e.label for e in read_custom(root / "dev.csv", ["text"], "label")]
+    dev = json.loads((root / "ft/results.json").read_text())["seeds"]["1"]["dev"]["accuracy"]
+    assert np.mean([r["label"] == g for r, g in zip(records, gold, strict=True)]) == \
+        pytest.approx(dev)
+    for r in records:
+        assert sum(r["probs"].values()) == pytest.approx(1.0, abs=1e-5)
+        assert r["label"] == max(r["probs"], key=r["probs"].get)
+    texts = [e.text_a for e in read_custom(root / "dev.csv", ["text"], "label")]
+    (root / "lines.txt").write_text("\n".join(texts) + "\n")
+    capsys.readouterr()
+    assert main(["predict", "--model", str(root / "ft/seed-1"), "--input",
+                 str(root / "lines.txt"), "--quiet"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [r["label"] for r in lines] == [r["label"] for r in records]
