@@ -180,7 +180,9 @@ COMMANDS: dict[str, Command] = {
             arg("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                 help="lr, layer_decay, epochs, batch_size, grad_accum, max_length, "
                 "warmup_fraction, weight_decay, grad_clip, precision, double_pairs, "
-                "max_train_examples, save_every, keep_checkpoints, max_nonfinite_skips"),
+                "max_train_examples, save_every, keep_checkpoints, max_nonfinite_skips, "
+                "eval_every, select; SQuAD: doc_stride, max_query_length, n_best, "
+                "max_answer_length, article_split"),
             OneOf((arg("--overwrite", action="store_true", help="replace an existing --out"),
                    arg("--resume", action="store_true", help="continue an interrupted "
                        "fine-tune (finished seeds are kept, the one in progress restarts "
