@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from electra.errors import UserError
+from electra.files import jsonl
 
 _RED, _RESET = "\033[41;97m", "\033[0m"
 
@@ -132,13 +133,10 @@ def _read_texts(path: str) -> list[str]:
                         f"first") from None
     if p.suffix == ".jsonl":
         texts = []
-        for n, line in enumerate(lines, 1):
-            if line.strip():
-                try:
-                    texts.append(str(json.loads(line)["text"]))
-                except (ValueError, KeyError, TypeError):
-                    raise UserError(f"{path}:{n}: not a JSON object with a \"text\" field"
-                                    ) from None
+        for n, r in jsonl(path, lines):
+            if not isinstance(r, dict) or "text" not in r:
+                raise UserError(f"{path}:{n}: not a JSON object with a \"text\" field")
+            texts.append(str(r["text"]))
         return texts
     return [line for line in lines if line.strip()]
 

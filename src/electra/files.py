@@ -6,6 +6,7 @@
         ... write into tmp ...  # (an old OUT removed only then); on any error it is removed
     write_json(path, obj)      # path.tmp, fsync, rename: readers see the old file or the new
     read_json(path, what)      # a missing or damaged file is one UserError naming the path
+    for n, obj in jsonl(path, lines): ...  # a JSONL file's objects; a bad line is named
     with disk_errors(path): ...  # a full disk or read-only filesystem: one UserError
 
 Nothing loads from ``*.partial``, so an interrupted writer (even one killed with -9) leaves
@@ -21,7 +22,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -184,3 +185,17 @@ def read_json(path: Path, what: str = "") -> Any:
     except json.JSONDecodeError as err:
         raise UserError(f"{path}: not valid JSON{hint} ({err.msg} at line {err.lineno}); "
                         f"the file is damaged or truncated") from None
+
+
+def jsonl(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, Any]]:
+    """(line number, object) for each non-blank line of a JSONL file; a line that is not
+    JSON is a UserError naming it."""
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UserError(f"{path}:{n}: not valid JSON ({err.msg}); JSONL needs one object "
+                            f"per line") from None
+        yield n, obj

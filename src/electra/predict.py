@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from electra.errors import UserError
+from electra.files import jsonl
 
 
 def main(model: str, input: str, out: str | None = None, batch_size: int = 64,
@@ -100,13 +101,7 @@ def _questions(path: Path) -> list[Any]:
     if path.suffix == ".json":
         return read_squad(path, training=False)[0]
     out = []
-    for n, line in enumerate(_lines(path), 1):
-        if not line.strip():
-            continue
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise UserError(f"{path}:{n}: not valid JSON ({err.msg})") from None
+    for n, r in jsonl(path, _lines(path)):
         if not isinstance(r, dict) or not isinstance(r.get("question"), str) or not \
                 isinstance(r.get("context"), str):
             raise UserError(f'{path}:{n}: expected {{"question": ..., "context": ...}} (and '

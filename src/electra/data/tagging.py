@@ -17,13 +17,13 @@ the first tag, where there is no ``O``). Tags of the BIO or BIOES schemes are sc
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from electra.errors import UserError
+from electra.files import jsonl
 
 IGNORE = -100
 _BIO = re.compile(r"^(O|[BIES]-.+)$")
@@ -60,13 +60,7 @@ def read_tagged(path: str | Path, tag_column: str | None = None) -> list[Sentenc
 
 def _jsonl(path: Path, text: str) -> list[Sentence]:
     out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise UserError(f"{path}:{n}: not valid JSON ({err.msg})") from None
+    for n, r in jsonl(path, text.splitlines()):
         words, tags = (r.get("tokens"), r.get("tags")) if isinstance(r, dict) else (None, None)
         if not isinstance(words, list) or not words or not all(isinstance(w, str)
                                                                for w in words):

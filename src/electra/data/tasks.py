@@ -12,13 +12,13 @@ Metrics are GLUE's own definitions, computed with scikit-learn and scipy.
 from __future__ import annotations
 
 import csv
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from electra.errors import UserError
+from electra.files import jsonl
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
@@ -206,15 +206,8 @@ def read_custom(path: str | Path, text_columns: list[str], label_column: str | N
 def _records(path: Path) -> list[Any]:
     """The rows of a CSV/TSV (dicts by header) or the objects of a JSONL file."""
     if path.suffix == ".jsonl":
-        records = []
         with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        records.append(json.loads(line))
-                    except json.JSONDecodeError as err:
-                        raise UserError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
-        return records
+            return [r for _, r in jsonl(path, f)]
     delimiter = "\t" if path.suffix in (".tsv", ".tab") else ","
     with open(path, encoding="utf-8-sig", newline="") as f:
         return list(csv.DictReader(f, delimiter=delimiter))
