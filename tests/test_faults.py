@@ -234,7 +234,7 @@ CASES = [
     ("config", (*PRETRAIN, "--set", "objective.temperature=inf"),
      "objective.temperature must be a finite number"),
     ("config", (*PRETRAIN, "--set", "train.precision=fp8"),
-     "train.precision must be one of bf16, fp16, fp32, got 'fp8'"),
+     "train.precision must be one of auto, bf16, fp16, fp32, got 'fp8'"),
     ("config", (*PRETRAIN, "--set", "train.batch_size=0"), "train.batch_size must be a positive"),
     ("config", (*PRETRAIN, "--set", "train.max_steps=abc"),
      "train.max_steps must be an integer, got 'abc'"),
@@ -283,7 +283,7 @@ CASES = [
     # -- config values: fine-tuning --
     ("config", (*FINETUNE, "--set", "lr=-1"), "lr must be > 0, got -1.0"),
     ("config", (*FINETUNE, "--set", "lr=nan"), "lr must be a finite number"),
-    ("config", (*FINETUNE, "--set", "precision=fp8"), "precision must be one of bf16, fp16"),
+    ("config", (*FINETUNE, "--set", "precision=fp8"), "precision must be one of auto, bf16, fp16"),
     ("config", (*FINETUNE, "--set", "max_length=0"), "max_length must be at least 8, got 0"),
     ("config", (*FINETUNE, "--set", "batch_size=0"), "batch_size must be a positive integer"),
     ("config", (*FINETUNE, "--set", "epochs=abc"), "epochs must be an integer or unset"),

@@ -319,7 +319,7 @@ def test_resume_refuses_other_settings_and_a_finished_run(task, capsys):
 
 
 @pytest.mark.parametrize("setting, words", [
-    ("precision=bf61", "precision must be one of bf16, fp16, fp32, got 'bf61'"),
+    ("precision=bf61", "precision must be one of auto, bf16, fp16, fp32, got 'bf61'"),
     ("grad_accum=3", "batch_size=32 is not divisible by grad_accum=3"),
     ("grad_accum=0", "grad_accum must be a positive integer, got 0"),
     ("epochs=abc", "epochs must be an integer or unset, got 'abc'"),

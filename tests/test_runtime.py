@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from electra.errors import UserError
-from electra.runtime import resolve_device
+from electra.runtime import autocast, grad_scaler, resolve_device, resolve_precision
 
 # A step's worth of large tensors allocated, touched and freed 8 times: the pages each of the
 # last 6 times faults in (fresh memory from the kernel).
@@ -62,3 +62,22 @@ def test_cuda_without_a_gpu_says_use_cpu():
     with pytest.raises(UserError, match=r"no CUDA device.*--device cpu"):
         resolve_device("cuda")
     assert resolve_device("auto").type == "cpu"
+
+
+@pytest.mark.parametrize("amx,avx512_bf16,want", [(False, False, "fp32"), (True, False, "bf16"),
+                                                  (False, True, "bf16")])
+def test_auto_precision_is_bf16_only_where_the_cpu_multiplies_it(monkeypatch, amx, avx512_bf16,
+                                                                 want):
+    """An AVX2 CPU emulates bf16 (an AMD EPYC ran a bf16 matmul ~75x slower than fp32), so
+    `auto` gives fp32 there; AMX or AVX512-BF16 give bf16. Explicit settings are kept."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    cpu = torch.device("cpu")
+    assert resolve_precision(cpu, "auto") == want
+    for explicit in ("bf16", "fp16", "fp32"):
+        assert resolve_precision(cpu, explicit) == explicit
+    x = torch.randn(4, 8)
+    with autocast(cpu, "auto"):
+        y = torch.nn.functional.linear(x, torch.randn(3, 8))
+    assert y.dtype == (torch.bfloat16 if want == "bf16" else torch.float32)
+    assert grad_scaler(cpu, "auto") is None

@@ -293,7 +293,7 @@ class ObjectiveConfig:
         return dataclasses.asdict(self)
 
 
-PRECISIONS = ("bf16", "fp16", "fp32")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 
 
 @dataclass(frozen=True)
@@ -318,8 +318,10 @@ class TrainConfig:
     adam_eps: float = 1e-6
     grad_clip: float = 1.0
     """Clip the global gradient norm to this (0 turns clipping off)."""
-    precision: str = "bf16"
-    """bf16 | fp16 | fp32 autocast; weights and optimizer stay fp32; sampling always fp32."""
+    precision: str = "auto"
+    """auto | bf16 | fp16 | fp32 autocast; weights and optimizer stay fp32; sampling always
+    fp32. auto: bf16 where the device multiplies it natively (AMX or AVX512-BF16 CPUs, most
+    GPUs), else fp32 on a CPU and fp16 on a GPU."""
     seed: int = 0
     """Seeds initialisation, data order, masking, sampling and dropout."""
     log_every: int = 10
@@ -583,8 +585,9 @@ class FinetuneConfig:
     """AdamW weight decay (none on LayerNorm weights and biases)."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this (0 turns clipping off)."""
-    precision: str = "bf16"
-    """bf16 | fp16 (with a gradient scaler) | fp32 autocast; weights stay fp32."""
+    precision: str = "auto"
+    """auto | bf16 | fp16 (with a gradient scaler) | fp32 autocast; weights stay fp32. auto:
+    bf16 where the device multiplies it natively, else fp32 on a CPU and fp16 on a GPU."""
     double_pairs: bool = False
     """MRPC/STS-B: also train on each pair swapped (b, a), as the original code can."""
     max_train_examples: int = 0

@@ -84,7 +84,7 @@ def demo_config(steps: int) -> RunConfig:
     model = model_preset("tiny")
     train = TrainConfig(lr=1e-3, batch_size=32, warmup_steps=min(100, steps // 10),
                         max_steps=steps, log_every=10, eval_every=max(1, steps // 4),
-                        eval_batches=10, save_every=max(1, steps // 2), precision="bf16")
+                        eval_batches=10, save_every=max(1, steps // 2))
     return RunConfig(model=model, objective=ObjectiveConfig(temperature=DEMO_TEMPERATURE),
                      train=train)
 

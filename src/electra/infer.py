@@ -17,7 +17,7 @@ from electra.runtime import autocast
 
 @torch.no_grad()
 def predict(model: SequenceClassifier, batch: dict[str, torch.Tensor], regression: bool,
-            precision: str = "bf16", batch_size: int = 128) -> torch.Tensor:
+            precision: str = "auto", batch_size: int = 128) -> torch.Tensor:
     """Predicted label ids (or scores, for regression) for encoded examples."""
     was_training = model.training
     model.eval()

@@ -46,7 +46,7 @@ from electra.files import check_writable, disk_errors, read_json, write_json
 from electra.model import count_parameters
 from electra.objective import ElectraPretrainingModel
 from electra.optim import param_groups
-from electra.runtime import Runtime, autocast, resolve_device, start
+from electra.runtime import Runtime, autocast, resolve_device, resolve_precision, start
 from electra.tokenizer import SIDECAR, SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.trainer import RandomStreams, Settings, Trainer, add_into, pool
 
@@ -283,7 +283,7 @@ def build(opt: PretrainOptions, rt: Runtime) -> Pretraining:
         trainer.say(f"electra: {n_params / 1e6:.1f}M parameters, {len(data):,} examples of "
                     f"{data.seq_len} tokens, batch {tc.batch_size}"
                     + (f" over {rt.world_size} processes ({tc.parallel})" if rt.enabled else "")
-                    + f", {tc.precision}, {rt.device.type}"
+                    + f", {resolve_precision(rt.device, tc.precision)}, {rt.device.type}"
                     + (f", resuming at step {trainer.step}" if trainer.step else ""))
     return Pretraining(data, val, cfg, micro, trainer, loader)
 

@@ -9,7 +9,12 @@ those variables everything runs in one process and every collective here is the 
 Only rank 0 writes files. Errors found on one rank (a missing data folder, a config that
 differs) are shared with :meth:`Runtime.agree` so that every rank stops with the same message.
 
-Precision is one string: ``bf16`` | ``fp16`` (with a gradient scaler) | ``fp32``.
+Precision is one string: ``bf16`` | ``fp16`` (with a gradient scaler) | ``fp32`` | ``auto``,
+the default, which :func:`resolve_precision` turns into bf16 where the hardware multiplies
+bf16 natively (a CUDA GPU that supports it; a CPU with AMX or AVX512-BF16), fp16 on an older
+GPU, and fp32 on other CPUs. On a CPU without those units bf16 is emulated: on an AMD EPYC
+(Zen 3, AVX2) a 512 x 512 bf16 matmul ran at 1.4 GFLOP/s against fp32's 106, and a
+pretraining step of the demo model 4x slower than in fp32.
 
 Memory: a training step allocates and frees the same large tensors every step. glibc's malloc
 hands freed memory back to the kernel (heap trimming, one mmap per block over 32 MB), so each
@@ -84,8 +89,25 @@ def keep_freed_memory() -> bool:
     return bool(libc.mallopt(M_TRIM_THRESHOLD, 1 << 30) and libc.mallopt(M_MMAP_MAX, 0))
 
 
+def resolve_precision(device: torch.device, precision: str) -> str:
+    """``auto`` -> what this device computes fastest (see the module's docstring); any other
+    precision is returned as it is."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    if device.type == "cpu":
+        cpu = torch.cpu
+        native = [getattr(cpu, f, lambda: False)() for f in
+                  ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
+        return "bf16" if any(native) else "fp32"
+    return "fp32"
+
+
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """The one place precision becomes an autocast context (fp32: none)."""
+    """The one place precision becomes an autocast context (fp32: none; auto: see
+    :func:`resolve_precision`)."""
+    precision = resolve_precision(device, precision)
     if precision == "fp32":
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
@@ -94,7 +116,8 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
 
 def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler | None:
     """fp16 needs loss scaling (its gradients underflow); bf16 and fp32 do not."""
-    return torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    fp16 = resolve_precision(device, precision) == "fp16"
+    return torch.amp.GradScaler(device.type) if fp16 else None
 
 
 def rank_seed(seed: int, rank: int) -> int:

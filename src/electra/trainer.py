@@ -64,7 +64,7 @@ class Settings:
     lr: float
     max_steps: int
     warmup_steps: int
-    precision: str = "bf16"
+    precision: str = "auto"
     grad_accum: int = 1
     grad_clip: float = 1.0
     betas: tuple[float, float] = (0.9, 0.999)
