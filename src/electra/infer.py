@@ -16,65 +16,54 @@ from electra.runtime import autocast
 
 
 @torch.no_grad()
-def predict(model: SequenceClassifier, batch: dict[str, torch.Tensor], regression: bool,
-            precision: str = "auto", batch_size: int = 128) -> torch.Tensor:
-    """Predicted label ids (or scores, for regression) for encoded examples."""
+def logits(model: torch.nn.Module, batch: dict[str, torch.Tensor], precision: str = "auto",
+           batch_size: int = 128) -> torch.Tensor:
+    """The model's float32 outputs (on the CPU) for encoded inputs of one width, in eval mode
+    and in batches; the model's train/eval mode is restored after."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     outs = []
     for i in range(0, len(batch["input_ids"]), batch_size):
-        part = {k: v[i : i + batch_size].to(device) for k, v in batch.items() if k != "labels"}
+        part = {k: batch[k][i : i + batch_size].to(device)
+                for k in ("input_ids", "attention_mask", "token_type_ids")}
         with autocast(device, precision):
-            logits = model(part["input_ids"], part["attention_mask"], part["token_type_ids"])
-        outs.append(logits.float().cpu())
+            out = model(part["input_ids"], part["attention_mask"], part["token_type_ids"])
+        outs.append(out.float().cpu())
     model.train(was_training)
-    logits = torch.cat(outs)
-    return logits.squeeze(-1) if regression else logits.argmax(-1)
+    return torch.cat(outs)
 
 
-@torch.no_grad()
+def predict(model: SequenceClassifier, batch: dict[str, torch.Tensor], regression: bool,
+            precision: str = "auto", batch_size: int = 128) -> torch.Tensor:
+    """Predicted label ids (or scores, for regression) for encoded examples."""
+    out = logits(model, batch, precision, batch_size)
+    return out.squeeze(-1) if regression else out.argmax(-1)
+
+
 def predict_tags(model: TokenClassifier, tok: Any, sentences: list[Sentence],
                  data: TaskData, cfg: FinetuneConfig, batch_size: int = 64) -> list[list[str]]:
     """Each sentence's predicted tag per word (read at the word's first piece; a word cut off
     by max_length gets "O", or the first tag where there is no "O")."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
     names = {i: t for t, i in data.labels.items()}
     fallback = data.labels.get("O", 0)
     out: list[list[str]] = []
-    for i in range(0, len(sentences), batch_size):
+    for i in range(0, len(sentences), batch_size):  # each batch padded to its own width
         part = sentences[i : i + batch_size]
         b = encode_tagged(tok, part, cfg.max_length, data.labels)
-        with autocast(device, cfg.precision):
-            logits = model(b["input_ids"].to(device), b["attention_mask"].to(device),
-                           b["token_type_ids"].to(device)).float().cpu()
         out += [[names[t] for t in ids] for ids in word_predictions(
-            logits, b["first"], [len(s.words) for s in part], fallback)]
-    model.train(was_training)
+            logits(model, b, cfg.precision, batch_size), b["first"],
+            [len(s.words) for s in part], fallback)]
     return out
 
 
-@torch.no_grad()
 def answer_questions(model: QuestionAnswerer, tok: Any, examples: list[QAExample],
                      cfg: FinetuneConfig, batch_size: int = 64
                      ) -> tuple[dict[str, str], dict[str, float]]:
     """Each question's best answer over its context's windows, and its no-answer score
     minus the best answer's (SQuAD 2.0 answers "" above a threshold)."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
     f = qa_features(tok, examples, cfg.max_length, cfg.doc_stride,  # type: ignore[arg-type]
                     cfg.max_query_length)
-    starts, ends = [], []
-    for i in range(0, len(f["example"]), batch_size):
-        part = {k: f[k][i : i + batch_size].to(device) for k in ("input_ids", "token_type_ids",
-                                                                 "attention_mask")}
-        with autocast(device, cfg.precision):
-            logits = model(part["input_ids"], part["attention_mask"],
-                           part["token_type_ids"]).float().cpu().numpy()
-        starts += list(logits[..., 0])
-        ends += list(logits[..., 1])
-    model.train(was_training)
-    return best_answers(starts, ends, f, examples, cfg.n_best, cfg.max_answer_length)
+    out = logits(model, f, cfg.precision, batch_size).numpy()  # (windows, T, 2)
+    return best_answers(list(out[..., 0]), list(out[..., 1]), f, examples, cfg.n_best,
+                        cfg.max_answer_length)

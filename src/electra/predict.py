@@ -137,8 +137,7 @@ def predict_records(net: torch.nn.Module, tok: Any, items: list[Any], meta: dict
 
 def _predict(net: Any, tok: Any, part: list[Any], data: Any, cfg: Any) -> list[dict[str, Any]]:
     from electra.data.tasks import encode
-    from electra.infer import answer_questions, predict_tags
-    from electra.runtime import autocast
+    from electra.infer import answer_questions, logits, predict_tags
 
     if data.kind == "tagging":
         tags = predict_tags(net, tok, part, data, cfg)
@@ -148,15 +147,12 @@ def _predict(net: Any, tok: Any, part: list[Any], data: Any, cfg: Any) -> list[d
         no_answer = data.name == "squad2"
         return [{"id": e.qid, "answer": "" if no_answer and null[e.qid] > 0 else
                  answers[e.qid], "no_answer_minus_best": round(null[e.qid], 4)} for e in part]
-    b = encode(tok, part, cfg.max_length, data.labels, data.regression)
-    device = next(net.parameters()).device
-    with autocast(device, cfg.precision):
-        logits = net(b["input_ids"].to(device), b["attention_mask"].to(device),
-                     b["token_type_ids"].to(device)).float().cpu()
+    out = logits(net, encode(tok, part, cfg.max_length, data.labels, data.regression),
+                 cfg.precision, len(part))
     if data.regression:
-        return [{"score": round(float(v), 6)} for v in logits.squeeze(-1)]
+        return [{"score": round(float(v), 6)} for v in out.squeeze(-1)]
     names = {i: name for name, i in data.labels.items()}
-    probs = logits.softmax(-1)
+    probs = out.softmax(-1)
     return [{"label": names[int(p.argmax())],
              "probs": {names[j]: round(float(p[j]), 6) for j in range(len(names))}}
             for p in probs]

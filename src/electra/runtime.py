@@ -14,7 +14,7 @@ the default, which :func:`resolve_precision` turns into bf16 where the hardware 
 bf16 natively (a CUDA GPU that supports it; a CPU with AMX or AVX512-BF16), fp16 on an older
 GPU, and fp32 on other CPUs. On a CPU without those units bf16 is emulated: on an AMD EPYC
 (Zen 3, AVX2) a 512 x 512 bf16 matmul ran at 1.4 GFLOP/s against fp32's 106, and a
-pretraining step of the demo model 4x slower than in fp32.
+bf16-autocast Linear (8192 x 256 -> 1024) 6.6x slower than in fp32.
 
 Memory: a training step allocates and frees the same large tensors every step. glibc's malloc
 hands freed memory back to the kernel (heap trimming, one mmap per block over 32 MB), so each
@@ -97,11 +97,15 @@ def resolve_precision(device: torch.device, precision: str) -> str:
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     if device.type == "cpu":
-        cpu = torch.cpu
-        native = [getattr(cpu, f, lambda: False)() for f in
-                  ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
-        return "bf16" if any(native) else "fp32"
+        return "bf16" if _cpu_has_bf16() else "fp32"
     return "fp32"
+
+
+def _cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (AMX tiles or AVX512-BF16)."""
+    cpu = torch.cpu
+    return any(getattr(cpu, f, lambda: False)() for f in
+               ("_is_amx_tile_supported", "_is_avx512_bf16_supported"))
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:

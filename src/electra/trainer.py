@@ -39,7 +39,7 @@ from electra.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoi
 from electra.errors import UserError
 from electra.metrics import MetricsLog
 from electra.optim import adamw, warmup_linear
-from electra.runtime import Runtime, autocast, grad_scaler, rank_seed
+from electra.runtime import Runtime, autocast, grad_scaler, rank_seed, resolve_precision
 
 # A micro-batch: (loss, statistics) from the step model and the micro-batch's index. The loss
 # is this rank's share of the global batch's mean loss; each statistic is detached float64,
@@ -218,7 +218,8 @@ class Trainer:
         self.optimizer = adamw(groups(self.model), settings.lr, settings.betas, settings.eps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, warmup_linear(settings.warmup_steps, settings.max_steps))
-        self.scaler = grad_scaler(rt.device, settings.precision)
+        self.precision = resolve_precision(rt.device, settings.precision)  # once, not per step
+        self.scaler = grad_scaler(rt.device, self.precision)
         self.window = Window(rt.device)
         self.saved_world_size = rt.world_size  # of the checkpoint resumed from
         if state is not None:
@@ -301,7 +302,7 @@ class Trainer:
         stats: dict[str, torch.Tensor] = {}
         for j in range(s.grad_accum):
             with parallel.no_sync(self.step_model, j == s.grad_accum - 1), autocast(
-                    rt.device, s.precision):
+                    rt.device, self.precision):
                 loss, micro_stats = micro_step(self.step_model, j)
                 # DDP and FSDP average gradients over ranks; the loss is already this rank's
                 # share of the global mean, so its gradient is scaled back up.
