@@ -227,13 +227,15 @@ def test_bad_input_gives_one_line_and_exit_2(corpus, tmp_path, capsys):
     assert cli("prepare", "--input", str(text), "--tokenizer", str(vocab), "--out",
                str(tmp_path / "o")) == 2
     assert "[MASK]" in capsys.readouterr().err
-    # An output folder with other data is refused, then replaced with --overwrite.
+    # An output folder with files electra did not write is refused, --overwrite or not.
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "keep.txt").write_text("mine")
-    assert cli("prepare", "--input", str(text), "--tokenizer", str(tok), "--out",
-               str(tmp_path / "busy")) == 2
-    assert "--overwrite" in capsys.readouterr().err
-    assert (tmp_path / "busy" / "keep.txt").read_text() == "mine"
+    for more in ([], ["--overwrite"]):
+        assert cli("prepare", "--input", str(text), "--tokenizer", str(tok), "--out",
+                   str(tmp_path / "busy"), *more) == 2
+        assert "holds files electra did not write" in capsys.readouterr().err
+        assert [p.name for p in (tmp_path / "busy").iterdir()] == ["keep.txt"]
+        assert (tmp_path / "busy" / "keep.txt").read_text() == "mine"
 
 
 def test_bytes_that_are_not_utf8_are_replaced_and_counted(corpus, tmp_path):

@@ -14,6 +14,9 @@ import json
 import os
 import pickle
 import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,7 +60,7 @@ def cli(*args) -> int:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory) -> Path:
+def world(tmp_path_factory) -> Iterator[Path]:
     w = tmp_path_factory.mktemp("world")
     write_corpus(w / "c.txt", n_docs=60)
     assert cli("tokenizer", "train", "--input", w / "c.txt", "--vocab-size", 120,
@@ -196,7 +199,55 @@ def world(tmp_path_factory) -> Path:
     tok["added_tokens"] = [t for t in tok["added_tokens"] if t["content"] != "[MASK]"]
     tok["model"]["vocab"]["[MAS]"] = tok["model"]["vocab"].pop("[MASK]")
     (w / "nomask.json").write_text(json.dumps(tok))
-    return w
+    add_issue_23_fixtures(w)
+    holder = hold_lock(w / "locked")  # another process writing --out locked
+    yield w
+    holder.kill()
+    holder.wait()
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # deeper than any recursion limit
+
+
+def hold_lock(out: Path) -> subprocess.Popen:
+    """A process holding OUT's lock as a running electra command would (until killed)."""
+    code = ("import sys, time; from electra.outputs import take_lock; "
+            "take_lock(__import__('pathlib').Path(sys.argv[1]), 'pretrain'); "
+            "print('held', flush=True); time.sleep(3600)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def add_issue_23_fixtures(w: Path) -> None:
+    """Inputs for the data-loss and reader cases: a corpus folder, deeply nested JSON in
+    every file we read, labels with empty cells, SQuAD files with holes, symbolic links."""
+    (w / "corpus_dir").mkdir()
+    shutil.copy(w / "c.txt", w / "corpus_dir" / "c.txt")
+    for name, where in (("run_deep", "discriminator/config.json"), ("data_deep", "meta.json"),
+                        ("tok_deep", "special_tokens_map.json")):
+        src = {"run_deep": "run", "data_deep": "data", "tok_deep": "tok"}[name]
+        shutil.copytree(w / src, w / name, ignore=shutil.ignore_patterns("checkpoints"))
+        (w / name / where).write_text(DEEP)
+    (w / "cmp_deep").mkdir()
+    (w / "cmp_deep/compare.json").write_text(DEEP)
+    (w / "deep.json").write_text(DEEP)
+    (w / "deep.jsonl").write_text('{"text": "good", "label": "pos"}\n' + DEEP + "\n")
+    (w / "binary.toml").write_bytes(bytes(range(256)))
+    (w / "deep.toml").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    (w / "empty_label.csv").write_text("text,label\ngood film,pos\nbad film,\nok,neg\n")
+    para = {"context": "a b", "qas": [{"id": "q1", "question": "a?",
+                                       "answers": [{"text": "a", "answer_start": 0}]}]}
+    (w / "noqas.json").write_text(json.dumps({"version": "1.1", "data": [
+        {"title": "t", "paragraphs": [para, {"context": "c d"}]}]}))
+    (w / "one_article.json").write_text(json.dumps({"version": "1.1", "data": [
+        {"title": "t", "paragraphs": [para]}]}))
+    (w / "link_out").symlink_to(w / "tok")
+    (w / "lnk.partial").symlink_to(w / "tok")
+    (w / "foreign.partial").mkdir()
+    (w / "foreign.partial" / "mine.txt").write_text("a user's file")
+    assert cli("import", w / "hf/discriminator", "--out", w / "imp") == 0
 
 
 def P(*args):  # a path inside the world, resolved when the case runs
@@ -465,26 +516,30 @@ CASES = [
     ("task", (*TAGGING, "--dev", P("latin1.csv")), "not UTF-8 text"),
     # -- outputs --
     ("out", (*PRETRAIN, "--out", P("a_file")), "--out {a_file} is a file, not a folder"),
-    ("out", (*PRETRAIN, "--out", P("tok")), "already holds a run"),
-    ("out", (*PRETRAIN, "--out", P("tok"), "--overwrite"), "not an electra run"),
+    ("out", (*PRETRAIN, "--out", P("tok")),
+     "holds a tokenizer (electra tokenizer train), not a pretraining run"),
+    ("out", (*PRETRAIN, "--out", P("tok"), "--overwrite"), "replaces only its own kind"),
+    ("out", (*PRETRAIN, "--out", P("run")), "already holds a pretraining run (electra "
+     "pretrain); pass --resume to continue it or --overwrite"),
     ("out", (*PRETRAIN, "--out", "/proc/electra/run"), "cannot write under /proc"),
     ("out", (*FINETUNE, "--out", P("a_file")), "is a file, not a folder"),
-    ("out", (*FINETUNE, "--out", P("ft")), "already exists and is not empty"),
+    ("out", (*FINETUNE, "--out", P("ft")), "already holds a fine-tuning output"),
     ("out", (*FINETUNE, "--out", P("ft"), "--resume"), "already complete"),
     ("out", (*FINETUNE, "--out", "/proc/electra/ft"), "cannot write under /proc"),
     ("out", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out", P("a_file"),
              "--overwrite"), "is a file, not a folder"),
     ("out", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out", P("data")),
-     "already exists and is not empty"),
+     "already holds prepared data (electra prepare); pass --overwrite"),
     ("out", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out",
              "/proc/electra/data"), "cannot write under /proc"),
     ("out", ("tokenizer", "train", "--input", P("c.txt"), "--out", P("a_file")),
      "is a file, not a folder"),
     ("out", ("tokenizer", "train", "--input", P("c.txt"), "--out", P("tok")),
-     "already exists and is not empty"),
-    ("out", ("export", P("run"), "--out", P("hf")), "already exists and is not empty"),
+     "already holds a tokenizer"),
+    ("out", ("export", P("run"), "--out", P("hf")), "already holds a transformers export"),
     ("out", ("export", P("run"), "--out", P("a_file"), "--overwrite"), "is a file"),
-    ("out", ("import", P("hf/discriminator"), "--out", P("run")), "already exists"),
+    ("out", ("import", P("hf/discriminator"), "--out", P("run")),
+     "holds a pretraining run (electra pretrain), not an imported run"),
     ("out", ("import", P("hf/discriminator"), "--out", "/proc/electra/imp"),
      "cannot write under /proc"),
     ("out", ("plot", P("run"), "--out", P("tok")), "--out {tok} is a folder"),
@@ -505,8 +560,131 @@ CASES = [
     ("config", (*COMPARE[:5], "--budget", "demo", *COMPARE[7:]), "--budget demo brings"),
     ("data", (*COMPARE[:2], P("ids_cut"), *COMPARE[3:]), "train/ids.bin is missing or not"),
     ("out", (*COMPARE, "--out", P("cmp_other")), "holds a different comparison"),
-    ("out", (*COMPARE, "--out", P("tok")), "holds no comparison"),
+    ("out", (*COMPARE, "--out", P("tok")), "holds a tokenizer (electra tokenizer train), "
+     "not a comparison"),
     ("out", (*COMPARE, "--out", P("a_file")), "is a file, not a folder"),
+    # -- issue 23: what a command was given is never replaced, whatever the flags --
+    ("loss", ("export", P("run"), "--out", P("run"), "--overwrite"),
+     "--out {w}/run is the source {w}/run itself"),
+    ("loss", ("export", P("run"), "--out", P("run", "hf"), "--overwrite"),
+     "is inside the source {w}/run"),
+    ("loss", ("export", P("run", "discriminator"), "--out", P(), "--overwrite"),
+     "holds the source {w}/run/discriminator"),
+    ("loss", (*FINETUNE, "--out", P("run"), "--overwrite"), "is --model {w}/run itself"),
+    ("loss", (*FINETUNE, "--out", P("run_foreign"), "--overwrite"),
+     "holds a pretraining run (electra pretrain), not a fine-tuning output"),
+    ("loss", (*FINETUNE, "--out", P("data"), "--resume"), "holds prepared data"),
+    ("loss", ("tokenizer", "train", "--input", P("c.txt"), "--out", P("data"), "--overwrite"),
+     "holds prepared data (electra prepare), not a tokenizer"),
+    ("loss", ("tokenizer", "train", "--input", P("corpus_dir"), "--out", P("corpus_dir"),
+              "--overwrite"), "is --input {w}/corpus_dir itself"),
+    ("loss", ("import", P("hf/discriminator"), "--out", P("hf/discriminator"), "--overwrite"),
+     "is the transformers folder {w}/hf/discriminator itself"),
+    ("loss", ("import", P("hf/discriminator"), "--out", P("hf"), "--overwrite"),
+     "holds the transformers folder"),
+    ("loss", ("import", P("hf/discriminator"), "--out", P("run"), "--overwrite"),
+     "holds a pretraining run (electra pretrain), not an imported run"),
+    ("loss", ("predict", "--model", P("ft", "seed-1"), "--input", P("dev.csv"), "--out",
+              P("ft", "seed-1", "config.json")), "is inside --model {w}/ft/seed-1"),
+    ("loss", ("predict", "--model", P("ft", "seed-1"), "--input", P("dev.csv"), "--out",
+              P("dev.csv")), "is --input {w}/dev.csv itself"),
+    ("loss", ("predict", "--model", P("ft", "seed-1"), "--input", P("dev.csv"), "--out",
+              P("c.txt")), "exists and was not written by electra predict"),
+    ("loss", ("prepare", "--input", P("corpus_dir"), "--tokenizer", P("tok"), "--out",
+              P("corpus_dir", "data"), "--overwrite"), "is inside --input {w}/corpus_dir"),
+    ("loss", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out", P("tok"),
+              "--overwrite"), "is --tokenizer {w}/tok itself"),
+    ("loss", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out", P("tok2"),
+              "--overwrite"), "holds a tokenizer (electra tokenizer train), not prepared"),
+    ("loss", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out", P("run"),
+              "--overwrite"), "holds a pretraining run"),
+    ("loss", ("plot", P("run"), "--out", P("run", "metrics.jsonl")),
+     "is the run {w}/run/metrics.jsonl itself"),
+    ("loss", ("plot", P("run"), "--out", P("c.txt")), "not written by electra plot"),
+    ("loss", ("plot", P("run"), "--out", P("run", "config.json")),
+     "not written by electra plot"),
+    ("loss", ("detect", "--model", P("run"), "x", "--html", P("c.txt")),
+     "not written by electra detect"),
+    ("loss", ("detect", "--model", P("run"), "--input", P("c.txt"), "--html", P("c.txt")),
+     "is --input {w}/c.txt itself"),
+    ("loss", ("demo", "--out", P("tok")), "holds a tokenizer (electra tokenizer train), not "
+     "a demo"),
+    ("loss", ("demo", "--out", P("corpus_dir")), "holds files electra did not write"),
+    ("loss", (*PRETRAIN, "--out", P("data"), "--resume"), "is --data {w}/data itself"),
+    ("loss", (*PRETRAIN, "--out", P("data2"), "--resume"), "holds prepared data"),
+    ("loss", (*PRETRAIN, "--out", P("imp"), "--overwrite"),
+     "holds an imported run (electra import), not a pretraining run"),
+    ("loss", (*PRETRAIN, "--out", P("corpus_dir"), "--overwrite"),
+     "holds files electra did not write"),
+    ("loss", (*PRETRAIN, "--out", P("data", "run")), "is inside --data {w}/data"),
+    ("loss", (*COMPARE, "--out", P("run")), "holds a pretraining run"),
+    ("loss", (*COMPARE, "--out", P("data", "cmp")), "is inside --data {w}/data"),
+    # -- one writer per --out; links; a staging folder that is not ours --
+    ("out", (*PRETRAIN, "--out", P("locked")), "is being written by another electra command "
+     "(pid "),
+    ("out", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out", P("locked")),
+     "wait for it to end, or choose another folder"),
+    ("out", (*PRETRAIN, "--out", P("link_out")), "--out {w}/link_out is a symbolic link"),
+    ("out", (*FINETUNE, "--out", P("link_out"), "--overwrite"), "is a symbolic link"),
+    ("out", (*PRETRAIN, "--out", P("lnk")), "{w}/lnk.partial is a symbolic link"),
+    ("out", ("export", P("run"), "--out", P("lnk")), "lnk.partial is a symbolic link"),
+    ("out", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out",
+             P("foreign")), "foreign.partial holds files electra did not write"),
+    ("out", (*PRETRAIN, "--out", P("dev.csv", "run")), "dev.csv is a file, not a folder"),
+    ("out", ("predict", "--model", P("ft", "seed-1"), "--input", P("dev.csv"), "--out",
+             P("dev.csv", "p.jsonl")), "dev.csv is a file, not a folder"),
+    # -- files read: nesting, size, folders and binaries where files belong --
+    ("data", ft(model="run_deep"), "config.json: JSON nested more than 64 levels deep"),
+    ("data", ("pretrain", "--preset", "tiny", "--data", P("data_deep")),
+     "meta.json: JSON nested more than 64 levels deep"),
+    ("data", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok_deep")),
+     "special_tokens_map.json: JSON nested more than 64 levels deep"),
+    ("data", (*COMPARE, "--out", P("cmp_deep")), "compare.json: JSON nested more than 64"),
+    ("data", ("finetune", "--model", P("run"), "--task", "squad1", "--train", P("deep.json"),
+              "--dev", P("deep.json")), "deep.json: JSON nested more than 64 levels deep"),
+    ("data", ft(train="deep.jsonl"), "deep.jsonl:2: JSON nested more than 64 levels deep"),
+    ("data", ("detect", "--model", P("run"), "--input", P("deep.jsonl")),
+     "deep.jsonl:2: JSON nested more than 64"),
+    ("data", ("tokenizer", "train", "--input", P("deep.jsonl")), "deep.jsonl:2: JSON nested"),
+    ("config", ("pretrain", "--config", P("deep.toml"), "--data", P("data")),
+     "deep.toml: cannot be read (nested too deeply)"),
+    ("config", ("pretrain", "--config", P(), "--data", P("data")),
+     "a folder, not a TOML file"),
+    ("config", ("pretrain", "--config", P("binary.toml"), "--data", P("data")),
+     "binary.toml: not a text file"),
+    ("config", (*COMPARE[:4], P("corpus_dir"), *COMPARE[5:]), "a folder, not a TOML file"),
+    # -- numbers out of range, booleans --
+    ("config", (*PRETRAIN, "--set", f"train.seed={2**70}"), "train.seed must be below 2**53"),
+    ("config", (*PRETRAIN, "--set", f"train.seed={2**40}"), "train.seed must be at most 2**32"),
+    ("config", (*PRETRAIN, "--set", "model.hidden_size=100000", "--set", "model.num_heads=4"),
+     "model.hidden_size=100000 is out of range (at most 65,536)"),
+    ("config", (*PRETRAIN, "--set", "model.hidden_size=32768", "--set",
+                "model.intermediate_size=131072", "--set", "model.num_layers=64"),
+     "more than this machine's"),
+    ("config", (*PRETRAIN, "--set", f"model.vocab_size={2**62}"), "model.vocab_size must be"),
+    ("config", (*FINETUNE, "--seeds", str(2**40)), "give distinct integers from 0 to 2**32-1"),
+    ("config", (*PRETRAIN, "--set", "model.share_embeddings=maybe"),
+     "model.share_embeddings must be true or false (or yes/no, 1/0), got 'maybe'"),
+    ("config", (*COMPARE[:8], "custom:name=s:train={w}/train.csv:dev={w}/dev.csv:"
+                "regression=perhaps", *COMPARE[9:]), "regression must be true or false"),
+    ("task", (*COMPARE[:8], "custom:name=s:train={w}/missing.csv:dev={w}/dev.csv",
+              *COMPARE[9:]), "missing.csv: no such file"),
+    # -- labels, evaluation and SQuAD files --
+    ("task", ft(train="empty_label.csv"), "empty_label.csv: row 2: the label ('label') is "
+     "empty"),
+    ("task", ("evaluate", "--model", P("ft", "seed-1"), "--task", "custom", "--dev",
+              P("unseen.csv")), "labels 'meh' never occurred when"),
+    ("task", ("finetune", "--model", P("run"), "--task", "squad1", "--train", P("noqas.json"),
+              "--dev", P("noqas.json")), "article 1, paragraph 2: needs a \"context\" string "
+     "and a \"qas\" list"),
+    ("config", ("finetune", "--model", P("run"), "--task", "squad1", "--train",
+                P("one_article.json"), "--dev", P("one_article.json"), "--set",
+                "article_split=0.5", "--set", "max_length=32", "--set", "doc_stride=8"),
+     "the file has 1 (by title)"),
+    ("config", ("finetune", "--model", P("run"), "--task", "squad1", "--train",
+                P("one_article.json"), "--dev", P("one_article.json"), "--set",
+                "max_length=32", "--set", "doc_stride=40"),
+     "doc_stride=40 must be below max_length=32"),
 ]
 
 
@@ -516,7 +694,8 @@ def resolve(args: tuple, world: Path, case: int) -> list[str]:
         out.append(str(world.joinpath(*a[1:])) if isinstance(a, tuple) else
                    str(a).replace("{w}", str(world)))
     command = out[0] if out[0] != "tokenizer" else "tokenizer train"
-    if "--out" not in out and command not in ("plot", "evaluate", "detect", "predict") \
+    if "--out" not in out and command not in ("plot", "evaluate", "detect", "predict",
+                                              "demo") \
             and "--verify" not in out:
         out += ["--out", str(world / f"out-{case}")]
     return out
@@ -546,7 +725,7 @@ def test_the_matrix_covers_every_command_and_category():
                         "import", "plot"}
     assert len(CASES) >= 60
     assert {c[0] for c in CASES} == {"config", "device", "data", "model", "pickle", "task",
-                                     "out"}
+                                     "out", "loss"}
 
 
 def test_a_torn_last_metrics_line_is_skipped_and_said(world, capsys):

@@ -286,8 +286,9 @@ def test_pretrain_bad_input(data, tmp_path, capsys):
     def err(*args) -> str:
         return cli_error(capsys, "pretrain", *args)
 
-    assert "not prepared data" in err("--preset", "tiny", "--data", tmp_path, "--out",
-                                      tmp_path / "o")
+    (tmp_path / "plain").mkdir()
+    assert "not prepared data" in err("--preset", "tiny", "--data", tmp_path / "plain",
+                                      "--out", tmp_path / "o")
     assert "valid keys" in err("--preset", "tiny", "--data", data, "--out", tmp_path / "o",
                                "--set", "train.nope=1")
     assert "not divisible" in err("--preset", "tiny", "--data", data, "--out", tmp_path / "o",
@@ -312,8 +313,8 @@ def test_pretrain_bad_input(data, tmp_path, capsys):
                               "--resume", "--set", "max_steps=2", "--set", "batch_size=4")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine/notes.txt").write_text("keep")
-    assert "not an electra run" in err("--preset", "tiny", "--data", data, "--out",
-                                       tmp_path / "mine", "--overwrite")
+    assert "holds files electra did not write" in err("--preset", "tiny", "--data", data,
+                                                      "--out", tmp_path / "mine", "--overwrite")
     assert (tmp_path / "mine/notes.txt").read_text() == "keep"
     # --resume alone reuses the saved config.
     assert cli("pretrain", "--data", data, "--out", tmp_path / "r", "--resume", "--quiet",

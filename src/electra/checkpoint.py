@@ -87,7 +87,9 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
     """
     try:
         manifest = json.loads((path / "manifest.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        if not isinstance(manifest, dict):
+            raise ValueError("not an object")
+    except (OSError, ValueError, RecursionError):
         raise UserError(f"checkpoint {path} has no readable manifest.json; it is incomplete "
                         f"or corrupted: delete it to resume from an earlier one") from None
     for name in FILES:

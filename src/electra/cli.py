@@ -45,6 +45,8 @@ class Command:
     args: tuple[Arg | OneOf, ...] = ()
     description: str | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
+    interrupted: str = "nothing was written (--out is as it was); run the command again"
+    """What the last line says after Ctrl-C: how to continue."""
 
 
 def _quiet() -> Arg:
@@ -154,6 +156,7 @@ COMMANDS: dict[str, Command] = {
             arg("--stop-after", type=int, metavar="STEPS", help="stop after this many steps "
                 "with a checkpoint (for time-limited jobs; continue with --resume)"),
             _dist_timeout()),
+        interrupted="continue it with the same command and --resume",
         description="Pretrain an ELECTRA generator and discriminator on prepared shards. "
         "Config: --preset or --config FILE.toml, then --set section.key=value (sections: "
         "model, objective, train)."),
@@ -166,7 +169,7 @@ COMMANDS: dict[str, Command] = {
             arg("--out", default="runs/demo", help="where to write (default: runs/demo)"),
             arg("--steps", type=int, default=None, help="pretraining steps (default: the "
                 "demo's own, 2 minutes on 2 CPU cores with a bf16 unit, 7 without)"),
-            _quiet())),
+            _quiet()), interrupted="run `electra demo` again to start it over"),
     "finetune": Command(
         "fine-tune the discriminator on GLUE or a custom task", "electra.finetune:main", (
             arg("--model", help="a pretraining run (or its discriminator/ folder)"),
@@ -189,7 +192,9 @@ COMMANDS: dict[str, Command] = {
                        "from its last checkpoint)"))),
             arg("--predict", choices=["test"], help="also write GLUE submission files for "
                 "the test split(s) to OUT/seed-N/predictions/"),
-            _device(), _quiet(), _dist_timeout())),
+            _device(), _quiet(), _dist_timeout()),
+        interrupted="continue it with the same command and --resume (finished seeds are "
+        "kept)"),
     "compare": Command(
         "pretrain objectives at equal FLOPs, fine-tune each, tabulate and plot",
         "electra.compare:main", (
@@ -225,7 +230,8 @@ COMMANDS: dict[str, Command] = {
         description="The paper's equal-compute comparison: each objective pretrains the same "
         "model for the same training FLOPs, its discriminator is kept at fractions of the "
         "budget, and each, with random init beside them, is fine-tuned on each task and "
-        "seed. Writes OUT/results.json, OUT/results.md and OUT/compare.png."),
+        "seed. Writes OUT/results.json, OUT/results.md and OUT/compare.png.",
+        interrupted="run the same command again to continue (what is done is kept)"),
     "evaluate": Command(
         "reload a fine-tuned model and score a split", "electra.finetune:evaluate", (
             arg("--model", required=True, help="OUT/seed-N from `electra finetune`"),
@@ -328,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
             where = groups[group[0]]
         c = where.add_parser(leaf, help=cmd.help, description=cmd.description or cmd.help)
         _add(c, cmd.args)
-        c.set_defaults(_target=cmd.target, **cmd.defaults)
+        c.set_defaults(_target=cmd.target, _interrupted=cmd.interrupted, **cmd.defaults)
     return p
 
 
@@ -336,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = vars(parser.parse_args(argv))
     target = args.pop("_target", None)
+    interrupted = args.pop("_interrupted", "")
     if target is None:
         parser.print_help()
         return 0 if args.get("command") is None else 2
@@ -353,8 +360,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"electra: error{rank}: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("electra: interrupted", file=sys.stderr)
+        print(f"electra: interrupted; {interrupted}", file=sys.stderr)
         return 130
+    except MemoryError:
+        print("electra: error: out of memory; choose a smaller model or batch "
+              "(--set train.batch_size=N, or grad_accum to keep the batch)", file=sys.stderr)
+        return 2
+    except RuntimeError as err:
+        text = str(err)
+        if "can't allocate memory" not in text and "out of memory" not in text.lower():
+            raise
+        print(f"electra: error: out of memory ({text.splitlines()[0][:160]}); choose a "
+              f"smaller model or batch (--set train.batch_size=N, or grad_accum to keep the "
+              f"batch)", file=sys.stderr)
+        return 2
     except OSError as err:  # a writer the disk failed under, that said nothing more itself
         from pathlib import Path
 

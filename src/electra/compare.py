@@ -43,12 +43,14 @@ from electra.config import (
     RunConfig,
     config_diffs,
     config_from_dict,
+    parse_bool,
     parse_set,
     raw_run_config,
 )
 from electra.errors import UserError
-from electra.files import check_writable, read_json, write_json
+from electra.files import read_json, write_json
 from electra.flops import step_flops_per_sequence
+from electra.outputs import MARK, claim, claim_out, release
 
 FRACTIONS = (0.25, 0.5, 1.0)
 RANDOM_INIT = "random-init"
@@ -113,7 +115,9 @@ def parse_tasks(text: str, glue: str | None) -> list[Task]:
                                 f"e.g. custom:name=reviews:train=train.csv:dev=dev.csv")
             tasks.append(Task(str(own["name"]), "custom", None, str(own["train"]),
                               str(own["dev"]), str(own.get("text", "text")).replace("+", ","),
-                              str(own.get("label", "label")), own.get("regression") is True,
+                              str(own.get("label", "label")),
+                              parse_bool(own.get("regression", False),
+                                         f"--tasks {spec}: regression"),
                               sets))
             continue
         if own:
@@ -344,6 +348,7 @@ def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random
     """`electra compare`: check everything, then pretrain, fine-tune and report."""
     from electra.config import load_finetune_config
     from electra.data.loader import ShardDataset
+    from electra.data.tasks import load_task
     from electra.finetune import parse_seeds
     from electra.runtime import start
 
@@ -366,7 +371,13 @@ def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random
                         f"one-process run, whose compare.json records the FLOPs")
     raw = raw_run_config(preset, config, sets or [])
     shards = ShardDataset(data, "train")
-    check_writable(Path(out))
+    loaded = {t.name: load_task(t.task, t.folder, t.train, t.dev, t.text_columns,
+                                t.label_column, t.regression) for t in task_list}  # read now,
+    # not after hours of pretraining
+    inputs = [("--data", data), ("--config", config), ("--glue", glue),
+              *[(f"--tasks {t.name}", p) for t in task_list for p in (t.train, t.dev)]]
+    if _world_size() == 1:  # what --out holds, now rather than after a measured budget
+        release(claim(out, "comparison", "compare", resume=True, inputs=inputs))
     kind_budget = _saved_budget(Path(out), kind_budget, budget)
     plan = make_plan(shards.meta | {"pad_id": shards.special.pad,
                                     "vocab_size": shards.vocab_size,
@@ -374,8 +385,9 @@ def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random
                      raw, objective_list, kind_budget, fraction_list, task_list, seed_list,
                      finetune_sets or [],
                      measure=lambda cfg: measure_rate(cfg, shards, device))
-    with start(device, dist_timeout, keep_memory=True) as rt:
-        return run_compare(plan, data, Path(out), rt, progress, budget)
+    with start(device, dist_timeout, keep_memory=True) as rt, \
+            claim_out(out, "comparison", "compare", resume=True, inputs=inputs, rt=rt):
+        return run_compare(plan, data, Path(out), rt, progress, budget, loaded)
 
 
 def _world_size() -> int:
@@ -385,12 +397,14 @@ def _world_size() -> int:
 
 
 def run_compare(plan: Plan, data: str, out: Path, rt: Any, progress: bool = True,
-                budget_text: str = "") -> dict[str, Any] | None:
-    """Pretrain every objective, fine-tune every model, write the results (rank 0)."""
+                budget_text: str = "", loaded: dict[str, Any] | None = None
+                ) -> dict[str, Any] | None:
+    """Pretrain every objective, fine-tune every model, write the results (rank 0).
+    ``loaded``: the tasks' data, read already (else read when first needed)."""
     rt.on_main(lambda: _claim(out, plan, budget_text), "checking --out")
     for objective in plan.objectives:
         _pretrain_objective(plan, objective, data, out, rt, progress)
-    scores = _finetune_all(plan, data, out, rt, progress)
+    scores = _finetune_all(plan, data, out, rt, progress, dict(loaded or {}))
     if not rt.is_main:
         rt.barrier()
         return None
@@ -425,10 +439,12 @@ def _claim(out: Path, plan: Plan, budget_text: str) -> None:
                   f"its pretrained models are reused", flush=True)
             write_json(marker, {**saved, "spec": spec})
         return
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and (not out.is_dir() or any(p.name != MARK for p in out.iterdir())):
         raise UserError(f"--out {out} is not empty and holds no comparison (compare.json); "
                         f"choose a new folder")
     out.mkdir(parents=True, exist_ok=True)
+    (out / MARK).write_text(json.dumps({"kind": "comparison", "command": "compare",
+                                        "format_version": 1}) + "\n")
     write_json(marker, {"budget": budget_text, "budget_flops": plan.budget_flops,
                         "spec": spec})
 
@@ -481,15 +497,15 @@ def _keep(run: Path, step: int, folder: Path, objective: str, fraction: float) -
                  fraction=fraction)
 
 
-def _finetune_all(plan: Plan, data: str, out: Path, rt: Any,
-                  progress: bool) -> dict[str, dict[str, Any]]:
-    """Fine-tune every model on every task (finished ones read back); their results.json."""
+def _finetune_all(plan: Plan, data: str, out: Path, rt: Any, progress: bool,
+                  loaded: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Fine-tune every model on every task (finished ones read back); their results.json.
+    ``loaded``: task name -> its data, added to when a task is first read."""
     from electra.config import load_finetune_config
     from electra.data.tasks import load_task
     from electra.finetune import model_source, run_finetune
 
     scores: dict[str, dict[str, Any]] = {}
-    loaded: dict[str, Any] = {}
     for name, objective, _, _ in plan.models():
         scores[name] = {}
         for task in plan.tasks:

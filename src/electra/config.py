@@ -52,9 +52,26 @@ def _check(ok: bool, message: str) -> None:
         raise UserError(message)
 
 
+BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
+            "false": False, "no": False, "off": False, "0": False}
+MAX_INT = 2**53  # larger integers lose their value in JSON (and no setting needs one)
+MAX_SEED = 2**32 - 1  # numpy's seeds; torch's generators take these too
+
+
+def parse_bool(value: Any, key: str) -> bool:
+    """``value`` as a boolean: true/false, yes/no, on/off, 1/0 (any case), or a bool; anything
+    else is a UserError naming ``key``. The one reading of a boolean everywhere."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | str) and str(value).strip().lower() in BOOLEANS:
+        return BOOLEANS[str(value).strip().lower()]
+    raise UserError(f"{key} must be true or false (or yes/no, 1/0), got {value!r}")
+
+
 def _check_types(config: Any) -> None:
     """Check every field of a config dataclass against its annotation (ints become floats
-    where a float belongs); floats must be finite. Names the key in the error."""
+    where a float belongs, yes/no/1/0 booleans where a boolean does); floats must be finite,
+    integers below 2**53. Names the key in the error."""
     section = type(config).SECTION
     for f in fields(config):
         value = getattr(config, f.name)
@@ -62,6 +79,11 @@ def _check_types(config: Any) -> None:
         key = f"{section}.{f.name}" if section else f.name
         if value is None and "None" in kinds:
             continue
+        if "bool" in kinds and "int" not in kinds and not isinstance(value, bool):
+            value = parse_bool(value, key)
+            object.__setattr__(config, f.name, value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            _check(abs(value) < MAX_INT, f"{key} must be below 2**53, got {value!r}")
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if "float" in kinds and number:
             _check(math.isfinite(value), f"{key} must be a finite number, got {value!r}")
@@ -72,6 +94,12 @@ def _check_types(config: Any) -> None:
                                  else "true or false" if k == "bool" else "a string"
                                  if k == "str" else "unset" for k in kinds)
             raise UserError(f"{key} must be {wanted}, got {value!r}")
+
+
+# The largest value of each size of a model (beyond any ELECTRA or BERT, far below overflow).
+MODEL_LIMITS = {"vocab_size": 1 << 24, "embedding_size": 1 << 16, "hidden_size": 1 << 16,
+                "num_layers": 1024, "num_heads": 1024, "intermediate_size": 1 << 18,
+                "max_position_embeddings": 1 << 16, "type_vocab_size": 1024}
 
 
 @dataclass(frozen=True)
@@ -112,17 +140,38 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _check_types(self)
-        for name in ("vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+        for name, top in MODEL_LIMITS.items():
             value = getattr(self, name)
             _check(isinstance(value, int) and value > 0,
                    f"model.{name} must be a positive integer, got {value!r}")
+            _check(value <= top, f"model.{name}={value} is out of range (at most {top:,})")
         _check(self.hidden_size % self.num_heads == 0,
                f"model.hidden_size={self.hidden_size} is not divisible by "
                f"model.num_heads={self.num_heads}; choose heads that divide the width")
         for name in ("hidden_dropout", "attention_dropout"):
             value = getattr(self, name)
             _check(0.0 <= value < 1.0, f"model.{name} must be in [0, 1), got {value!r}")
+        self._check_memory()
+
+    def parameters(self) -> int:
+        """About how many parameters the discriminator has (embeddings and blocks)."""
+        h, e, i = self.hidden_size, self.embedding_size, self.intermediate_size
+        embed = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * e
+        return embed + e * h + self.num_layers * (4 * h * h + 2 * h * i + 9 * h + i)
+
+    def _check_memory(self) -> None:
+        """Refuse a model whose fp32 weights alone exceed this machine's memory."""
+        import os
+
+        try:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return
+        need = 4 * self.parameters()
+        _check(need <= memory, f"the model ({self.num_layers} x {self.hidden_size}, FFN "
+               f"{self.intermediate_size}, vocabulary {self.vocab_size:,}) has about "
+               f"{self.parameters():,} parameters, {need / 2**30:,.1f} GiB in fp32: more than "
+               f"this machine's {memory / 2**30:,.1f} GiB of memory; choose a smaller model")
         _check(0.0 < self.generator_size <= 1.0,
                f"model.generator_size must be in (0, 1], got {self.generator_size!r}")
         _check(self.layer_norm_eps > 0 and self.initializer_range > 0,
@@ -357,6 +406,8 @@ class TrainConfig:
                      "weight_decay", "grad_clip", "seed"):
             value = getattr(self, name)
             _check(value >= 0, f"train.{name} must be >= 0, got {value!r}")
+        _check(self.seed <= MAX_SEED, f"train.seed must be at most 2**32-1 ({MAX_SEED}), got "
+               f"{self.seed!r}")
         _check_adam(self.adam_beta1, self.adam_beta2, self.adam_eps, "train.")
         _check(self.parallel in ("ddp", "fsdp"),
                f"train.parallel must be ddp or fsdp, got {self.parallel!r}")
@@ -529,17 +580,9 @@ def raw_run_config(preset: str | None = None, config_file: str | None = None,
                             f"{', '.join(MODEL_PRESETS)}")
         d["preset"] = preset
     if config_file:
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib  # type: ignore[no-redef]
-        try:
-            with open(config_file, "rb") as f:
-                d = tomllib.load(f)
-        except FileNotFoundError:
-            raise UserError(f"--config {config_file}: no such file") from None
-        except tomllib.TOMLDecodeError as err:
-            raise UserError(f"--config {config_file}: not valid TOML ({err})") from None
+        from electra.files import read_toml
+
+        d = read_toml(Path(config_file), "--config")
     return apply_overrides(d, sets or [])
 
 
@@ -648,6 +691,9 @@ class FinetuneConfig:
     def resolved(self, model_cfg: ModelConfig, task: str) -> FinetuneConfig:
         """The paper's values where this config leaves them unset, for this model and task."""
         length = self.max_length or (512 if task.startswith("squad") else 128)
+        _check(not task.startswith("squad") or self.doc_stride < length,
+               f"doc_stride={self.doc_stride} must be below max_length={length} (a window "
+               f"moves on by the stride); e.g. --set doc_stride={length // 4}")
         _check(length <= model_cfg.max_position_embeddings,
                f"max_length={length} exceeds the model's {model_cfg.max_position_embeddings} "
                f"positions; --set max_length=N with N <= "

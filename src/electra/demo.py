@@ -91,14 +91,22 @@ def demo_config(steps: int) -> RunConfig:
 
 def run_demo(out: str | Path = "runs/demo", steps: int | None = None, overwrite: bool = True,
              progress: bool = True) -> dict:
-    """Build the corpus, tokenizer and shards, pretrain, then report and show an example."""
+    """Build the corpus, tokenizer and shards, pretrain, then report and show an example.
+    ``out`` is a demo folder (a new one, or one the demo wrote: rerunning replaces its
+    parts)."""
+    from electra.outputs import claim_out
+
+    with claim_out(out, "demo", "demo", overwrite=overwrite) as claim:
+        claim.mark(Path(out))
+        return _demo(Path(out), steps or DEMO_STEPS, overwrite, progress)
+
+
+def _demo(out: Path, steps: int, overwrite: bool, progress: bool) -> dict:
     from electra.data.prepare import PrepareOptions, prepare
     from electra.pretrain import PretrainOptions, pretrain
     from electra.runtime import start
     from electra.tokenizer import train_tokenizer
 
-    out = Path(out)
-    steps = steps or DEMO_STEPS
     t0 = time.perf_counter()
     print("1/4 corpus: Python's own documentation (pydoc topics + stdlib docstrings)")
     train_txt, held_txt = write_corpus(out / "corpus")

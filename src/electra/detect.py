@@ -19,6 +19,7 @@ import torch
 
 from electra.errors import UserError
 from electra.files import jsonl
+from electra.outputs import HTML_GENERATOR
 
 _RED, _RESET = "\033[41;97m", "\033[0m"
 
@@ -114,7 +115,8 @@ def _html(results: list[dict[str, Any]], model: str) -> str:
             pos = t["end"]
         spans.append(html.escape(text[pos:]))
         rows.append(f"<p>{''.join(spans)}</p>")
-    return ("<!doctype html>\n<meta charset=\"utf-8\">\n<title>electra detect</title>\n"
+    return ("<!doctype html>\n<meta charset=\"utf-8\">\n" + HTML_GENERATOR + "\n"
+            "<title>electra detect</title>\n"
             "<style>body{font:16px/1.8 sans-serif;max-width:50em;margin:2em auto}"
             "span{border-radius:3px}</style>\n"
             f"<h1>p(replaced) per token</h1>\n<p><small>{html.escape(model)}: the redder, "
@@ -145,7 +147,7 @@ def main(model: str, text: list[str] | None = None, input: str | None = None,
          html_out: str | None = None, json_lines: bool = False,
          threshold: float = 0.5) -> None:
     """`electra detect`."""
-    from electra.files import check_writable, disk_errors
+    from electra.outputs import check_file_out, write_file
 
     if not 0.0 <= threshold <= 1.0:
         raise UserError(f"--threshold {threshold} must be between 0 and 1")
@@ -153,17 +155,14 @@ def main(model: str, text: list[str] | None = None, input: str | None = None,
     if not texts:
         raise UserError("electra detect needs a text (\"...\") or --input FILE")
     if html_out is not None:
-        out = Path(html_out)
-        if out.is_dir():
-            raise UserError(f"--html {out} is a folder; give the path of an .html file")
-        check_writable(out, "--html")
+        inputs = [("--model", model), ("--input", input)]
+        out = check_file_out(html_out, "detect", inputs, "--html", suffix=".html")
     disc, tok = load_detector(model)
     results = score(disc, tok, texts)
     if html_out is not None:
-        part = out.with_name(out.name + ".tmp")
-        with disk_errors(out):
-            part.write_text(_html(results, model), encoding="utf-8")
-            os.replace(part, out)
+        page = _html(results, model)
+        write_file(out, lambda part: part.write_text(page, encoding="utf-8"), "detect",
+                   "--html")
     if json_lines:
         for res in results:
             print(json.dumps(res, ensure_ascii=False))

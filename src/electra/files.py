@@ -1,7 +1,6 @@
 """Writing outputs so that nothing a user has is ever half-replaced, and reading JSON safely.
 
-    check_out(out, overwrite)  # before any work: refuse an existing output, a file in the
-                               # way, a place that cannot be written
+    (who may write an --out, and when: electra.outputs)
     with staged(out) as tmp:   # a fresh OUT.partial/, renamed to OUT at the end of the block
         ... write into tmp ...  # (an old OUT removed only then); on any error it is removed
     write_json(path, obj)      # path.tmp, fsync, rename: readers see the old file or the new
@@ -21,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,45 +27,11 @@ from typing import Any
 from electra.errors import UserError
 
 
-def check_out(out: str | Path, overwrite: bool = False, flag: str = "--out") -> Path:
-    """Refuse an output that would destroy something: an existing non-empty folder (unless
-    ``overwrite``), or a file where the folder goes. Call before any work starts.
-
-    Returns:
-        ``out`` as a Path.
-    """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{flag} {out} is a file, not a folder; choose a folder path")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise UserError(f"{flag} {out} already exists and is not empty; pass --overwrite to "
-                        f"replace it or choose another folder")
-    check_writable(out, flag)
-    return out
-
-
-def check_writable(out: Path, flag: str = "--out") -> None:
-    """Refuse an output that cannot be written (read-only filesystem, no permission, a file
-    where a folder must go): the nearest existing folder at or above ``out`` must take a new
-    file (a probe, removed at once)."""
-    place = out
-    while not place.exists() and place != place.parent:
-        place = place.parent
-    if not place.is_dir():
-        where = f"{flag} {out} is" if place == out else f"{flag} {out}: {place} is"
-        raise UserError(f"{where} a file, not a folder; choose another path")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".electra-probe-", dir=place)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise UserError(f"{flag} {out}: cannot write under {place} ({err.strerror or err}); "
-                        f"choose a writable folder") from None
-
-
 def staging_dir(out: Path) -> Path:
     """A fresh, empty ``OUT.partial`` beside ``out`` (any leftover from a crash removed)."""
     tmp = out.with_name(out.name + ".partial")
+    if tmp.is_symlink():
+        raise UserError(f"{tmp} is a symbolic link, not a folder electra left; remove it")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     return tmp
@@ -170,32 +134,121 @@ def read_text(path: Path, flag: str = "") -> str:
                         f"as UTF-8") from None
 
 
-def read_json(path: Path, what: str = "") -> Any:
-    """The JSON in ``path``; a missing, unreadable or damaged file is one UserError.
+MAX_JSON_BYTES = 1 << 30  # 1 GiB: SQuAD's train file is 30 MB, a large tokenizer.json 20
+MAX_DEPTH = 64  # no file of ours (or SQuAD, GLUE, transformers) nests half as deep
+
+
+def parse_json(text: str, where: str, what: str = "") -> Any:
+    """``json.loads`` with a nesting limit: bad JSON, or JSON nested deeper than MAX_DEPTH
+    (which would overflow the recursion of any code walking it), is one UserError naming
+    ``where``."""
+    hint = f" ({what})" if what else ""
+    try:
+        obj, deep = _loads(text)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{where}: not valid JSON{hint} ({err.msg} at line {err.lineno}); "
+                        f"the file is damaged or truncated") from None
+    if deep:
+        raise UserError(f"{where}: JSON nested more than {MAX_DEPTH} levels deep{hint}; "
+                        f"not a file electra reads")
+    return obj
+
+
+def _loads(text: str) -> tuple[Any, bool]:
+    """``json.loads``, and whether the result nests deeper than MAX_DEPTH (json's own
+    RecursionError on deeper input counts as that)."""
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        return None, True
+    return obj, _depth(obj) > MAX_DEPTH
+
+
+def _depth(obj: Any) -> int:
+    """How deeply ``obj`` nests (iteratively: a deep object cannot overflow this)."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, (dict, list)):
+            deepest = max(deepest, d)
+            if d > MAX_DEPTH:
+                return d
+            stack.extend((v, d + 1) for v in (o.values() if isinstance(o, dict) else o))
+    return deepest
+
+
+def read_json(path: Path, what: str = "", max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON in ``path``; a missing, unreadable, oversized, damaged or absurdly nested
+    file is one UserError.
 
     ``what`` says what the file should be, for the message (e.g. "a model folder's config").
     """
     hint = f" ({what})" if what else ""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        if path.is_dir():
+            raise UserError(f"{path}: a folder, not a JSON file{hint}")
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise UserError(f"{path}: {size:,} bytes, more than the {max_bytes:,} a JSON file "
+                            f"may have here{hint}")
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file{hint}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: cannot be read{hint}: {err}") from None
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path}: not valid JSON{hint} ({err.msg} at line {err.lineno}); "
-                        f"the file is damaged or truncated") from None
+    return parse_json(text, str(path), what)
+
+
+MAX_TOML_BYTES = 1 << 20  # a config file; ours are under 2 kB
+
+
+def read_toml(path: Path, flag: str) -> dict[str, Any]:
+    """A TOML config file as a dict; a missing, oversized, binary, damaged or absurdly nested
+    file is one UserError naming ``flag`` and the file."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    where = f"{flag} {path}"
+    if path.is_dir():
+        raise UserError(f"{where}: a folder, not a TOML file; give the config file's path")
+    if not path.is_file():
+        raise UserError(f"{where}: no such file")
+    if path.stat().st_size > MAX_TOML_BYTES:
+        raise UserError(f"{where}: {path.stat().st_size:,} bytes, too large for a config file "
+                        f"(at most {MAX_TOML_BYTES:,}); give the TOML config")
+    try:
+        d = tomllib.loads(path.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError as err:
+        raise UserError(f"{where}: not a text file (byte {err.start} is not UTF-8); give a "
+                        f"TOML config") from None
+    except tomllib.TOMLDecodeError as err:
+        raise UserError(f"{where}: not valid TOML ({err})") from None
+    except (RecursionError, OSError) as err:
+        why = "nested too deeply" if isinstance(err, RecursionError) else err.strerror
+        raise UserError(f"{where}: cannot be read ({why}); give a TOML config") from None
+    if _depth(d) > MAX_DEPTH:
+        raise UserError(f"{where}: nested more than {MAX_DEPTH} levels deep; not a config")
+    return d
 
 
 def jsonl(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, Any]]:
     """(line number, object) for each non-blank line of a JSONL file; a line that is not
     JSON is a UserError naming it."""
     for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise UserError(f"{path}:{n}: not valid JSON ({err.msg}); JSONL needs one object "
-                            f"per line") from None
-        yield n, obj
+        if line.strip():
+            yield n, json_line(line, f"{path}:{n}")
+
+
+def json_line(line: str, where: str) -> Any:
+    """One JSONL line's object; bad or absurdly nested JSON is a UserError naming ``where``
+    (``path:line``)."""
+    try:
+        obj, deep = _loads(line)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{where}: not valid JSON ({err.msg}); JSONL needs one object per "
+                        f"line") from None
+    if deep:
+        raise UserError(f"{where}: JSON nested more than {MAX_DEPTH} levels deep; not a record "
+                        f"electra reads")
+    return obj

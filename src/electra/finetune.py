@@ -38,6 +38,7 @@ from electra import folders
 from electra.checkpoint import latest_checkpoint
 from electra.config import (
     DEFAULT_TIMEOUT_S,
+    MAX_SEED,
     FinetuneConfig,
     ModelConfig,
     config_diffs,
@@ -49,10 +50,11 @@ from electra.data.squad import qa_features, split_articles, squad_scores
 from electra.data.tagging import IGNORE, Sentence, encode_tagged, score
 from electra.data.tasks import Example, TaskData, compute_metrics, encode, label_map, load_task
 from electra.errors import UserError
-from electra.files import check_out, disk_errors, publish, read_json, staging_dir, write_json
+from electra.files import disk_errors, publish, read_json, staging_dir, write_json
 from electra.infer import answer_questions, predict, predict_tags
 from electra.model import Encoder, QuestionAnswerer, SequenceClassifier, TokenClassifier
 from electra.optim import layerwise_groups
+from electra.outputs import Claim, claim_out
 from electra.runtime import Runtime, start
 from electra.trainer import RandomStreams, Settings, Trainer
 
@@ -102,9 +104,9 @@ def parse_seeds(text: str) -> list[int]:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         seeds = []
-    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        raise UserError(f"--seeds {text}: give distinct non-negative integers separated by "
-                        f"commas, e.g. 1,2,3")
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0 or max(seeds) > MAX_SEED:
+        raise UserError(f"--seeds {text}: give distinct integers from 0 to 2**32-1 separated "
+                        f"by commas, e.g. 1,2,3")
     return seeds
 
 
@@ -122,9 +124,11 @@ def main(task: str, out: str, model: str | None = None, random_init: str | None 
     task_data = load_task(task, data, train, dev, text_columns, label_column, regression,
                           predict, tag_column=tag_column)
     source = model_source(model, random_init, tokenizer)
+    inputs = [("--model", model), ("--random-init", random_init), ("--tokenizer", tokenizer),
+              ("--data", data), ("--train", train), ("--dev", dev)]
     with start(device, dist_timeout) as rt:
         return run_finetune(source, task_data, out, cfg, seed_list, rt, overwrite=overwrite,
-                            resume=resume, progress=progress)
+                            resume=resume, progress=progress, inputs=inputs)
 
 
 def evaluate(model: str, task: str, data: str | None = None, dev: str | None = None,
@@ -140,6 +144,14 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     task_data = load_task(task, data, None, dev, text_columns, label_column, regression,
                           split=split, tag_column=tag_column)
     task_data.labels = meta["labels"]
+    if task_data.kind == "sequence" and not task_data.regression and meta["labels"]:
+        unseen = sorted({str(e.label) for d in task_data.dev.values() for e in d
+                         if e.label is not None} - set(meta["labels"]))
+        if unseen:
+            raise UserError(f"--dev: labels {', '.join(map(repr, unseen[:5]))} never occurred "
+                            f"when {model} was trained (its labels: "
+                            f"{', '.join(map(repr, meta['labels']))}); score a file with those "
+                            f"labels only")
     cfg = config_from_dict(FinetuneConfig, meta["finetune"], f"{model}/config.json")
     if task_data.kind == "qa" and cfg.article_split:  # the articles it was not trained on
         task_data.dev = {"dev": split_articles(task_data.dev["dev"], cfg.article_split)[1]}
@@ -468,9 +480,9 @@ def write_predictions(model: SequenceClassifier, tok: Any, data: TaskData,
 # -- the whole command: seeds, resume, results ------------------------------------------
 
 
-def _staging(out: Path, settings: dict[str, Any], overwrite: bool, resume: bool) -> Path:
+def _staging(out: Path, settings: dict[str, Any], claim: Claim, resume: bool) -> Path:
     """``OUT.partial``: a fresh one, or (``resume``) the interrupted one if its settings are
-    these. Rank 0 only."""
+    these. Rank 0 only; ``claim`` checked ``out`` and holds its lock."""
     tmp = out.with_name(out.name + ".partial")
     if resume and (tmp / "finetune.json").is_file():
         saved = read_json(tmp / "finetune.json", "an interrupted fine-tune's settings")
@@ -484,24 +496,34 @@ def _staging(out: Path, settings: dict[str, Any], overwrite: bool, resume: bool)
     if resume and (out / "results.json").is_file():
         raise UserError(f"--resume: {out} is already complete (results.json) and nothing was "
                         f"interrupted; pass --overwrite to fine-tune again")
-    check_out(out, overwrite)
     tmp = staging_dir(out)
+    claim.mark(tmp)
     write_json(tmp / "finetune.json", settings)
     return tmp
 
 
 def run_finetune(source: ModelSource, data: TaskData, out: str | Path, cfg: FinetuneConfig,
                  seeds: list[int], rt: Runtime | None = None, overwrite: bool = False,
-                 resume: bool = False, progress: bool = False) -> dict[str, Any] | None:
+                 resume: bool = False, progress: bool = False,
+                 inputs: list[tuple[str, Any]] | None = None) -> dict[str, Any] | None:
     """Fine-tune once per seed; write per-seed models, results.json and results.md.
 
     Under torchrun the processes share each batch (DDP) and rank 0 evaluates and writes;
-    it returns the results there and None elsewhere.
+    it returns the results there and None elsewhere. ``inputs``: (flag, path) of every file
+    read, which the output may not overwrite (the model's folders are added).
     """
-    from electra.tokenizer import load_tokenizer
-
     rt = rt or Runtime()
     out = Path(out)
+    inputs = [*(inputs or []), ("--model", source.init), ("--tokenizer", source.tokenizer)]
+    with claim_out(out, "finetune", "finetune", overwrite=overwrite, resume=resume,
+                   inputs=inputs, rt=rt) as claim:
+        return _finetune(source, data, out, cfg, seeds, rt, claim, resume, progress)
+
+
+def _finetune(source: ModelSource, data: TaskData, out: Path, cfg: FinetuneConfig,
+              seeds: list[int], rt: Runtime, claim: Claim, resume: bool,
+              progress: bool) -> dict[str, Any] | None:
+    from electra.tokenizer import load_tokenizer
 
     def check() -> tuple[FinetuneConfig, Any]:
         resolved = cfg.resolved(source.config, data.name)
@@ -522,7 +544,7 @@ def run_finetune(source: ModelSource, data: TaskData, out: str | Path, cfg: Fine
                 "labels": data.labels, "seeds": seeds}
 
     def begin() -> tuple[Path, dict[int, Any], Path | None]:
-        tmp = _staging(out, settings, overwrite, resume)
+        tmp = _staging(out, settings, claim, resume)
         done = {s: read_json(tmp / f"seed-{s}/result.json") for s in seeds
                 if (tmp / f"seed-{s}/result.json").is_file()}
         todo = [s for s in seeds if s not in done]

@@ -25,7 +25,8 @@ import torch
 from electra import folders
 from electra.config import ModelConfig
 from electra.errors import UserError
-from electra.files import check_out, read_json, staged
+from electra.files import read_json, staged
+from electra.outputs import claim_out
 from electra.tokenizer import load_tokenizer, save_tokenizer, special_names
 
 # (our key pattern, transformers key pattern); "{i}" is a layer index.
@@ -250,22 +251,26 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
     """Write transformers folders for a run's (or checkpoint's) discriminator and generator,
     or one ``ElectraForSequenceClassification`` folder for a fine-tuned model."""
     _need_transformers()
-    src, out = Path(source), check_out(out, overwrite)
-    if _is_classifier(src):
-        model, meta = folders.load(src, "classifier", flag="export")
-        labels = _classifier_labels(meta)
-        kind = {"tagging": "tagger", "qa": "qa"}.get(meta.get("head", ""), "classifier")
+    src, out = Path(source), Path(out)
+    with claim_out(out, "export", "export", overwrite=overwrite,
+                   inputs=[("the source", src)]) as claim:
+        if _is_classifier(src):
+            model, meta = folders.load(src, "classifier", flag="export")
+            labels = _classifier_labels(meta)
+            kind = {"tagging": "tagger", "qa": "qa"}.get(meta.get("head", ""), "classifier")
+            with staged(out) as tmp:
+                claim.mark(tmp)
+                _write_hf_folder(tmp, model, kind, load_tokenizer(src),
+                                 finetuning_task=meta["task"], **labels)
+            print(f"wrote {out} ({HF_CLASSES[kind]}, task {meta['task']}"
+                  + (f", labels {list(labels['label2id'])})" if labels else ")"))
+            return out
+        models, tok_path = _load_source(src)
+        tok = load_tokenizer(tok_path)
         with staged(out) as tmp:
-            _write_hf_folder(tmp, model, kind, load_tokenizer(src),
-                             finetuning_task=meta["task"], **labels)
-        print(f"wrote {out} ({HF_CLASSES[kind]}, task {meta['task']}"
-              + (f", labels {list(labels['label2id'])})" if labels else ")"))
-        return out
-    models, tok_path = _load_source(src)
-    tok = load_tokenizer(tok_path)
-    with staged(out) as tmp:
-        for kind, module in models.items():
-            _write_hf_folder(tmp / kind, module, kind, tok)
+            claim.mark(tmp)
+            for kind, module in models.items():
+                _write_hf_folder(tmp / kind, module, kind, tok)
     print("wrote " + " and ".join(f"{out}/{kind} ({HF_CLASSES[kind]})" for kind in models))
     return out
 
@@ -305,29 +310,34 @@ def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None 
     """
     from electra.model import Discriminator, Generator
 
-    disc_dir, out = Path(hf_dir), check_out(out, overwrite)
-    d_cfg, d_state = _read_hf_folder(disc_dir, "discriminator")
-    disc = Discriminator(d_cfg)
-    folders.fit(disc, d_state, disc_dir)
-    if generator is not None:
-        g_cfg, g_state = _read_hf_folder(Path(generator), "generator")
-        if (g_cfg.vocab_size, g_cfg.embedding_size) != (d_cfg.vocab_size, d_cfg.embedding_size):
-            raise UserError(f"generator {generator} has vocabulary {g_cfg.vocab_size} and "
-                            f"embedding size {g_cfg.embedding_size}, the discriminator "
-                            f"{d_cfg.vocab_size} and {d_cfg.embedding_size}; they must match "
-                            f"to share embeddings")
-        gen = Generator(g_cfg.replace(generator_size=1.0))
-        folders.fit(gen, g_state, Path(generator))
-    else:
-        gen = Generator(d_cfg.generator_config(), disc.encoder.embeddings)
-    tok_src = next((p for p in (disc_dir / "tokenizer.json", disc_dir / "vocab.txt")
-                    if p.is_file()), None)
-    if tok_src is None:
-        raise UserError(f"{disc_dir}: no tokenizer.json or vocab.txt beside the weights")
-    tok = load_tokenizer(tok_src)
-    with staged(out) as tmp:
-        folders.write(tmp / "discriminator", disc, "discriminator", tok)
-        folders.write(tmp / "generator", gen, "generator", tok)
+    disc_dir, out = Path(hf_dir), Path(out)
+    inputs = [("the transformers folder", disc_dir), ("--generator", generator)]
+    with claim_out(out, "run", "import", overwrite=overwrite, inputs=inputs) as claim:
+        d_cfg, d_state = _read_hf_folder(disc_dir, "discriminator")
+        disc = Discriminator(d_cfg)
+        folders.fit(disc, d_state, disc_dir)
+        if generator is not None:
+            g_cfg, g_state = _read_hf_folder(Path(generator), "generator")
+            if (g_cfg.vocab_size, g_cfg.embedding_size) != (d_cfg.vocab_size,
+                                                             d_cfg.embedding_size):
+                raise UserError(f"generator {generator} has vocabulary {g_cfg.vocab_size} "
+                                f"and embedding size {g_cfg.embedding_size}, the "
+                                f"discriminator {d_cfg.vocab_size} and "
+                                f"{d_cfg.embedding_size}; they must match to share "
+                                f"embeddings")
+            gen = Generator(g_cfg.replace(generator_size=1.0))
+            folders.fit(gen, g_state, Path(generator))
+        else:
+            gen = Generator(d_cfg.generator_config(), disc.encoder.embeddings)
+        tok_src = next((p for p in (disc_dir / "tokenizer.json", disc_dir / "vocab.txt")
+                        if p.is_file()), None)
+        if tok_src is None:
+            raise UserError(f"{disc_dir}: no tokenizer.json or vocab.txt beside the weights")
+        tok = load_tokenizer(tok_src)
+        with staged(out) as tmp:
+            claim.mark(tmp)
+            folders.write(tmp / "discriminator", disc, "discriminator", tok)
+            folders.write(tmp / "generator", gen, "generator", tok)
     print(f"wrote {out}/discriminator and {out}/generator"
           + ("" if generator else " (a fresh generator, sharing the discriminator's "
                                   "embeddings)"))

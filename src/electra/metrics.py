@@ -70,6 +70,9 @@ def _records(path: Path, warn: bool = True) -> Iterator[dict[str, Any]]:
     for i, line in enumerate(lines):
         try:
             record = json.loads(line)
+        except RecursionError:
+            raise UserError(f"{path}: line {i + 1} nests too deeply; the file is damaged"
+                            ) from None
         except json.JSONDecodeError:
             if i < len(lines) - 1:
                 raise UserError(f"{path}: line {i + 1} is not valid JSON; the file is "

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from electra.errors import UserError
-from electra.files import check_writable, disk_errors
 from electra.metrics import iter_metrics
+from electra.outputs import PNG_SOFTWARE, check_file_out, write_file
 
 
 def main(run: str, out: str | None = None) -> None:
@@ -32,10 +32,8 @@ def _pyplot():
 
 def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
     """Write the figure of a pretraining run or a fine-tuning output; returns the PNG's path."""
-    out = Path(out) if out else Path(run) / "curves.png"
-    if out.is_dir():
-        raise UserError(f"--out {out} is a folder; give the path of a .png file")
-    check_writable(out)
+    out = check_file_out(Path(out) if out else Path(run) / "curves.png", "plot",
+                         [("the run", Path(run) / "metrics.jsonl")], suffix=".png")
     seeds = sorted(Path(run).glob("seed-*/metrics.jsonl"))
     if seeds and not (Path(run) / "metrics.jsonl").is_file():
         return _plot_finetune(Path(run), seeds, out)
@@ -69,10 +67,15 @@ def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
     fig.suptitle(f"{Path(run).name}: {records[-1]['tokens']:,} tokens, step "
                  f"{records[-1]['step']:,}")
     fig.tight_layout()
-    with disk_errors(out):
-        fig.savefig(out, dpi=100)
+    _save(fig, out)
     plt.close(fig)
     return out
+
+
+def _save(fig, out: Path) -> None:
+    """The figure as a PNG at ``out`` (written whole, marked as electra plot's)."""
+    write_file(out, lambda part: fig.savefig(part, dpi=100, format="png",
+                                             metadata={"Software": PNG_SOFTWARE}), "plot")
 
 
 def _plot_finetune(run: Path, seeds: list[Path], out: Path) -> Path:
@@ -96,7 +99,6 @@ def _plot_finetune(run: Path, seeds: list[Path], out: Path) -> Path:
         ax.legend(fontsize=8)
     fig.suptitle(f"{run.name}: {len(runs)} seed(s)")
     fig.tight_layout()
-    with disk_errors(out):
-        fig.savefig(out, dpi=100)
+    _save(fig, out)
     plt.close(fig)
     return out

@@ -24,6 +24,7 @@ import torch
 
 from electra.errors import UserError
 from electra.files import jsonl
+from electra.outputs import check_file_out, write_file
 
 
 def main(model: str, input: str, out: str | None = None, batch_size: int = 64,
@@ -35,7 +36,8 @@ def main(model: str, input: str, out: str | None = None, batch_size: int = 64,
 
     if batch_size < 1:
         raise UserError(f"--batch-size {batch_size}: give a positive number")
-    target = _check_out(out) if out else None
+    target = (check_file_out(out, "predict", [("--model", model), ("--input", input)],
+                             suffix=".jsonl") if out else None)
     net, meta = folders.load(model, "classifier")
     net.eval()
     cfg = config_from_dict(FinetuneConfig, meta["finetune"], f"{model}/config.json")
@@ -47,21 +49,9 @@ def main(model: str, input: str, out: str | None = None, batch_size: int = 64,
     if target is None:
         sys.stdout.write(text)
     else:
-        part = target.with_name(target.name + ".partial")
-        part.write_text(text, encoding="utf-8")
-        part.replace(target)
+        write_file(target, lambda part: part.write_text(text, encoding="utf-8"), "predict")
         print(f"wrote {len(records):,} predictions to {target}", file=sys.stderr)
     return len(records)
-
-
-def _check_out(out: str) -> Path:
-    from electra.files import check_writable
-
-    path = Path(out)
-    if path.is_dir():
-        raise UserError(f"--out {out} is a folder; give a file path, e.g. predictions.jsonl")
-    check_writable(path.parent, "--out")
-    return path
 
 
 def read_inputs(path: Path, head: str, meta: dict[str, Any]) -> list[Any]:

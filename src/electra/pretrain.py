@@ -42,10 +42,11 @@ from electra.config import (
 )
 from electra.data.loader import BatchLoader, ShardDataset
 from electra.errors import UserError
-from electra.files import check_writable, disk_errors, read_json, write_json
+from electra.files import disk_errors, read_json, write_json
 from electra.model import count_parameters
 from electra.objective import ElectraPretrainingModel
 from electra.optim import param_groups
+from electra.outputs import Claim, claim_out
 from electra.runtime import Runtime, autocast, resolve_device, resolve_precision, start
 from electra.tokenizer import SIDECAR, SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.trainer import RandomStreams, Settings, Trainer, add_into, pool
@@ -101,22 +102,34 @@ class Pretraining:
 def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
     """Run (or resume) pretraining; returns the last logged metrics."""
     rt = rt or Runtime(device=resolve_device(opt.device))
-    p = build(opt, rt)
+    inputs = [("--data", opt.data), ("--init", opt.init)]
+    with claim_out(opt.out, "run", "pretrain", overwrite=opt.overwrite, resume=opt.resume,
+                   inputs=inputs, rt=rt) as claim:
+        return _pretrain(opt, rt, claim)
+
+
+def _pretrain(opt: PretrainOptions, rt: Runtime, claim: Claim) -> dict[str, Any]:
+    p = build(opt, rt, claim)
     trainer, tc = p.trainer, p.cfg.train
     stop_at = min(tc.max_steps, trainer.step + (opt.stop_after or tc.max_steps),
                   opt.stop_at or tc.max_steps)
     resume_hint = "free disk space and rerun with --resume"
+
+    def log() -> None:
+        record = trainer.metrics()
+        if p.val is not None and (trainer.every(tc.eval_every) or trainer.step == tc.max_steps):
+            record.update(validate(trainer.model, p.val, p.cfg, rt, p.micro,
+                                   _stage(p.cfg.objective, trainer.step)))
+        trainer.log(record, show=("loss", "disc_acc", "tokens_per_s", "val_disc_auc"))
+
     with disk_errors(Path(opt.out), resume_hint), trainer.running():
+        if trainer.log_due:  # Ctrl-C came while this step's line was being computed
+            log()
         while trainer.step < stop_at:
             if train_step(trainer, next(p.loader), p.cfg, p.data.special, p.micro) is None:
                 continue  # a non-finite loss: the step was skipped
             if trainer.every(tc.log_every) or trainer.step == tc.max_steps:
-                record = trainer.metrics()
-                if p.val is not None and (trainer.every(tc.eval_every)
-                                          or trainer.step == tc.max_steps):
-                    record.update(validate(trainer.model, p.val, p.cfg, rt, p.micro,
-                                           _stage(p.cfg.objective, trainer.step)))
-                trainer.log(record, show=("loss", "disc_acc", "tokens_per_s", "val_disc_auc"))
+                log()
             trainer.advance()
             if trainer.every(tc.save_every) or trainer.step == stop_at:
                 trainer.save()
@@ -242,7 +255,7 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig,
 # -- building a run ----------------------------------------------------------------------
 
 
-def build(opt: PretrainOptions, rt: Runtime) -> Pretraining:
+def build(opt: PretrainOptions, rt: Runtime, claim: Claim | None = None) -> Pretraining:
     """Check the inputs on every rank, prepare the run folder, build the model and trainer
     (restored from the run's last checkpoint with ``--resume``)."""
     from electra import __version__
@@ -257,7 +270,7 @@ def build(opt: PretrainOptions, rt: Runtime) -> Pretraining:
     rt.check_same({"config": run_config, "data": data.meta, "init": opt.init,
                    "resume": opt.resume, "electra": __version__, "torch": torch.__version__},
                   "the config or the data")
-    resume_from = rt.on_main(lambda: _run_folder(opt, run_config, data),
+    resume_from = rt.on_main(lambda: _run_folder(opt, run_config, data, claim),
                              "preparing the run folder")
 
     torch.manual_seed(tc.seed)  # the same initial weights on every rank
@@ -312,7 +325,6 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
     """Data, validation split, init weights, the resolved config, this rank's loader and the
     batch split, each checked (a UserError on any rank stops every rank)."""
     cfg, tc = opt.config, opt.config.train
-    check_writable(Path(opt.out))
     words = cfg.objective.unit != "token"  # whole words and spans need the word boundaries
     data = ShardDataset(opt.data, "train", word_starts=words)
     val = ShardDataset(opt.data, "val", word_starts=words) if "val" in data.meta["splits"] \
@@ -373,22 +385,16 @@ def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, A
     return cfg, disc, gen
 
 
-def _run_folder(opt: PretrainOptions, run_config: dict[str, Any],
-                data: ShardDataset) -> Path | None:
-    """Create or check RUN and write its config; returns the checkpoint to resume from."""
+def _run_folder(opt: PretrainOptions, run_config: dict[str, Any], data: ShardDataset,
+                claim: Claim | None) -> Path | None:
+    """Create or check RUN (``claim``: what :func:`electra.outputs.claim_out` found there)
+    and write its config; returns the checkpoint to resume from."""
     out = Path(opt.out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file, not a folder; choose a folder path")
-    holds_run = out.is_dir() and any(out.iterdir())
-    if holds_run and not opt.resume and not opt.overwrite:
-        raise UserError(f"--out {out} already holds a run; pass --resume to continue it or "
-                        f"--overwrite to start again")
-    if holds_run and opt.overwrite and not opt.resume:
-        if not (out / "config.json").is_file() and not (out / "checkpoints").is_dir():
-            raise UserError(f"--out {out} holds files that are not an electra run; refusing "
-                            f"to delete them, choose another folder")
-        shutil.rmtree(out)
+    if claim is not None and claim.state == "same" and opt.overwrite and not opt.resume:
+        shutil.rmtree(out)  # a run of this command's own (the claim checked it)
     out.mkdir(parents=True, exist_ok=True)
+    if claim is not None:
+        claim.mark(out)
     found = None
     if opt.resume and (out / "config.json").is_file():
         saved = read_json(out / "config.json", "the run's config")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,11 +114,10 @@ def _read_sidecar(folder: Path) -> dict[str, str]:
     path = folder / SIDECAR
     if not path.is_file():
         return {}
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise UserError(f"{path}: not readable JSON ({err}); delete it or name the tokens "
-                        f"with {_FLAG}") from None
+    from electra.files import read_json
+
+    raw = read_json(path, f"the tokens' roles: fix or delete it, or name them with {_FLAG}",
+                    max_bytes=1 << 20)
     out = {}
     for role in ROLES:
         value = raw.get(f"{role}_token") if isinstance(raw, dict) else None
@@ -276,12 +276,12 @@ KIND_SPECIALS = {
 }
 
 
-def _new_tokenizer(kind: str, vocab_size: int, min_frequency: int, lowercase: bool
-                   ) -> tuple[Tokenizer, Any]:
+def _new_tokenizer(kind: str, vocab_size: int, min_frequency: int, lowercase: bool,
+                   extra_specials: list[str] | None = None) -> tuple[Tokenizer, Any]:
     """An untrained tokenizer of ``kind`` and its trainer."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-    specials = list(KIND_SPECIALS[kind].values())
+    specials = list(KIND_SPECIALS[kind].values()) + (extra_specials or [])
     if kind == "wordpiece":
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
         _bert_pipeline(tok, lowercase)
@@ -305,6 +305,43 @@ def _new_tokenizer(kind: str, vocab_size: int, min_frequency: int, lowercase: bo
                                         unk_token="<unk>", show_progress=False)
 
 
+def _train(model: str, vocab_size: int, min_frequency: int, lowercase: bool,
+           lines: Callable[[], Iterator[list[str]]]) -> Tokenizer:
+    """Train a tokenizer of kind ``model`` on ``lines()``, the same one on every run.
+
+    The WordPiece trainer of tokenizers numbers the continuing pieces (``##e``) in a hash
+    order that changes from process to process, and breaks ties between equally frequent
+    merges by those numbers, so two runs on one file gave vocabularies that differed in a few
+    tokens. A first pass (no merges) finds the alphabet; the second then gets every ``##c``
+    with a fixed number, and the result is the same in every run. Unigram training (EM over
+    a suffix array, in threads) cannot be made repeatable from here: said when it runs.
+    """
+    from tokenizers import Tokenizer, models
+
+    if model == "unigram":
+        print("note: the Unigram trainer of the tokenizers library is not deterministic: two "
+              "runs on the same input can differ in a few pieces (WordPiece and BPE are "
+              "repeatable)", file=sys.stderr)
+    if model != "wordpiece":
+        tok, trainer = _new_tokenizer(model, vocab_size, min_frequency, lowercase)
+        tok.train_from_iterator(lines(), trainer=trainer)
+        return tok
+    specials = list(KIND_SPECIALS["wordpiece"].values())
+    tok, trainer = _new_tokenizer(model, len(specials), min_frequency, lowercase)
+    tok.train_from_iterator(lines(), trainer=trainer)  # the alphabet alone
+    pieces = sorted(t for t in tok.get_vocab() if t.startswith("##") and len(t) > 2)
+    tok, trainer = _new_tokenizer(model, vocab_size, min_frequency, lowercase,
+                                  extra_specials=pieces)
+    tok.train_from_iterator(lines(), trainer=trainer)
+    # The pieces were passed as special tokens only to fix their ids: a plain WordPiece model
+    # over the same vocabulary, with only the five roles special.
+    vocab = tok.get_vocab()
+    plain = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    _bert_pipeline(plain, lowercase)
+    plain.add_special_tokens(specials)
+    return plain
+
+
 def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
                     lowercase: bool = True, overwrite: bool = False,
                     min_frequency: int = 2, model: str = "wordpiece", text_field: str = "text",
@@ -312,7 +349,8 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
     """Train a tokenizer of kind ``model`` (wordpiece, bpe, unigram) on raw text and write it
     to ``out``. The special tokens come first (ids 0-4), named as in ``KIND_SPECIALS``."""
     from electra.data.text import expand_inputs, read_chunks
-    from electra.files import check_out, staged
+    from electra.files import staged
+    from electra.outputs import claim_out
 
     if model not in KINDS:
         raise UserError(f"--model {model!r} is not a tokenizer kind; use one of "
@@ -320,23 +358,25 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
     if not 64 <= vocab_size <= 1 << 20:
         raise UserError(f"--vocab-size {vocab_size} is out of range; use 64 to 1048576 "
                         f"(BERT uses 30522)")
-    out = check_out(out, overwrite)
     files = expand_inputs(inputs, split=split)
-    tok, trainer = _new_tokenizer(model, vocab_size, min_frequency, lowercase)
+    out = Path(out)
+    with claim_out(out, "tokenizer", "tokenizer train", overwrite=overwrite,
+                   inputs=[("--input", f) for f in [*inputs, *files]]) as claim:
 
-    def lines() -> Iterator[list[str]]:
-        for chunk in read_chunks(files, text_field):
-            yield [line for line in chunk.lines if line]
+        def lines() -> Iterator[list[str]]:
+            for chunk in read_chunks(files, text_field):
+                yield [line for line in chunk.lines if line]
 
-    tok.train_from_iterator(lines(), trainer=trainer)
-    if tok.get_vocab_size() <= len(ROLES):
-        raise UserError(f"--input {' '.join(inputs)}: no text to train on (the files are "
-                        f"empty)")
-    names = KIND_SPECIALS[model]
-    _electra_template(tok, names)
-    tok.electra_roles = dict(names)  # type: ignore[attr-defined]
-    with staged(out) as tmp:
-        save_tokenizer(tok, tmp)
+        tok = _train(model, vocab_size, min_frequency, lowercase, lines)
+        if tok.get_vocab_size() <= len(ROLES):
+            raise UserError(f"--input {' '.join(inputs)}: no text to train on (the files are "
+                            f"empty)")
+        names = KIND_SPECIALS[model]
+        _electra_template(tok, names)
+        tok.electra_roles = dict(names)  # type: ignore[attr-defined]
+        with staged(out) as tmp:
+            claim.mark(tmp)
+            save_tokenizer(tok, tmp)
     print(f"wrote {out}/tokenizer.json and vocab.txt ({model}, {tok.get_vocab_size()} "
           f"tokens, {'uncased' if lowercase else 'cased'})")
     return tok

@@ -208,6 +208,7 @@ class Trainer:
         self.rebuild = rebuild
         self.progress = progress
         self.step = self.tokens = self.skips = 0
+        self.log_due = False  # resumed from a Ctrl-C that cut this step's metrics line short
         state = None
         if resume is not None:
             state, _ = rt.agree(lambda: load_checkpoint(resume, model), "loading the checkpoint")
@@ -225,6 +226,8 @@ class Trainer:
         if state is not None:
             self._load(state)
         self.boundary = self._snapshot()
+        self.unlogged: tuple[int, Window] | None = None  # (step, window) of a line computed
+        # by metrics() but not yet logged (validation runs between the two)
         self.last: dict[str, Any] = {}
         self.log_file: MetricsLog | None = None
         self.bar: Any = None
@@ -246,6 +249,7 @@ class Trainer:
             part.load_state_dict(state[name])
         self.step, self.tokens = int(state["step"]), int(state["tokens"])
         self.skips = int(state.get("skips", 0))
+        self.log_due = bool(state.get("log_due", False))
         self.saved_world_size = self.streams.load(state["rng"], self.step)
         windows = state.get("window")  # one per rank (absent in older checkpoints)
         if windows is None:
@@ -269,6 +273,9 @@ class Trainer:
             return
         b = self.boundary
         alone = interrupted and self.rt.enabled
+        due = interrupted and self.unlogged is not None and self.unlogged[0] == self.step
+        if due:  # the line of this step was being computed: the resumed run writes it
+            self.window = self.unlogged[1]  # type: ignore[index]
         ranks = [b["local"]] if alone else self.rt.gather(b["local"])
         window = self.window.state_dict()
         windows = [window] if alone else self.rt.gather(window)
@@ -279,7 +286,7 @@ class Trainer:
         state = {"optimizer": optim_state, "scheduler": self.scheduler.state_dict(),
                  **b["parts"], "rng": {**b["shared"], "ranks": ranks}, "window": windows,
                  "step": self.step, "tokens": self.tokens, "skips": self.skips,
-                 "world_size": self.rt.world_size}
+                 "world_size": self.rt.world_size, "log_due": due}
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
         save_checkpoint(self.out / "checkpoints", self.step, weights, state,
@@ -364,6 +371,7 @@ class Trainer:
         record.update(pool(self.rt, w.sums, max(w.steps, 1)))
         record["grad_norm"] = float(w.grad_norm) / max(w.steps, 1)
         record["tokens_per_s"] = w.tokens / max(time.perf_counter() - w.clock, 1e-9)
+        self.unlogged = (self.step, w)
         self.window = Window(self.rt.device)
         return record
 
@@ -373,6 +381,7 @@ class Trainer:
         the window's clock (so time spent validating is not counted as training)."""
         if self.log_file is not None:
             self.log_file.write(record)
+        self.unlogged, self.log_due = None, False
         self.last = record
         if self.bar is not None:
             names = {"tokens_per_s": "tok/s", "val_disc_auc": "val_auc"}

@@ -43,7 +43,8 @@ import numpy as np
 from electra.data.loader import FORMAT_VERSION, SHARD_FILES, ShardDataset
 from electra.data.text import Chunk, ReadStats, expand_inputs, read_chunks
 from electra.errors import UserError
-from electra.files import check_out, sha256_file, staged, write_json
+from electra.files import sha256_file, staged, write_json
+from electra.outputs import claim_out
 from electra.tokenizer import (
     SpecialTokens,
     load_tokenizer,
@@ -220,6 +221,15 @@ def _init_worker(tokenizer_json: str, settings: dict[str, Any]) -> None:
     _SETTINGS = settings
 
 
+def _start_worker(tokenizer_json: str, settings: dict[str, Any]) -> None:
+    """A worker process: Ctrl-C is the parent's to handle (it stops the pool), so the workers
+    ignore it instead of each printing a traceback."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _init_worker(tokenizer_json, settings)
+
+
 def pack_chunk(chunk: Chunk) -> Packed:
     """Encode one chunk's lines and pack them into examples (train/val by document)."""
     st = _SETTINGS
@@ -333,7 +343,6 @@ def _check_options(opt: PrepareOptions) -> None:
     if opt.val_fraction is not None and not 0.0 < opt.val_fraction < 1.0:
         raise UserError(f"--val-fraction {opt.val_fraction} must be between 0 and 1 "
                         f"(for example 0.01)")
-    check_out(opt.out, opt.overwrite)
 
 
 def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json: str,
@@ -365,7 +374,7 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
     env_before = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
-        with ctx.Pool(opt.workers, initializer=_init_worker,
+        with ctx.Pool(opt.workers, initializer=_start_worker,
                       initargs=(tok_json, settings)) as pool:
             pending: deque[Any] = deque()
             for chunk in chunks:
@@ -414,7 +423,12 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
     out = Path(opt.out)
     settings = {"seq_len": opt.seq_len, "special": special, "dtype": dtype.str,
                 "seed": opt.seed, "overflow": opt.overflow}
-    with staged(out) as tmp:  # OUT.partial, renamed to OUT only when complete
+    inputs = [("--input", p) for p in [*opt.inputs, *files]] + [
+        ("--val-input", p) for p in [*(opt.val_inputs or []), *val_files]] + [
+        ("--tokenizer", opt.tokenizer)]
+    with claim_out(out, "data", "prepare", overwrite=opt.overwrite, inputs=inputs) as claim, \
+            staged(out) as tmp:  # OUT.partial, renamed to OUT only when complete
+        claim.mark(tmp)
         t0 = time.perf_counter()
         stats = ReadStats()
         writers: dict[str, _Writer] = {}

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import collections
-import json
 import re
 import string
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from electra.errors import UserError
+from electra.files import read_json
 
 
 @dataclass
@@ -51,23 +51,40 @@ def read_squad(path: str | Path, training: bool) -> tuple[list[QAExample], int, 
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such file")
+    doc = read_json(path, "give the official SQuAD file")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
         articles = doc["data"]
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: not valid JSON ({err}); give the official SQuAD file") from None
+        if not isinstance(articles, list):
+            raise TypeError
     except (KeyError, TypeError):
         raise UserError(f"{path}: not SQuAD JSON (no top-level \"data\" list of articles)"
                         ) from None
     out, skipped, v2 = [], 0, str(doc.get("version", "")).startswith("v2") or str(
         doc.get("version", "")).startswith("2")
-    for article in articles:
-        for para in article.get("paragraphs", []):
+    for a_i, article in enumerate(articles, 1):
+        paragraphs = article.get("paragraphs", []) if isinstance(article, dict) else None
+        if not isinstance(paragraphs, list):
+            raise UserError(f"{path}: article {a_i} has no \"paragraphs\" list; not SQuAD JSON")
+        for p_i, para in enumerate(paragraphs, 1):
+            where = f"{path}: article {a_i}, paragraph {p_i}"
+            if not isinstance(para, dict) or not isinstance(para.get("context"), str) or \
+                    not isinstance(para.get("qas"), list):
+                raise UserError(f"{where}: needs a \"context\" string and a \"qas\" list "
+                                f"(SQuAD's layout)")
             context = para["context"]
             for qa in para["qas"]:
+                if not isinstance(qa, dict) or not all(isinstance(qa.get(k), str)
+                                                       for k in ("id", "question")):
+                    raise UserError(f"{where}: a question without an \"id\" and a "
+                                    f"\"question\" string")
                 impossible = bool(qa.get("is_impossible", False))
                 v2 = v2 or "is_impossible" in qa
-                answers = [(a["text"], int(a["answer_start"])) for a in qa.get("answers", [])]
+                try:
+                    answers = [(a["text"], int(a["answer_start"]))
+                               for a in qa.get("answers", [])]
+                except (KeyError, TypeError, ValueError):
+                    raise UserError(f"{where}: question {qa['id']} has an answer without "
+                                    f"\"text\" and an integer \"answer_start\"") from None
                 if training and not impossible:
                     if not answers:
                         raise UserError(f"{path}: question {qa['id']} has no answer; a "
@@ -90,6 +107,10 @@ def split_articles(examples: list[QAExample], fraction: float, seed: int = 0
     """(train, held out): whole articles (by title) in a fixed random order, the first
     ``fraction`` of the articles to train; no article is on both sides."""
     titles = sorted({e.title for e in examples})
+    if len(titles) < 2:
+        raise UserError(f"article_split={fraction} splits by article, and the file has "
+                        f"{len(titles)} (by title); give a file of several articles, or drop "
+                        f"article_split")
     rng = np.random.default_rng(seed)
     order = [titles[i] for i in rng.permutation(len(titles))]
     train_titles = set(order[: max(1, round(fraction * len(titles)))])
@@ -118,11 +139,11 @@ def qa_features(tok: Any, examples: list[QAExample], max_length: int = 512,
             : enc.offsets[max_query - 1][1]]
         questions.append(cut)
     q_len = max(len(tok.encode(q, add_special_tokens=False).ids) for q in questions)
-    tok.enable_truncation(max_length, stride=stride, strategy="only_second")
     if max_length - q_len - 3 <= stride:
         raise UserError(f"max_length={max_length} leaves {max_length - q_len - 3} context "
                         f"tokens per window after a {q_len}-token question, not more than the "
                         f"stride {stride}; raise max_length or lower doc_stride")
+    tok.enable_truncation(max_length, stride=stride, strategy="only_second")
     ids, types, example, offsets, starts, ends = [], [], [], [], [], []
     for i, e in enumerate(examples):
         first = tok.encode(questions[i], e.context)

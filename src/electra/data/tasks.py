@@ -181,7 +181,7 @@ def read_custom(path: str | Path, text_columns: list[str], label_column: str | N
     if missing:
         raise UserError(f"{path}: no column {', '.join(map(repr, missing))}; found "
                         f"{', '.join(map(repr, found))}")
-    out = []
+    out, padded = [], 0
     for n, r in enumerate(records):
         absent = [c for c in wanted if not isinstance(r, dict) or r.get(c) is None]
         if absent:
@@ -197,9 +197,16 @@ def read_custom(path: str | Path, text_columns: list[str], label_column: str | N
                     raise UserError(f"{path}: row {n + 1}: label {value!r} is not a number "
                                     f"(--regression)") from None
             else:
-                label = str(value)
+                label = str(value).strip()
+                padded += label != str(value)
+                if not label:
+                    raise UserError(f"{path}: row {n + 1}: the label ({label_column!r}) is "
+                                    f"empty; give every row a label, or drop the row")
         b = str(r[text_columns[1]]) if len(text_columns) > 1 else None
         out.append(Example(str(r[text_columns[0]]), b, label, guid=f"{path.name}-{n}"))
+    if padded:
+        print(f"electra: note: {path}: {padded} label(s) had spaces around them, removed "
+              f"(' 1' is read as '1')", file=sys.stderr)
     return out
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import glob
 import gzip
 import hashlib
-import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from electra.errors import UserError
+from electra.files import json_line, read_json
 
 TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".txt.gz", ".text.gz", ".jsonl.gz", ".parquet",
                  ".arrow")
@@ -33,7 +33,8 @@ def _saved_dataset(folder: Path, split: str | None, flag: str) -> list[Path] | N
     """The Arrow files of a ``datasets.save_to_disk`` folder (a Dataset, or the ``split`` of
     a DatasetDict: ``train`` or its only split by default); None for any other folder."""
     if (folder / "dataset_dict.json").is_file():
-        splits = json.loads((folder / "dataset_dict.json").read_text()).get("splits", [])
+        info = read_json(folder / "dataset_dict.json", "a datasets folder's splits")
+        splits = info.get("splits", []) if isinstance(info, dict) else []
         chosen = split or ("train" if "train" in splits or len(splits) != 1 else splits[0])
         if chosen not in splits:
             raise UserError(f"{flag} {folder}: a datasets folder without the split "
@@ -42,7 +43,9 @@ def _saved_dataset(folder: Path, split: str | None, flag: str) -> list[Path] | N
         return _saved_dataset(folder / chosen, None, flag)
     if not (folder / "state.json").is_file() or not (folder / "dataset_info.json").is_file():
         return None
-    state = json.loads((folder / "state.json").read_text())
+    state = read_json(folder / "state.json", "a datasets folder's state")
+    if not isinstance(state, dict):
+        raise UserError(f"{flag} {folder}/state.json: not a datasets state (a JSON object)")
     own = state.get("_split") or (folder.name if (folder.parent / "dataset_dict.json").is_file()
                                   else None)  # a split's folder inside a DatasetDict
     if split is not None and own not in (None, split):
@@ -241,11 +244,7 @@ def iter_lines(path: Path, text_field: str, stats: ReadStats,
             if jsonl:
                 if not text.strip():
                     continue
-                try:
-                    record = json.loads(text)
-                except json.JSONDecodeError as err:
-                    raise UserError(f"{path}:{lineno}: not valid JSON ({err.msg}); JSONL "
-                                    f"needs one object per line") from None
+                record = json_line(text, f"{path}:{lineno}")
                 if not isinstance(record, dict) or text_field not in record:
                     raise UserError(f"{path}:{lineno}: no {text_field!r} field; name the "
                                     f"field with --text-field")

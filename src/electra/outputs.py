@@ -1,0 +1,417 @@
+"""Who owns an ``--out``: the one rule every command follows before it writes anything.
+
+1. Every folder a command writes carries a mark, ``.electra.json`` ({"kind", "command"}):
+   what it is (a tokenizer, prepared data, a run, a fine-tune, an export, a comparison, a
+   demo) and which command made it. Folders from before the mark are recognised by their
+   files (:func:`what_is`).
+2. A command writes only into a new or empty folder, or (``--overwrite``; ``--resume`` to
+   continue) into one of its own kind made by the same command. Anything else (a run, a
+   data folder, a model, a folder of files electra did not write) is refused with one line
+   naming what the folder holds; nothing is changed.
+3. No output goes over, inside or around any of the command's inputs (real paths compared,
+   symbolic links resolved): ``prepare --input in --out in/data`` and ``export RUN --out
+   RUN`` are refused. A symbolic link as ``--out`` (or its ``.partial``) is refused too.
+4. One writer per ``--out``: an exclusive ``fcntl`` lock on ``OUT.lock`` beside it (with the
+   holder's pid, host, command and start time), taken before anything is written and
+   released (the file removed) when the command ends, however it ends. A second command on
+   the same ``--out`` exits 2 naming the holder. A lock left by a process that was killed is
+   not held (the kernel releases it); it is taken over with a note. Under torchrun only rank
+   0 takes it. On a network filesystem this is as good as its ``fcntl`` locks (NFSv4 and
+   lockd-backed NFSv3 honour them; a filesystem without locks gets a note, no lock).
+5. A single-file output (``predict --out``, ``plot --out``, ``detect --html``) replaces an
+   existing file only if this command wrote it (:func:`owns_file` recognises its format),
+   and never an input.
+
+    with claim_out(out, "run", "pretrain", overwrite=..., resume=..., inputs=...) as claim:
+        ...                 # claim.state: "new" (absent or empty), "same" (ours, to
+        claim.mark(folder)  # continue or replace); mark a folder as this command's output
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from electra.errors import UserError
+
+MARK = ".electra.json"
+
+# kind -> how a message names it
+KINDS = {"tokenizer": "a tokenizer", "data": "prepared data", "run": "a pretraining run",
+         "finetune": "a fine-tuning output", "export": "a transformers export",
+         "comparison": "a comparison", "demo": "a demo"}
+
+_HELD: set[str] = set()  # lock files this process holds (fcntl locks do not conflict within
+# one process, so a second claim of the same --out in this process is caught here)
+
+
+def describe(kind: str, command: str) -> str:
+    if kind == "run" and command == "import":
+        return "an imported run (electra import)"
+    return f"{KINDS.get(kind, kind)} (electra {command})"
+
+
+def _json_dict(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.loads(f.read(1 << 20))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def what_is(folder: Path) -> tuple[str, str] | None:
+    """(kind, command) of an existing non-empty folder electra wrote; None when it holds files
+    electra did not write."""
+    mark = _json_dict(folder / MARK)
+    if isinstance(mark.get("kind"), str) and isinstance(mark.get("command"), str):
+        return mark["kind"], mark["command"]
+    # Folders written before the mark, by their files.
+    if (folder / "compare.json").is_file():
+        return "comparison", "compare"
+    if (folder / "meta.json").is_file() and (folder / "train").is_dir():
+        return "data", "prepare"
+    if (folder / "summary.json").is_file() or all(
+            (folder / d).is_dir() for d in ("corpus", "tokenizer", "data")):
+        return "demo", "demo"
+    if any((folder / f).is_file() for f in ("results.json", "finetune.json")) or any(
+            folder.glob("seed-*/config.json")):
+        return "finetune", "finetune"
+    top = _json_dict(folder / "config.json")
+    if "architectures" in top or "architectures" in _json_dict(
+            folder / "discriminator" / "config.json"):
+        return "export", "export"
+    if "train" in top or (folder / "checkpoints").is_dir() or (folder / "metrics.jsonl"
+                                                                ).is_file():
+        return "run", "pretrain"
+    if (folder / "discriminator" / "config.json").is_file():
+        return "run", "import"
+    names = {p.name for p in folder.iterdir()}
+    if "tokenizer.json" in names and names <= {"tokenizer.json", "vocab.txt",
+                                               "special_tokens_map.json"}:
+        return "tokenizer", "tokenizer train"
+    return None
+
+
+def check_writable(out: Path, flag: str = "--out") -> None:
+    """Refuse an output that cannot be written (read-only filesystem, no permission, a file
+    where a folder must go): the nearest existing folder at or above ``out`` must take a new
+    file (a probe, removed at once)."""
+    place = out
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    if not place.is_dir():
+        where = f"{flag} {out} is" if place == out else f"{flag} {out}: {place} is"
+        raise UserError(f"{where} a file, not a folder; choose another path")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".electra-probe-", dir=place)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise UserError(f"{flag} {out}: cannot write under {place} ({err.strerror or err}); "
+                        f"choose a writable folder") from None
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def check_inputs(out: Path, inputs: Iterable[tuple[str, Any]], flag: str = "--out") -> None:
+    """Refuse ``out`` over, inside or around an input (``(flag, path)`` pairs; None skipped)."""
+    target = _real(out)
+    for in_flag, value in inputs:
+        if value in (None, ""):
+            continue
+        src = _real(Path(value))
+        if not src.exists():
+            continue
+        if target == src:
+            raise UserError(f"{flag} {out} is {in_flag} {value} itself, an input of this "
+                            f"command; write the output somewhere else")
+        if src.is_dir() and src in target.parents:
+            raise UserError(f"{flag} {out} is inside {in_flag} {value}, an input of this "
+                            f"command; choose a path outside it")
+        if target in src.parents:
+            raise UserError(f"{flag} {out} holds {in_flag} {value}, an input of this command; "
+                            f"choose a folder that does not contain it")
+
+
+def _no_link(path: Path, flag: str, out: Path) -> None:
+    if path.is_symlink():
+        what = " is" if path == out else f": {path} is"
+        raise UserError(f"{flag} {out}{what} a symbolic link (to {os.readlink(path)}); give "
+                        f"the real path, or remove the link")
+
+
+# -- the lock ---------------------------------------------------------------------------
+
+
+@dataclass
+class Lock:
+    path: Path
+    fd: int
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        os.close(self.fd)
+        _HELD.discard(str(self.path))
+
+
+def _holder(text: str) -> str:
+    try:
+        h = json.loads(text)
+        return (f"pid {h['pid']} on {h['host']}, electra {h['command']}, since "
+                f"{h['started']}")
+    except (ValueError, KeyError, TypeError):
+        return "another process"
+
+
+def take_lock(out: Path, command: str, flag: str = "--out") -> Lock | None:
+    """The exclusive lock on ``OUT.lock``; a UserError naming the holder when another process
+    holds it. None (with a note) where the filesystem has no locks."""
+    import fcntl
+
+    path = out.with_name(out.name + ".lock")
+    _no_link(path, flag, out)
+    if str(path) in _HELD:
+        raise UserError(f"{flag} {out} is being written by this same process already; give "
+                        f"each output its own folder")
+    for _ in range(10):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as err:
+            raise UserError(f"{flag} {out}: cannot create the lock file {path} "
+                            f"({err.strerror}); choose a writable folder") from None
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+            os.close(fd)
+            if err.errno == errno.ENOLCK:
+                print(f"electra: note: {path.parent} has no file locks; nothing stops another "
+                      f"command from writing {out} at the same time", file=sys.stderr)
+                return None
+            raise UserError(f"{flag} {out} is being written by another electra command "
+                            f"({_holder(text)}); wait for it to end, or choose another "
+                            f"folder") from None
+        try:  # the file may have been removed by the holder we waited on: then try again
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            continue
+        stale = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+        if stale.strip():
+            print(f"electra: note: {path} was left by a command that no longer runs "
+                  f"({_holder(stale)}); taking it over", file=sys.stderr)
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+                "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+        _HELD.add(str(path))
+        return Lock(path, fd)
+    raise UserError(f"{flag} {out}: could not take {path} (it keeps being replaced); run the "
+                    f"command again")
+
+
+# -- the claim ---------------------------------------------------------------------------
+
+
+@dataclass
+class Claim:
+    """What :func:`claim_out` found and holds: ``state`` is "new" or "same"."""
+
+    path: Path
+    kind: str
+    command: str
+    state: str = "new"
+    lock: Lock | None = None
+    made: list[Path] = field(default_factory=list)  # parent folders this claim created
+
+    def mark(self, folder: Path) -> None:
+        """Mark ``folder`` (the output, or its staging copy) as this command's."""
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / MARK).write_text(json.dumps({"kind": self.kind, "command": self.command,
+                                               "format_version": 1}) + "\n")
+
+
+def _inspect(claim: Claim, overwrite: bool, resume: bool, flag: str) -> None:
+    out = claim.path
+    _no_link(out, flag, out)
+    for suffix in (".partial", ".old"):
+        _no_link(out.with_name(out.name + suffix), flag, out)
+    part = out.with_name(out.name + ".partial")
+    if part.is_dir() and any(part.iterdir()) and what_is(part) is None:
+        raise UserError(f"{flag} {out}: {part} holds files electra did not write (it would "
+                        f"be the staging folder); move it away or choose another --out")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{flag} {out} is a file, not a folder; choose a folder path")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    found = what_is(out)
+    mine = describe(claim.kind, claim.command)
+    if found is None:
+        raise UserError(f"{flag} {out} holds files electra did not write; refusing to write "
+                        f"there (nothing was changed): choose a new or empty folder")
+    if found != (claim.kind, claim.command):
+        raise UserError(f"{flag} {out} holds {describe(*found)}, not {mine}; this command "
+                        f"replaces only its own kind of output (nothing was changed): choose "
+                        f"another folder")
+    claim.state = "same"
+    if not (overwrite or resume):
+        again = ("pass --resume to continue it or --overwrite to start again"
+                 if claim.kind in ("run", "finetune") and claim.command != "import" else
+                 "pass --overwrite to replace it or choose another folder")
+        raise UserError(f"{flag} {out} already holds {describe(*found)}; {again}")
+
+
+def claim(out: str | Path, kind: str, command: str, *, overwrite: bool = False,
+          resume: bool = False, inputs: Iterable[tuple[str, Any]] = (),
+          flag: str = "--out") -> Claim:
+    """Check ``out`` for this command and take its lock (see the module's docstring); the
+    caller releases it with :func:`release`. Nothing is written but the lock file (and the
+    missing folders above ``out``, removed again on release if still empty)."""
+    out = Path(out)
+    c = Claim(out, kind, command)
+    _no_link(out, flag, out)
+    check_inputs(out, inputs, flag)
+    check_writable(out, flag)
+    parent = out.parent
+    while not parent.exists():
+        c.made.insert(0, parent)
+        parent = parent.parent
+    for d in c.made:
+        d.mkdir()
+    try:
+        c.lock = take_lock(out, command, flag)
+        _inspect(c, overwrite, resume, flag)
+    except BaseException:
+        release(c)
+        raise
+    return c
+
+
+def release(c: Claim) -> None:
+    """Give the lock back; remove the folders the claim made that stayed empty."""
+    if c.lock is not None:
+        c.lock.release()
+        c.lock = None
+    for d in reversed(c.made):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+    c.made = []
+
+
+@contextlib.contextmanager
+def claim_out(out: str | Path, kind: str, command: str, *, overwrite: bool = False,
+              resume: bool = False, inputs: Iterable[tuple[str, Any]] = (),
+              flag: str = "--out", rt: Any = None) -> Iterator[Claim]:
+    """:func:`claim` for the length of the block. With a runtime ``rt`` (torchrun), rank 0
+    claims and every rank gets its verdict (a UserError stops them all)."""
+    held: list[Claim] = []
+
+    def take() -> str:
+        held.append(claim(out, kind, command, overwrite=overwrite, resume=resume,
+                          inputs=inputs, flag=flag))
+        return held[0].state
+
+    state = rt.on_main(take, "checking --out") if rt is not None else take()
+    c = held[0] if held else Claim(Path(out), kind, command, state)
+    try:
+        yield c
+    finally:
+        release(c)
+
+
+# -- single-file outputs -------------------------------------------------------------------
+
+PNG_SOFTWARE = "electra plot"
+HTML_GENERATOR = '<meta name="generator" content="electra detect">'
+PREDICTION_KEYS = {"label", "probs", "score", "tokens", "tags", "id", "answer",
+                   "no_answer_minus_best"}
+
+
+def owns_file(path: Path, command: str) -> bool:
+    """Whether an existing file is one ``command`` writes (its format recognised); a device
+    or pipe (``/dev/stdout``) is written into, never replaced, so it counts as writable."""
+    if path.exists() and not path.is_file():
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    if not head:
+        return True  # an empty file holds nothing to lose
+    if command == "plot":
+        return head.startswith(b"\x89PNG") and (PNG_SOFTWARE.encode() in head
+                                                 or path.name == "curves.png")
+    if command == "detect":
+        return HTML_GENERATOR.encode() in head
+    if command == "predict":
+        try:
+            first = json.loads(head.split(b"\n", 1)[0])
+        except ValueError:
+            return False
+        return isinstance(first, dict) and bool(first) and set(first) <= PREDICTION_KEYS
+    return False
+
+
+def check_file_out(out: str | Path, command: str, inputs: Iterable[tuple[str, Any]] = (),
+                   flag: str = "--out", suffix: str = "") -> Path:
+    """Refuse a single-file output that would destroy something (see the module's
+    docstring); call before any work. Returns ``out`` as a Path."""
+    path = Path(out)
+    if path.exists() and not path.is_file() and not path.is_dir():
+        return path  # a device or pipe (/dev/stdout, /dev/null; a link to one): written into
+    _no_link(path, flag, path)
+    if path.is_dir():
+        raise UserError(f"{flag} {out} is a folder; give a file path"
+                        + (f", e.g. out{suffix}" if suffix else ""))
+    check_inputs(path, inputs, flag)
+    check_writable(path.parent if path.exists() else path, flag)
+    if path.exists() and not owns_file(path, command):
+        raise UserError(f"{flag} {out} exists and was not written by electra {command}; "
+                        f"refusing to replace it (nothing was changed): choose another path")
+    return path
+
+
+def write_file(path: Path, write: Callable[[Path], None], command: str,
+               flag: str = "--out") -> None:
+    """Write a single-file output atomically under its lock: ``write(part)`` fills a part
+    file, renamed over ``path`` at the end (missing folders above it made; on any error the
+    part file is removed and ``path`` untouched)."""
+    from electra.files import disk_errors
+
+    if path.exists() and not path.is_file():  # /dev/stdout, /dev/null, a pipe: write into it
+        with disk_errors(path):
+            write(path)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = take_lock(path, command, flag)
+    part = path.with_name(path.name + ".partial")
+    try:
+        if path.exists() and not owns_file(path, command):  # appeared while we worked
+            raise UserError(f"{flag} {path} was created by something else while this command "
+                            f"ran; refusing to replace it: choose another path")
+        with disk_errors(path):
+            _no_link(part, flag, path)
+            write(part)
+            os.replace(part, path)
+    finally:
+        with contextlib.suppress(OSError):
+            part.unlink()
+        if lock is not None:
+            lock.release()
