@@ -619,6 +619,14 @@ CASES = [
     ("loss", (*PRETRAIN, "--out", P("data", "run")), "is inside --data {w}/data"),
     ("loss", (*COMPARE, "--out", P("run")), "holds a pretraining run"),
     ("loss", (*COMPARE, "--out", P("data", "cmp")), "is inside --data {w}/data"),
+    ("loss", ("demo", "--out", P("data", "demo")), "is inside {w}/data, which holds prepared "
+     "data (electra prepare)"),
+    ("loss", ("export", P("ft", "seed-1"), "--out", P("ft", "seed-1.hf")),
+     "is inside {w}/ft, which holds a fine-tuning output"),
+    ("loss", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out",
+              P("run", "data")), "is inside {w}/run, which holds a pretraining run"),
+    ("loss", ("tokenizer", "train", "--input", P("c.txt"), "--out", P("hf", "tok")),
+     "is inside {w}/hf, which holds a transformers export"),
     # -- one writer per --out; links; a staging folder that is not ours --
     ("out", (*PRETRAIN, "--out", P("locked")), "is being written by another electra command "
      "(pid "),

@@ -154,7 +154,7 @@ def parse_fractions(text: str) -> list[float]:
         values = sorted({float(s) for s in text.split(",") if s.strip()})
     except ValueError:
         values = []
-    if not values or values[0] <= 0 or values[-1] != 1.0:
+    if not values or not all(0 < v <= 1 for v in values) or values[-1] != 1.0:
         raise UserError(f"--fractions {text}: give fractions of the budget in (0, 1], ending "
                         f"with 1, e.g. 0.25,0.5,1")
     return values

@@ -406,6 +406,8 @@ class TrainConfig:
                      "weight_decay", "grad_clip", "seed"):
             value = getattr(self, name)
             _check(value >= 0, f"train.{name} must be >= 0, got {value!r}")
+        _check(self.threads <= 4096, f"train.threads must be at most 4096, got "
+               f"{self.threads!r} (0: all cores)")
         _check(self.seed <= MAX_SEED, f"train.seed must be at most 2**32-1 ({MAX_SEED}), got "
                f"{self.seed!r}")
         _check_adam(self.adam_beta1, self.adam_beta2, self.adam_eps, "train.")

@@ -10,7 +10,9 @@
    naming what the folder holds; nothing is changed.
 3. No output goes over, inside or around any of the command's inputs (real paths compared,
    symbolic links resolved): ``prepare --input in --out in/data`` and ``export RUN --out
-   RUN`` are refused. A symbolic link as ``--out`` (or its ``.partial``) is refused too.
+   RUN`` are refused; so is a folder inside another command's output (whose ``--overwrite``
+   would delete it), except the parts compare and demo write inside their own. A symbolic
+   link as ``--out`` (or its ``.partial``) is refused too.
 4. One writer per ``--out``: an exclusive ``fcntl`` lock on ``OUT.lock`` beside it (with the
    holder's pid, host, command and start time), taken before anything is written and
    released (the file removed) when the command ends, however it ends. A second command on
@@ -70,12 +72,15 @@ def _json_dict(path: Path) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
-def what_is(folder: Path) -> tuple[str, str] | None:
+def what_is(folder: Path, strict: bool = False) -> tuple[str, str] | None:
     """(kind, command) of an existing non-empty folder electra wrote; None when it holds files
-    electra did not write."""
+    electra did not write. ``strict``: only the mark (for the folders above an --out, where
+    a loose guess from file names would refuse outputs under a user's own folders)."""
     mark = _json_dict(folder / MARK)
     if isinstance(mark.get("kind"), str) and isinstance(mark.get("command"), str):
         return mark["kind"], mark["command"]
+    if strict:
+        return None
     # Folders written before the mark, by their files.
     if (folder / "compare.json").is_file():
         return "comparison", "compare"
@@ -146,6 +151,19 @@ def check_inputs(out: Path, inputs: Iterable[tuple[str, Any]], flag: str = "--ou
                             f"choose a folder that does not contain it")
 
 
+def check_nesting(out: Path, flag: str = "--out") -> None:
+    """Refuse a folder output inside another command's output (its --overwrite would delete
+    this one), unless this process holds that folder (compare and demo nest their parts)."""
+    for above in _real(out).parents:
+        if not above.is_dir():
+            continue
+        found = what_is(above, strict=True)
+        held = _lock_key(above) in _HELD
+        if found is not None and not held:
+            raise UserError(f"{flag} {out} is inside {above}, which holds {describe(*found)}; "
+                            f"choose a folder outside it")
+
+
 def _no_link(path: Path, flag: str, out: Path) -> None:
     if path.is_symlink():
         what = " is" if path == out else f": {path} is"
@@ -156,16 +174,22 @@ def _no_link(path: Path, flag: str, out: Path) -> None:
 # -- the lock ---------------------------------------------------------------------------
 
 
+def _lock_key(out: Path) -> str:
+    """The real path of OUT's lock file (how this process remembers what it holds)."""
+    return os.path.join(os.path.realpath(out.parent), out.name + ".lock")
+
+
 @dataclass
 class Lock:
     path: Path
     fd: int
+    key: str
 
     def release(self) -> None:
         with contextlib.suppress(OSError):
             os.unlink(self.path)
         os.close(self.fd)
-        _HELD.discard(str(self.path))
+        _HELD.discard(self.key)
 
 
 def _holder(text: str) -> str:
@@ -184,7 +208,8 @@ def take_lock(out: Path, command: str, flag: str = "--out") -> Lock | None:
 
     path = out.with_name(out.name + ".lock")
     _no_link(path, flag, out)
-    if str(path) in _HELD:
+    key = _lock_key(out)
+    if key in _HELD:
         raise UserError(f"{flag} {out} is being written by this same process already; give "
                         f"each output its own folder")
     for _ in range(10):
@@ -220,8 +245,8 @@ def take_lock(out: Path, command: str, flag: str = "--out") -> Lock | None:
                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
-        _HELD.add(str(path))
-        return Lock(path, fd)
+        _HELD.add(key)
+        return Lock(path, fd, key)
     raise UserError(f"{flag} {out}: could not take {path} (it keeps being replaced); run the "
                     f"command again")
 
@@ -286,14 +311,24 @@ def claim(out: str | Path, kind: str, command: str, *, overwrite: bool = False,
     out = Path(out)
     c = Claim(out, kind, command)
     _no_link(out, flag, out)
+    here = _real(Path.cwd())
+    if _real(out) == here or _real(out) in here.parents:
+        raise UserError(f"{flag} {out} is the current folder or holds it; give a folder by "
+                        f"its own name (e.g. runs/{kind})")
     check_inputs(out, inputs, flag)
+    check_nesting(out, flag)
     check_writable(out, flag)
     parent = out.parent
     while not parent.exists():
         c.made.insert(0, parent)
         parent = parent.parent
-    for d in c.made:
-        d.mkdir()
+    try:
+        for d in c.made:
+            d.mkdir()
+    except OSError as err:
+        release(c)
+        raise UserError(f"{flag} {out}: cannot make the folder {err.filename} "
+                        f"({err.strerror}); choose another path") from None
     try:
         c.lock = take_lock(out, command, flag)
         _inspect(c, overwrite, resume, flag)
