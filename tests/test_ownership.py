@@ -363,3 +363,41 @@ def test_ctrl_c_during_prepare_with_workers_is_one_quiet_line(outs, tmp_path):
     assert err.strip().splitlines()[-1] == ("electra: interrupted; nothing was written (--out "
                                             "is as it was); run the command again")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.txt"]
+
+
+def test_ctrl_c_during_a_finetune_evaluation_keeps_that_line(outs, tmp_path, monkeypatch,
+                                                             capsys):
+    """Interrupted while epoch 2's dev scores are computed, then resumed: the seed's
+    metrics.jsonl and dev scores equal an uninterrupted fine-tune's."""
+    import electra.finetune as finetune
+
+    base = ["finetune", "--model", outs / "run", "--task", "custom", "--train",
+            outs / "train.csv", "--dev", outs / "dev.csv", "--quiet", "--set", "epochs=3",
+            "--set", "batch_size=8", "--set", "max_length=32", "--set", "precision=fp32"]
+    assert cli(*base, "--out", tmp_path / "a") == 0
+    real, calls = finetune.evaluate_model, [0]
+
+    def interrupted(*a, **k):
+        calls[0] += 1
+        if calls[0] == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(finetune, "evaluate_model", interrupted)
+    assert cli(*base, "--out", tmp_path / "b") == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "electra: interrupted; continue it with the same command and --resume (finished "
+        "seeds are kept)")
+    monkeypatch.setattr(finetune, "evaluate_model", real)
+    assert cli(*base, "--out", tmp_path / "b", "--resume") == 0
+
+    def lines(seed: Path) -> list[dict]:
+        return [{k: v for k, v in r.items() if k not in TIMING_KEYS}
+                for r in iter_metrics(seed)]
+
+    a, b = lines(tmp_path / "a" / "seed-1"), lines(tmp_path / "b" / "seed-1")
+    assert [r["epoch"] for r in a] == [1, 2, 3]
+    assert a == b
+    ra = json.loads((tmp_path / "a" / "results.json").read_text())
+    rb = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert ra["seeds"] == rb["seeds"]

@@ -335,7 +335,21 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
         progress=progress)
     per_rank = cfg.batch_size // rt.world_size
     micro = per_rank // cfg.grad_accum
+
+    def log() -> None:  # the training loss so far and the dev scores, one metrics line
+        record = {**trainer.metrics(), "epoch": round(
+            batches.epoch + batches.position / steps_per_epoch, 4)}
+        if rt.is_main:
+            dev = evaluate_model(trainer.model, tok, data, cfg)
+            record.update({f"{split}_{m}": v for split, res in dev.items()
+                           for m, v in res.items()})
+            selection.offer({"step": trainer.step, "epoch": record["epoch"],
+                             "loss": record["loss"], "dev": dev}, trainer.model)
+        trainer.log(record, show=("loss", f"{first}_{data.metrics[0]}"))
+
     with trainer.running(total=total):
+        if trainer.log_due:  # Ctrl-C came while this step's line was being computed
+            log()
         while trainer.step < total:
             index = batches.next()
             mine = {k: v[index[rt.rank * per_rank : (rt.rank + 1) * per_rank]]
@@ -358,15 +372,7 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
             if trainer.train_step(micro_step, tokens) is None:
                 continue  # a non-finite loss: the step was skipped
             if batches.epoch_done or trainer.every(cfg.eval_every):
-                record = {**trainer.metrics(), "epoch": round(
-                    batches.epoch + batches.position / steps_per_epoch, 4)}
-                if rt.is_main:
-                    dev = evaluate_model(trainer.model, tok, data, cfg)
-                    record.update({f"{split}_{m}": v for split, res in dev.items()
-                                   for m, v in res.items()})
-                    selection.offer({"step": trainer.step, "epoch": record["epoch"],
-                                     "loss": record["loss"], "dev": dev}, trainer.model)
-                trainer.log(record, show=("loss", f"{first}_{data.metrics[0]}"))
+                log()
             trainer.advance()
             end = (trainer.every(cfg.save_every) if cfg.save_every else batches.epoch_done)
             if end and trainer.step < total:
