@@ -146,12 +146,14 @@ def world(tmp_path_factory) -> Iterator[Path]:
     (w / "unseen.csv").write_text("text,label\ngood,pos\nbad,meh\n")
     (w / "bad.jsonl").write_text('{"text": "good", "label": "pos"}\n{"text": oops}\n')
     (w / "num.csv").write_text("text,label\ngood,high\nbad,0.1\n")
+    (w / "nan.csv").write_text("text,label\ngood,0.5\nbad,nan\n")
     # Tagging files: good ones, ragged columns, a dev tag never seen in training, a JSONL
     # sentence whose tags do not match its tokens, a CoNLL-U line with 9 columns.
     (w / "tags.conll").write_text("alice\tB-PER\nruns\tO\n\nbob\tB-PER\nsees\tO\n")
     (w / "ragged.conll").write_text("alice\tB-PER\nruns\tO\tX\n")
     (w / "unseen.conll").write_text("alice\tB-LOC\nruns\tO\n")
     (w / "short.jsonl").write_text('{"tokens": ["a", "b"], "tags": ["O"]}\n')
+    (w / "blank_tag.jsonl").write_text('{"tokens": ["a", "b"], "tags": ["O", " "]}\n')
     (w / "nine.conllu").write_text("1\tI\tI\tPRON\tPRP\t_\t3\tnsubj\t_\n")
     # SQuAD files: an answerable question without an answer; JSON that is not SQuAD.
     (w / "noans.json").write_text(json.dumps({"version": "1.1", "data": [{"title": "t",
@@ -478,7 +480,10 @@ CASES = [
     ("task", ft(dev="unseen.csv"), "dev labels 'meh' never occur"),
     ("task", ft(train="bad.jsonl"), "bad.jsonl:2: not valid JSON"),
     ("task", (*ft(train="num.csv"), "--regression"),
-     "label 'high' is not a number"),
+     "label 'high' is not a finite number"),
+    ("task", (*ft(train="nan.csv"), "--regression"), "row 2: label 'nan' is not a finite"),
+    ("task", (*FINETUNE, "--label-column", "text"), "--label-column text is also a text "
+     "column"),
     ("task", (*RANDOM_FT, "--train", P("missing.csv")), "missing.csv: no such file"),
     ("task", (*FINETUNE, "--text-columns", "sentence"), "no column 'sentence'"),
     ("task", (*FINETUNE, "--predict", "test"), "GLUE submission files"),
@@ -486,6 +491,7 @@ CASES = [
      "ragged.conll:2: 3 column(s) where the file's first word line has 2"),
     ("task", (*TAGGING, "--dev", P("unseen.conll")), "dev tags 'B-LOC' never occur"),
     ("task", (*TAGGING, "--dev", P("short.jsonl")), "short.jsonl:1: 2 tokens but 1 tags"),
+    ("task", (*TAGGING, "--dev", P("blank_tag.jsonl")), "blank_tag.jsonl:1: a tag is empty"),
     ("task", (*TAGGING, "--dev", P("nine.conllu")), "nine.conllu:1: 9 tab-separated columns"),
     ("task", (*TAGGING, "--dev", P("tags.conll"), "--tag-column", "5"),
      "--tag-column 5: {w}/tags.conll has 2 columns"),
@@ -632,6 +638,14 @@ CASES = [
      "(pid "),
     ("out", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out", P("locked")),
      "wait for it to end, or choose another folder"),
+    ("out", (*FINETUNE, "--out", P("locked")), "is being written by another electra command"),
+    ("out", (*FINETUNE, "--out", P("locked"), "--resume"), "is being written by another"),
+    ("out", ("export", P("run"), "--out", P("locked")), "is being written by another"),
+    ("out", ("import", P("hf/discriminator"), "--out", P("locked")), "is being written by"),
+    ("out", ("tokenizer", "train", "--input", P("c.txt"), "--out", P("locked")),
+     "is being written by another"),
+    ("out", (*COMPARE, "--out", P("locked")), "is being written by another electra command"),
+    ("out", ("demo", "--out", P("locked")), "is being written by another electra command"),
     ("out", (*PRETRAIN, "--out", P("link_out")), "--out {w}/link_out is a symbolic link"),
     ("out", (*FINETUNE, "--out", P("link_out"), "--overwrite"), "is a symbolic link"),
     ("out", (*PRETRAIN, "--out", P("lnk")), "{w}/lnk.partial is a symbolic link"),

@@ -221,7 +221,12 @@ def take_lock(out: Path, command: str, flag: str = "--out") -> Lock | None:
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
-            text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+            text = ""
+            for _ in range(40):  # the holder writes who it is just after it locks
+                text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+                if text.strip() or err.errno == errno.ENOLCK:
+                    break
+                time.sleep(0.025)
             os.close(fd)
             if err.errno == errno.ENOLCK:
                 print(f"electra: note: {path.parent} has no file locks; nothing stops another "

@@ -67,6 +67,10 @@ def _jsonl(path: Path, text: str) -> list[Sentence]:
             raise UserError(f'{path}:{n}: expected {{"tokens": [words], "tags": [tags]}}')
         if tags is not None and len(tags) != len(words):
             raise UserError(f"{path}:{n}: {len(words)} tokens but {len(tags)} tags")
+        if tags is not None and any(not isinstance(t, str | int) or str(t).strip() != str(t)
+                                    or not str(t) for t in tags):
+            raise UserError(f"{path}:{n}: a tag is empty, not a string, or has spaces around "
+                            f"it ({tags!r}); give one tag per token, e.g. \"B-PER\"")
         out.append(Sentence(words, None if tags is None else [str(t) for t in tags]))
     return out
 

@@ -12,6 +12,7 @@ Metrics are GLUE's own definitions, computed with scikit-learn and scipy.
 from __future__ import annotations
 
 import csv
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,6 +167,9 @@ def read_custom(path: str | Path, text_columns: list[str], label_column: str | N
         raise UserError(f"{path}: no such file")
     if not 1 <= len(text_columns) <= 2:
         raise UserError(f"--text-columns takes one column or two, got {len(text_columns)}")
+    if label_column in text_columns:
+        raise UserError(f"--label-column {label_column} is also a text column (--text-columns "
+                        f"{','.join(text_columns)}); the model would read its answer")
     try:
         records = _records(path)
     except UnicodeDecodeError as err:
@@ -194,8 +198,10 @@ def read_custom(path: str | Path, text_columns: list[str], label_column: str | N
                 try:
                     label = float(value)
                 except (TypeError, ValueError):
-                    raise UserError(f"{path}: row {n + 1}: label {value!r} is not a number "
-                                    f"(--regression)") from None
+                    label = math.nan
+                if not math.isfinite(label):
+                    raise UserError(f"{path}: row {n + 1}: label {value!r} is not a finite "
+                                    f"number (--regression)")
             else:
                 label = str(value).strip()
                 padded += label != str(value)
