@@ -361,6 +361,8 @@ CASES = [
      "--seq-len 4 is out of range"),
     ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--workers", "0"),
      "--workers 0"),
+    ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--workers",
+                "100000"), "--workers 100000 must be from 1 to"),
     ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--val-fraction",
                 "1.5"), "--val-fraction 1.5"),
     # -- devices --

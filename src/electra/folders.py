@@ -52,6 +52,10 @@ def read_config(folder: Path, kind: str, flag: str = "--model") -> tuple[ModelCo
     if not isinstance(meta, dict) or "model" not in meta:
         raise UserError(f"{flag} {folder}: config.json is not an electra model config; "
                         f"{_hint(kind)}")
+    if meta.get("kind") not in KINDS:
+        raise UserError(f"{flag} {folder}: not a model folder (config.json names no model "
+                        f"kind; a checkpoint's weights are read by `electra export`); "
+                        f"{_hint(kind)}")
     if meta.get("kind") != kind:
         raise UserError(f"{flag} {folder}: holds a {meta.get('kind')}, not a {kind}")
     return config_from_dict(ModelConfig, meta["model"], str(folder / "config.json")), meta

@@ -338,8 +338,10 @@ def _check_options(opt: PrepareOptions) -> None:
     if opt.overflow not in OVERFLOW:
         raise UserError(f"--overflow {opt.overflow!r}: use one of {', '.join(OVERFLOW)} (drop "
                         f"is the original packing; carry starts the next example with them)")
-    if opt.workers < 1:
-        raise UserError(f"--workers {opt.workers} must be at least 1")
+    most = 4 * (os.cpu_count() or 1)
+    if not 1 <= opt.workers <= most:
+        raise UserError(f"--workers {opt.workers} must be from 1 to {most} (4 per core of this "
+                        f"machine); the output is the same for any count")
     if opt.val_fraction is not None and not 0.0 < opt.val_fraction < 1.0:
         raise UserError(f"--val-fraction {opt.val_fraction} must be between 0 and 1 "
                         f"(for example 0.01)")
