@@ -138,19 +138,20 @@ MAX_JSON_BYTES = 1 << 30  # 1 GiB: SQuAD's train file is 30 MB, a large tokenize
 MAX_DEPTH = 64  # no file of ours (or SQuAD, GLUE, transformers) nests half as deep
 
 
-def parse_json(text: str, where: str, what: str = "") -> Any:
+def parse_json(text: str, where: str, what: str = "",
+               fix: str = "the file is damaged or truncated") -> Any:
     """``json.loads`` with a nesting limit: bad JSON, or JSON nested deeper than MAX_DEPTH
     (which would overflow the recursion of any code walking it), is one UserError naming
-    ``where``."""
+    ``where`` (and ending with ``fix``)."""
     hint = f" ({what})" if what else ""
     try:
         obj, deep = _loads(text)
     except json.JSONDecodeError as err:
-        raise UserError(f"{where}: not valid JSON{hint} ({err.msg} at line {err.lineno}); "
-                        f"the file is damaged or truncated") from None
+        at = f" at line {err.lineno}" if "\n" in text.strip() else ""
+        raise UserError(f"{where}: not valid JSON{hint} ({err.msg}{at}); {fix}") from None
     if deep:
-        raise UserError(f"{where}: JSON nested more than {MAX_DEPTH} levels deep{hint}; "
-                        f"not a file electra reads")
+        raise UserError(f"{where}: JSON nested more than {MAX_DEPTH} levels deep{hint}; not "
+                        f"something electra reads")
     return obj
 
 
@@ -243,12 +244,4 @@ def jsonl(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, Any]]:
 def json_line(line: str, where: str) -> Any:
     """One JSONL line's object; bad or absurdly nested JSON is a UserError naming ``where``
     (``path:line``)."""
-    try:
-        obj, deep = _loads(line)
-    except json.JSONDecodeError as err:
-        raise UserError(f"{where}: not valid JSON ({err.msg}); JSONL needs one object per "
-                        f"line") from None
-    if deep:
-        raise UserError(f"{where}: JSON nested more than {MAX_DEPTH} levels deep; not a record "
-                        f"electra reads")
-    return obj
+    return parse_json(line, where, fix="JSONL needs one object per line")
