@@ -247,6 +247,7 @@ def add_issue_23_fixtures(w: Path) -> None:
         {"title": "t", "paragraphs": [para]}]}))
     (w / "link_out").symlink_to(w / "tok")
     (w / "lnk.partial").symlink_to(w / "tok")
+    shutil.copytree(w / "data", w / "unfinished.partial")  # as a killed prepare leaves it
     (w / "foreign.partial").mkdir()
     (w / "foreign.partial" / "mine.txt").write_text("a user's file")
     assert cli("import", w / "hf/discriminator", "--out", w / "imp") == 0
@@ -654,6 +655,8 @@ CASES = [
     ("out", ("export", P("run"), "--out", P("lnk")), "lnk.partial is a symbolic link"),
     ("out", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out",
              P("foreign")), "foreign.partial holds files electra did not write"),
+    ("out", (*FINETUNE, "--out", P("unfinished"), "--resume"), "unfinished.partial is the "
+     "unfinished output of another command (prepared data (electra prepare))"),
     ("out", (*PRETRAIN, "--out", P("dev.csv", "run")), "dev.csv is a file, not a folder"),
     ("out", ("predict", "--model", P("ft", "seed-1"), "--input", P("dev.csv"), "--out",
              P("dev.csv", "p.jsonl")), "dev.csv is a file, not a folder"),

@@ -283,9 +283,16 @@ def _inspect(claim: Claim, overwrite: bool, resume: bool, flag: str) -> None:
     for suffix in (".partial", ".old"):
         _no_link(out.with_name(out.name + suffix), flag, out)
     part = out.with_name(out.name + ".partial")
-    if part.is_dir() and any(part.iterdir()) and what_is(part) is None:
-        raise UserError(f"{flag} {out}: {part} holds files electra did not write (it would "
-                        f"be the staging folder); move it away or choose another --out")
+    if part.is_dir() and any(part.iterdir()):
+        left = what_is(part)
+        if left is None:
+            raise UserError(f"{flag} {out}: {part} holds files electra did not write (it "
+                            f"would be the staging folder); move it away or choose another "
+                            f"--out")
+        if left != (claim.kind, claim.command):
+            raise UserError(f"{flag} {out}: {part} is the unfinished output of another "
+                            f"command ({describe(*left)}); rerun that command to finish it, "
+                            f"or remove it")
     if out.exists() and not out.is_dir():
         raise UserError(f"{flag} {out} is a file, not a folder; choose a folder path")
     if not out.is_dir() or not any(out.iterdir()):
