@@ -50,7 +50,7 @@ from electra.config import (
 from electra.errors import UserError
 from electra.files import read_json, write_json
 from electra.flops import step_flops_per_sequence
-from electra.outputs import MARK, claim, claim_out, release
+from electra.outputs import MARK, Claim, claim_out
 
 FRACTIONS = (0.25, 0.5, 1.0)
 RANDOM_INIT = "random-init"
@@ -376,18 +376,17 @@ def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random
     # not after hours of pretraining
     inputs = [("--data", data), ("--config", config), ("--glue", glue),
               *[(f"--tasks {t.name}", p) for t in task_list for p in (t.train, t.dev)]]
-    if _world_size() == 1:  # what --out holds, now rather than after a measured budget
-        release(claim(out, "comparison", "compare", resume=True, inputs=inputs))
-    kind_budget = _saved_budget(Path(out), kind_budget, budget)
-    plan = make_plan(shards.meta | {"pad_id": shards.special.pad,
-                                    "vocab_size": shards.vocab_size,
-                                    "seq_len": shards.seq_len},
-                     raw, objective_list, kind_budget, fraction_list, task_list, seed_list,
-                     finetune_sets or [],
-                     measure=lambda cfg: measure_rate(cfg, shards, device))
     with start(device, dist_timeout, keep_memory=True) as rt, \
-            claim_out(out, "comparison", "compare", resume=True, inputs=inputs, rt=rt):
-        return run_compare(plan, data, Path(out), rt, progress, budget, loaded)
+            claim_out(out, "comparison", "compare", resume=True, inputs=inputs, rt=rt) as claim:
+        # --out is checked (and held) before a duration budget is measured
+        kind_budget = _saved_budget(Path(out), kind_budget, budget)
+        plan = make_plan(shards.meta | {"pad_id": shards.special.pad,
+                                        "vocab_size": shards.vocab_size,
+                                        "seq_len": shards.seq_len},
+                         raw, objective_list, kind_budget, fraction_list, task_list, seed_list,
+                         finetune_sets or [],
+                         measure=lambda cfg: measure_rate(cfg, shards, device))
+        return run_compare(plan, data, claim, rt, progress, budget, loaded)
 
 
 def _world_size() -> int:
@@ -396,12 +395,13 @@ def _world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def run_compare(plan: Plan, data: str, out: Path, rt: Any, progress: bool = True,
+def run_compare(plan: Plan, data: str, claim: Claim, rt: Any, progress: bool = True,
                 budget_text: str = "", loaded: dict[str, Any] | None = None
                 ) -> dict[str, Any] | None:
-    """Pretrain every objective, fine-tune every model, write the results (rank 0).
-    ``loaded``: the tasks' data, read already (else read when first needed)."""
-    rt.on_main(lambda: _claim(out, plan, budget_text), "checking --out")
+    """Pretrain every objective, fine-tune every model, write the results into the claimed
+    --out (rank 0). ``loaded``: the tasks' data, read already (else read when first needed)."""
+    out = claim.path
+    rt.on_main(lambda: _claim(claim, plan, budget_text), "checking --out")
     for objective in plan.objectives:
         _pretrain_objective(plan, objective, data, out, rt, progress)
     scores = _finetune_all(plan, data, out, rt, progress, dict(loaded or {}))
@@ -418,10 +418,10 @@ def run_compare(plan: Plan, data: str, out: Path, rt: Any, progress: bool = True
     return results
 
 
-def _claim(out: Path, plan: Plan, budget_text: str) -> None:
+def _claim(claim: Claim, plan: Plan, budget_text: str) -> None:
     """Start DIR, or continue it when it holds this same comparison (the same pretraining;
     other fine-tuning settings reuse the pretrained models)."""
-    spec = plan.spec()
+    out, spec = claim.path, plan.spec()
     marker = out / "compare.json"
     if marker.is_file():
         saved = read_json(marker, "the comparison's settings")
@@ -442,9 +442,7 @@ def _claim(out: Path, plan: Plan, budget_text: str) -> None:
     if out.exists() and (not out.is_dir() or any(p.name != MARK for p in out.iterdir())):
         raise UserError(f"--out {out} is not empty and holds no comparison (compare.json); "
                         f"choose a new folder")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MARK).write_text(json.dumps({"kind": "comparison", "command": "compare",
-                                        "format_version": 1}) + "\n")
+    claim.mark(out)
     write_json(marker, {"budget": budget_text, "budget_flops": plan.budget_flops,
                         "spec": spec})
 

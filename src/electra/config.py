@@ -167,10 +167,11 @@ class ModelConfig:
             memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError, AttributeError):
             return
-        need = 4 * self.parameters()
+        params = self.parameters()
+        need = 4 * params
         _check(need <= memory, f"the model ({self.num_layers} x {self.hidden_size}, FFN "
                f"{self.intermediate_size}, vocabulary {self.vocab_size:,}) has about "
-               f"{self.parameters():,} parameters, {need / 2**30:,.1f} GiB in fp32: more than "
+               f"{params:,} parameters, {need / 2**30:,.1f} GiB in fp32: more than "
                f"this machine's {memory / 2**30:,.1f} GiB of memory; choose a smaller model")
         _check(0.0 < self.generator_size <= 1.0,
                f"model.generator_size must be in (0, 1], got {self.generator_size!r}")

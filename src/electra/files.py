@@ -215,8 +215,9 @@ def read_toml(path: Path, flag: str) -> dict[str, Any]:
         raise UserError(f"{where}: a folder, not a TOML file; give the config file's path")
     if not path.is_file():
         raise UserError(f"{where}: no such file")
-    if path.stat().st_size > MAX_TOML_BYTES:
-        raise UserError(f"{where}: {path.stat().st_size:,} bytes, too large for a config file "
+    size = path.stat().st_size
+    if size > MAX_TOML_BYTES:
+        raise UserError(f"{where}: {size:,} bytes, too large for a config file "
                         f"(at most {MAX_TOML_BYTES:,}); give the TOML config")
     try:
         d = tomllib.loads(path.read_bytes().decode("utf-8-sig"))

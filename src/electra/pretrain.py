@@ -255,7 +255,7 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig,
 # -- building a run ----------------------------------------------------------------------
 
 
-def build(opt: PretrainOptions, rt: Runtime, claim: Claim | None = None) -> Pretraining:
+def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
     """Check the inputs on every rank, prepare the run folder, build the model and trainer
     (restored from the run's last checkpoint with ``--resume``)."""
     from electra import __version__
@@ -386,15 +386,13 @@ def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, A
 
 
 def _run_folder(opt: PretrainOptions, run_config: dict[str, Any], data: ShardDataset,
-                claim: Claim | None) -> Path | None:
+                claim: Claim) -> Path | None:
     """Create or check RUN (``claim``: what :func:`electra.outputs.claim_out` found there)
     and write its config; returns the checkpoint to resume from."""
     out = Path(opt.out)
-    if claim is not None and claim.state == "same" and opt.overwrite and not opt.resume:
+    if claim.state == "same" and opt.overwrite and not opt.resume:
         shutil.rmtree(out)  # a run of this command's own (the claim checked it)
-    out.mkdir(parents=True, exist_ok=True)
-    if claim is not None:
-        claim.mark(out)
+    claim.mark(out)
     found = None
     if opt.resume and (out / "config.json").is_file():
         saved = read_json(out / "config.json", "the run's config")
