@@ -6,7 +6,7 @@
 1. fp32: one batch through the ELECTRA objective (ELECTRA-Small's shape, dropout off) on the
    CPU and on the GPU from the same weights and random draws: every loss within 1e-4.
 2. bf16: three optimizer steps under bf16 autocast with fused AdamW; losses finite.
-3. fused AdamW (the GPU's optimizer, ``electra.optim.adamw``) against foreach AdamW on the
+3. fused AdamW (the GPU's optimizer, ``electra.train.optim.adamw``) against foreach AdamW on the
    CPU: one step from the same gradients, parameters within 1e-6.
 4. Throughput: ELECTRA-Small (batch 128 x 128 tokens) and -Base (batch 32 x 512) training
    steps, bf16, tokens/s and MFU against the measured bf16 matmul peak.
@@ -25,11 +25,11 @@ import time
 import torch
 
 from electra.config import ObjectiveConfig, model_preset
-from electra.flops import step_flops_per_sequence
-from electra.objective import ElectraPretrainingModel, Noise
-from electra.optim import adamw, param_groups
-from electra.runtime import autocast
-from electra.tokenizer import SpecialTokens
+from electra.io.tokenizer import SpecialTokens
+from electra.objectives import ElectraPretrainingModel, Noise
+from electra.objectives.flops import step_flops_per_sequence
+from electra.train.optim import adamw, param_groups
+from electra.train.runtime import autocast
 
 SPECIAL = SpecialTokens(pad=0, unk=100, cls=101, sep=102, mask=103)
 

@@ -12,7 +12,7 @@ vocabulary 30,522, seq 128, masking 15% (max 19 per sequence), lambda = 50, Adam
   and cross-entropy over all positions (labels -100 off the masked ones), Gumbel-max
   sampling at the masked positions, torch's AdamW.
 
-Both sides run with malloc keeping freed memory (``electra.runtime.keep_freed_memory``, as
+Both sides run with malloc keeping freed memory (``electra.train.runtime.keep_freed_memory``, as
 `electra pretrain` sets it), so the ratio compares the steps, not the allocators.
 
 First, from the same weights and batch in fp32 with dropout off, both must give the same
@@ -37,8 +37,8 @@ from pathlib import Path
 import torch
 
 from electra.config import ObjectiveConfig, model_preset
-from electra.flops import electra_flops_per_token
-from electra.tokenizer import SpecialTokens
+from electra.io.tokenizer import SpecialTokens
+from electra.objectives.flops import electra_flops_per_token
 
 SEQ = 128
 SPECIAL = SpecialTokens(pad=0, unk=100, cls=101, sep=102, mask=103)  # bert-base-uncased
@@ -57,17 +57,17 @@ def batch(bs: int, seed: int) -> dict[str, torch.Tensor]:
 
 def build(side: str, dropout: float = 0.1):
     """(models, optimizer, step function) for one side, from the same seed."""
-    from electra.objective import ElectraPretrainingModel
-    from electra.optim import param_groups
+    from electra.objectives import ElectraPretrainingModel
+    from electra.train.optim import param_groups
 
     cfg = model_preset("small", hidden_dropout=dropout, attention_dropout=dropout)
     torch.manual_seed(0)
     ours = ElectraPretrainingModel(cfg, OBJ, SPECIAL)
     if side == "ours":
         from electra.config import RunConfig, TrainConfig
-        from electra.objective import electra_forward
+        from electra.objectives import electra_forward
         from electra.pretrain import make_trainer, train_step
-        from electra.runtime import Runtime, autocast
+        from electra.train.runtime import Runtime, autocast
 
         rng = torch.Generator().manual_seed(1)
         trainer = {}
@@ -90,8 +90,8 @@ def build(side: str, dropout: float = 0.1):
 
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
-    from electra.hf import to_hf_config, to_hf_state_dict
-    from electra.objective import mask_inputs
+    from electra.io.hf import to_hf_config, to_hf_state_dict
+    from electra.objectives import mask_inputs
 
     disc = ElectraForPreTraining(to_hf_config(cfg))
     gen = ElectraForMaskedLM(to_hf_config(cfg.generator_config()))
@@ -147,9 +147,9 @@ def disc_loss_on_same_corruption() -> float:
     """Both discriminators on one corrupted batch: the RTD losses must agree (fp32)."""
     from transformers import ElectraForPreTraining
 
-    from electra.hf import to_hf_config, to_hf_state_dict
+    from electra.io.hf import to_hf_config, to_hf_state_dict
     from electra.model import Discriminator
-    from electra.objective import discriminator_loss
+    from electra.objectives import discriminator_loss
 
     cfg = model_preset("small", hidden_dropout=0.0, attention_dropout=0.0)
     torch.manual_seed(0)
@@ -176,7 +176,7 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
 
 
 def worker(side: str, bs: int, steps: int) -> None:
-    from electra.runtime import keep_freed_memory
+    from electra.train.runtime import keep_freed_memory
 
     keep_freed_memory()
     _, step = build(side)

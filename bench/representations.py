@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from electra import folders
+from electra.io import folders
+from electra.io.tokenizer import load_tokenizer
 from electra.model import Discriminator
-from electra.objective import ElectraPretrainingModel
-from electra.tokenizer import load_tokenizer
+from electra.objectives import ElectraPretrainingModel
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 

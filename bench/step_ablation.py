@@ -34,9 +34,9 @@ import torch.nn.functional as F
 import electra.model as model_mod
 from electra.config import load_run_config
 from electra.data.loader import BatchLoader, ShardDataset
-from electra.objective import ElectraPretrainingModel
+from electra.objectives import ElectraPretrainingModel
 from electra.pretrain import make_trainer, train_step
-from electra.runtime import Runtime, keep_freed_memory
+from electra.train.runtime import Runtime, keep_freed_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,8 +63,8 @@ def default_data(tmp: str) -> str:
     if (shared / "corpus/heldout").is_dir():
         text, tok = shared / "corpus/heldout", shared / "vocab/bert-base-uncased-vocab.txt"
     else:
-        from electra.demo import write_corpus
-        from electra.tokenizer import train_tokenizer
+        from electra.experiments.demo import write_corpus
+        from electra.io.tokenizer import train_tokenizer
 
         text, _ = write_corpus(Path(tmp) / "corpus")
         train_tokenizer([str(text)], 30522, Path(tmp) / "tok")

@@ -25,11 +25,11 @@ from pathlib import Path
 
 from electra.config import ObjectiveConfig, RunConfig, TrainConfig, model_preset
 from electra.data.prepare import PrepareOptions, prepare
-from electra.demo import write_corpus
-from electra.metrics import iter_metrics
+from electra.experiments.demo import write_corpus
+from electra.io.tokenizer import train_tokenizer
 from electra.pretrain import PretrainOptions, pretrain
-from electra.runtime import start
-from electra.tokenizer import train_tokenizer
+from electra.train.metrics import iter_metrics
+from electra.train.runtime import start
 
 SCHEDULES = {"T=1": {}, "T=3->1": {"temperature": 3.0, "temperature_end": 1.0},
              "T=3": {"temperature": 3.0}}

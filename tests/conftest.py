@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from electra.config import ModelConfig, model_preset
-from electra.tokenizer import SpecialTokens
+from electra.io.tokenizer import SpecialTokens
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -66,7 +66,7 @@ def letters_data(tmp_path_factory) -> Path:
     from test_data import write_corpus
 
     from electra.data.prepare import PrepareOptions, prepare
-    from electra.tokenizer import train_tokenizer
+    from electra.io.tokenizer import train_tokenizer
 
     root = tmp_path_factory.mktemp("letters")
     text = root / "c.txt"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from electra.files import publish, staging_dir
+from electra.io.files import publish, staging_dir
 
 
 def test_old_output_survives_until_publish_then_is_replaced(tmp_path):

@@ -13,12 +13,12 @@ from test_finetune import write_sentiment
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from electra import compare
 from electra.cli import main
 from electra.config import KINDS, ModelConfig, ObjectiveConfig
-from electra.flops import step_flops_per_sequence
-from electra.objective import ElectraPretrainingModel
-from electra.tokenizer import SpecialTokens
+from electra.experiments import compare
+from electra.io.tokenizer import SpecialTokens
+from electra.objectives import ElectraPretrainingModel
+from electra.objectives.flops import step_flops_per_sequence
 
 CFG = ModelConfig(vocab_size=100, embedding_size=16, hidden_size=32, num_layers=1,
                   num_heads=2, intermediate_size=64, max_position_embeddings=16,

@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file
 from test_data import write_corpus
 
-from electra.metrics import TIMING_KEYS, iter_metrics
+from electra.train.metrics import TIMING_KEYS, iter_metrics
 
 # python KILLER MODULE ATTR N -m-args...: SIGKILL this process on the N-th call of MODULE.ATTR.
 KILLER = """
@@ -105,8 +105,8 @@ def test_pretraining_killed_at_random_moments_resumes_bitwise(world, tmp_path):
     rng = random.Random(int(os.environ.get("ELECTRA_KILL_SEED", "1234")))  # other kill points
     # Each count from the start of its own (resumed) process, small enough to land within
     # the 30 steps: a step's forward, a checkpoint's checksums, its state.pt.
-    kills = [("electra.objective", "electra_forward", rng.randint(2, 8)),
-             ("electra.checkpoint", "sha256_file", rng.randint(2, 20)),
+    kills = [("electra.objectives", "electra_forward", rng.randint(2, 8)),
+             ("electra.train.checkpoint", "sha256_file", rng.randint(2, 20)),
              ("torch", "save", rng.randint(2, 6))]
     steps_at_kill = []
     for i, kill in enumerate(kills):
@@ -148,7 +148,7 @@ def test_prepare_and_tokenizer_killed_leave_old_or_nothing(world, tmp_path):
     assert not (tmp_path / "data.partial").exists()
 
     res = electra("tokenizer", "train", "--input", world / "c.txt", "--out", tmp_path / "tok",
-                  kill=("electra.tokenizer", "save_tokenizer", 1))
+                  kill=("electra.io.tokenizer", "save_tokenizer", 1))
     assert killed(res) and not (tmp_path / "tok").exists()
     assert electra("tokenizer", "train", "--input", world / "c.txt", "--out",
                    tmp_path / "tok").returncode == 0
@@ -163,7 +163,7 @@ def test_finetune_export_import_killed_leave_nothing_accepted(world, tmp_path):
     ft = ["finetune", "--model", run, "--task", "custom", "--train", tmp_path / "train.csv",
           "--dev", tmp_path / "train.csv", "--out", tmp_path / "ft", "--quiet", "--seeds",
           "1,2", "--set", "epochs=2", "--set", "batch_size=8", "--set", "max_length=16"]
-    res = electra(*ft, kill=("electra.trainer", "Trainer.train_step", 11))  # seed 2, step 3
+    res = electra(*ft, kill=("electra.train.trainer", "Trainer.train_step", 11))  # seed 2, step 3
     assert killed(res) and not (tmp_path / "ft").exists()
     res = electra("evaluate", "--model", tmp_path / "ft.partial/seed-2", "--task", "custom",
                   "--dev", tmp_path / "train.csv")

@@ -15,7 +15,7 @@ from electra.data import prepare as prep
 from electra.data.loader import BatchLoader, ShardDataset
 from electra.data.prepare import PrepareOptions, prepare
 from electra.errors import UserError
-from electra.tokenizer import load_tokenizer, tokenizer_checksum, train_tokenizer
+from electra.io.tokenizer import load_tokenizer, tokenizer_checksum, train_tokenizer
 
 LETTERS = "abcdefghij"
 

@@ -8,7 +8,7 @@ import hashlib
 from pathlib import Path
 
 from electra.cli import main
-from electra.outputs import what_is
+from electra.io.outputs import what_is
 
 
 def digests(folder: Path) -> dict[str, str]:

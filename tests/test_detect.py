@@ -12,7 +12,7 @@ from test_interop import make_run
 
 from electra.cli import main
 from electra.detect import load_detector, score
-from electra.tokenizer import load_tokenizer
+from electra.io.tokenizer import load_tokenizer
 
 TEXTS = ["aaa bb <b>cccc</b> dd", "eeee f", "a"]
 

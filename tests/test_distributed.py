@@ -18,8 +18,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from electra.metrics import TIMING_KEYS, iter_metrics
-from electra.tokenizer import train_tokenizer
+from electra.io.tokenizer import train_tokenizer
+from electra.train.metrics import TIMING_KEYS, iter_metrics
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(),
                                 reason="this torch build has no torch.distributed")
@@ -165,15 +165,15 @@ def test_a_dying_rank_stops_the_others(setup, tmp_path):
     helper = tmp_path / "die.py"
     helper.write_text(
         "import os, sys\n"
-        "from electra import objective\n"
+        "from electra import objectives\n"
         "from electra.cli import main\n"
-        "real, calls = objective.electra_forward, [0]\n"
+        "real, calls = objectives.electra_forward, [0]\n"
         "def dying(*a, **k):\n"
         "    calls[0] += 1\n"
         "    if os.environ['RANK'] == '1' and calls[0] == 3:\n"
         "        os._exit(1)\n"
         "    return real(*a, **k)\n"
-        "objective.electra_forward = dying\n"
+        "objectives.electra_forward = dying\n"
         "sys.exit(main(sys.argv[1:]))\n")
     res = launch(2, "pretrain", "--config", config, "--data", data, "--out", tmp_path / "r",
                  "--quiet", "--dist-timeout", "30", prefix=[str(helper)], timeout=200)
@@ -197,8 +197,8 @@ def test_fsdp_trains_like_ddp_and_resumes(setup, tmp_path):
 def test_finetune_on_two_processes_equals_one(tmp_path):
     from test_finetune import write_sentiment
 
-    from electra import folders
     from electra.config import model_preset
+    from electra.io import folders
     from electra.model import Discriminator
 
     write_sentiment(tmp_path / "train.csv", 256, 0)

@@ -213,7 +213,7 @@ DEEP = "[" * 100_000 + "]" * 100_000  # deeper than any recursion limit
 
 def hold_lock(out: Path) -> subprocess.Popen:
     """A process holding OUT's lock as a running electra command would (until killed)."""
-    code = ("import sys, time; from electra.outputs import take_lock; "
+    code = ("import sys, time; from electra.io.outputs import take_lock; "
             "take_lock(__import__('pathlib').Path(sys.argv[1]), 'pretrain'); "
             "print('held', flush=True); time.sleep(3600)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE,
@@ -813,7 +813,7 @@ def disk_full(monkeypatch, capsys, argv: list, root: Path, *, kept: Path | None 
 
 def test_disk_full_tokenizer_and_prepare(world, tmp_path, monkeypatch, capsys):
     import electra.data.prepare as prep
-    import electra.tokenizer as tokmod
+    import electra.io.tokenizer as tokmod
 
     shutil.copytree(world / "tok", tmp_path / "tok")
     monkeypatch.setattr(tokmod, "save_tokenizer", enospc)
@@ -832,7 +832,7 @@ def test_disk_full_during_pretraining_keeps_the_last_checkpoint(world, tmp_path,
                                                                 capsys, failure):
     import torch
 
-    import electra.checkpoint as ck
+    import electra.train.checkpoint as ck
 
     run = tmp_path / "run"
     args = ["pretrain", "--config", world / "tiny.toml", "--data", world / "data", "--out",

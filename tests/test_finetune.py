@@ -12,12 +12,12 @@ import torch
 from conftest import cli_error
 from safetensors.torch import load_file
 
-from electra import folders
 from electra.cli import main
 from electra.config import model_preset
+from electra.io import folders
+from electra.io.tokenizer import train_tokenizer
 from electra.model import Discriminator, SequenceClassifier
-from electra.optim import layer_depth, layerwise_groups
-from electra.tokenizer import train_tokenizer
+from electra.train.optim import layer_depth, layerwise_groups
 
 
 def test_layerwise_learning_rates_follow_the_formula():
@@ -81,7 +81,7 @@ def test_learns_a_separable_task_and_evaluate_reproduces_it(task, capsys):
 
 
 def test_finetune_from_a_pretrained_discriminator(task):
-    from electra.tokenizer import load_tokenizer
+    from electra.io.tokenizer import load_tokenizer
 
     tok = load_tokenizer(task / "tok")
     disc = Discriminator(model_preset("tiny", vocab_size=tok.get_vocab_size()))
@@ -174,7 +174,7 @@ def test_double_pairs_adds_each_pair_swapped_to_the_chosen_subset(monkeypatch):
 
 def write_dropout_free_run(task: Path) -> Path:
     """A pretraining-run folder whose (random) discriminator has no dropout."""
-    from electra.tokenizer import load_tokenizer
+    from electra.io.tokenizer import load_tokenizer
 
     tok = load_tokenizer(task / "tok")
     torch.manual_seed(0)
@@ -214,9 +214,9 @@ def test_gradient_accumulation_trains_like_one_big_batch(task):
 def test_fp16_scales_the_loss_and_unscales_before_clipping():
     """One step from the same weights and batch: in fp16 the gradient the optimizer sees
     (and the norm that is clipped and reported) is the true one, not 65536 times it."""
-    from electra.optim import param_groups
-    from electra.runtime import Runtime
-    from electra.trainer import RandomStreams, Settings, Trainer
+    from electra.train.optim import param_groups
+    from electra.train.runtime import Runtime
+    from electra.train.trainer import RandomStreams, Settings, Trainer
 
     cfg = model_preset("tiny", vocab_size=50, num_layers=2, hidden_dropout=0.0,
                        attention_dropout=0.0)
@@ -255,7 +255,7 @@ def test_interrupted_finetune_resumes_bitwise(task, monkeypatch, select):
     """Two seeds; Ctrl-C in the middle of seed 2's 12th step (after its forward). --resume
     keeps seed 1 and continues seed 2 from a checkpoint of step 11: every number and weight
     equals an uninterrupted run's (fp32, with dropout), the kept best evaluation included."""
-    from electra.trainer import Trainer
+    from electra.train.trainer import Trainer
 
     args = ["finetune", "--random-init", "tiny", "--tokenizer", str(task / "tok"),
             *custom_args(task), "--seeds", "1,2", "--quiet", "--set", "epochs=2", "--set",

@@ -10,11 +10,11 @@ from conftest import cli_error, make_batch
 from safetensors.torch import load_file
 from test_data import write_corpus
 
-from electra import folders
 from electra.cli import main
 from electra.config import model_preset
-from electra.objective import ElectraPretrainingModel
-from electra.tokenizer import load_tokenizer, train_tokenizer
+from electra.io import folders
+from electra.io.tokenizer import load_tokenizer, train_tokenizer
+from electra.objectives import ElectraPretrainingModel
 
 transformers = pytest.importorskip("transformers")
 
@@ -68,7 +68,7 @@ def test_export_loads_in_transformers_with_equal_logits(tmp_path, preset):
 
 
 def load_pretrained_tokenizer_ids(run: Path, text: str) -> list[int]:
-    from electra.tokenizer import load_tokenizer
+    from electra.io.tokenizer import load_tokenizer
 
     return load_tokenizer(run / "discriminator").encode(text).ids
 
@@ -86,7 +86,7 @@ def test_export_then_import_is_bitwise(tmp_path):
 
 
 def test_import_a_transformers_model_and_a_fresh_generator(tmp_path):
-    from electra.hf import to_hf_config
+    from electra.io.hf import to_hf_config
 
     cfg = model_preset("tiny", vocab_size=120)
     torch.manual_seed(1)
@@ -118,7 +118,7 @@ def test_bad_input(tmp_path, capsys):
     assert "--overwrite" in err("export", run, "--out", tmp_path / "hf")
     assert "no config.json" in err("import", tmp_path / "tok", "--out", tmp_path / "y")
     # A generator whose vocabulary differs from the discriminator's.
-    from electra.hf import to_hf_config
+    from electra.io.hf import to_hf_config
 
     g = transformers.ElectraForMaskedLM(to_hf_config(model_preset("tiny", vocab_size=99)
                                                      .generator_config()))
@@ -131,7 +131,7 @@ def test_bad_input(tmp_path, capsys):
 
 
 def test_export_from_a_checkpoint_folder(tmp_path):
-    from electra.checkpoint import save_checkpoint
+    from electra.train.checkpoint import save_checkpoint
 
     run, model = make_run(tmp_path, "tiny")
     (run / "tokenizer.json").write_text((run / "discriminator/tokenizer.json").read_text())

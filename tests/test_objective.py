@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from conftest import SPECIAL, make_batch, tiny_config
 
 from electra.config import ObjectiveConfig
-from electra.objective import (
+from electra.objectives import (
     ElectraPretrainingModel,
     candidate_mask,
     choose_positions,
@@ -248,7 +248,7 @@ def test_weighted_cross_entropy_equals_torch_in_value_and_gradient(dtype):
 def test_sampling_from_the_loss_exponentials_equals_the_sampler():
     """At temperature 1, electra_forward draws from the loss's exp(z - max z); with the same
     uniforms that is the standalone inverse-CDF sampler's draw, bit for bit."""
-    from electra.objective import _locate, _mlm_loss, _sample_fp32
+    from electra.objectives import _locate, _mlm_loss, _sample_fp32
 
     torch.manual_seed(0)
     logits = torch.randn(4, 6, 300, dtype=torch.bfloat16) * 5
@@ -268,7 +268,7 @@ def test_sampling_from_the_loss_exponentials_equals_the_sampler():
 def test_two_level_locate_equals_one_searchsorted(V):
     """Integer weights keep every sum exact, so the block-wise draw must pick exactly the
     token that one searchsorted over the whole cumulative sum picks, zero weights never."""
-    from electra.objective import _locate
+    from electra.objectives import _locate
 
     g = torch.Generator().manual_seed(V)
     w = torch.randint(0, 4, (64, V), generator=g).float()

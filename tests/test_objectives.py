@@ -16,9 +16,9 @@ from safetensors.torch import load_file
 
 from electra.config import ObjectiveConfig, RunConfig, TrainConfig, load_run_config
 from electra.errors import UserError
-from electra.metrics import TIMING_KEYS, iter_metrics
-from electra.objective import ElectraPretrainingModel, Noise, choose_positions, unit_starts
+from electra.objectives import ElectraPretrainingModel, Noise, choose_positions, unit_starts
 from electra.pretrain import PretrainOptions, pretrain
+from electra.train.metrics import TIMING_KEYS, iter_metrics
 
 # One row of 8: [CLS] 10 11 12 13 14 15 [SEP]; positions 2 and 5 are chosen (highest scores),
 # the first becomes [MASK], the second keeps its token (mask_u 0.3 and 0.95).
@@ -299,7 +299,7 @@ def test_every_variant_resumes_bitwise_and_exports(letters_data, tmp_path, name)
     disc, info = transformers.AutoModelForPreTraining.from_pretrained(
         tmp_path / "hf/discriminator", output_loading_info=True)
     assert not any(info.values()), info
-    from electra import folders
+    from electra.io import folders
 
     ours = folders.load(tmp_path / "a", "discriminator")[0].eval()
     ids = torch.randint(5, ours.config.vocab_size, (2, 16))

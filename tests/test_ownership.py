@@ -1,4 +1,4 @@
-"""Nothing a user has is ever lost (electra.outputs): each command's --overwrite onto every
+"""Nothing a user has is ever lost (electra.io.outputs): each command's --overwrite onto every
 other command's output is refused and leaves it byte-identical; one writer per --out; a lock
 left by a killed process is taken over; single-file outputs replace only their own files;
 reproducible tokenizers; Ctrl-C keeps every metrics line and says how to continue."""
@@ -19,8 +19,8 @@ from test_faults import sha, snapshot
 from test_finetune import write_sentiment
 
 from electra.cli import main
-from electra.metrics import TIMING_KEYS, iter_metrics
-from electra.outputs import MARK, claim, describe, owns_file, release, what_is
+from electra.io.outputs import MARK, claim, describe, owns_file, release, what_is
+from electra.train.metrics import TIMING_KEYS, iter_metrics
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 TINY = ('preset = "tiny"\n[model]\nhidden_size = 32\nembedding_size = 32\nnum_layers = 2\n'
@@ -174,7 +174,7 @@ def test_two_commands_on_one_out_one_writes_the_other_exits_2(outs, tmp_path):
 def test_a_lock_left_by_a_killed_process_is_taken_over(outs, tmp_path, capsys):
     out = tmp_path / "tok"
     proc = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time, pathlib; from electra.outputs import take_lock; "
+        "import sys, time, pathlib; from electra.io.outputs import take_lock; "
         "take_lock(pathlib.Path(sys.argv[1]), 'tokenizer train'); print('held', flush=True); "
         "time.sleep(600)"), str(out)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
@@ -271,7 +271,7 @@ def test_the_same_input_gives_a_byte_identical_tokenizer(outs, tmp_path, model):
 
 
 def test_the_wordpiece_tokenizer_splits_words_as_wordpiece_does(outs, tmp_path):
-    from electra.tokenizer import load_tokenizer
+    from electra.io.tokenizer import load_tokenizer
 
     words = write_words(tmp_path / "w.txt")
     assert cli("tokenizer", "train", "--input", tmp_path / "w.txt", "--vocab-size", 200,
@@ -298,8 +298,8 @@ def test_labels_with_spaces_are_stripped_with_a_note(tmp_path, capsys):
 
 
 def test_booleans_read_the_same_everywhere():
-    from electra.compare import parse_tasks
     from electra.config import ModelConfig, parse_bool
+    from electra.experiments.compare import parse_tasks
 
     for text, value in (("true", True), ("Yes", True), ("1", True), ("on", True),
                         ("false", False), ("no", False), ("0", False), ("OFF", False)):

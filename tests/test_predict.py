@@ -10,12 +10,12 @@ import pytest
 import torch
 from test_finetune import write_sentiment
 
-from electra import folders
 from electra.cli import main
 from electra.config import model_preset
 from electra.data.tasks import read_custom
+from electra.io import folders
+from electra.io.tokenizer import train_tokenizer
 from electra.model import Discriminator
-from electra.tokenizer import train_tokenizer
 
 
 @pytest.fixture(scope="module")

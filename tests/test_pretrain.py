@@ -13,17 +13,17 @@ from conftest import cli_error
 from safetensors.torch import load_file
 from test_data import write_corpus
 
-from electra import objective
+from electra import objectives
 from electra.cli import main
 from electra.config import ObjectiveConfig, RunConfig, TrainConfig, load_run_config, model_preset
 from electra.data.prepare import PrepareOptions, prepare
-from electra.demo import python_docs_corpus
 from electra.errors import UserError
-from electra.metrics import TIMING_KEYS, iter_metrics
-from electra.optim import param_groups, warmup_linear
+from electra.experiments.demo import python_docs_corpus
+from electra.io.tokenizer import train_tokenizer
 from electra.pretrain import PretrainOptions, pretrain
-from electra.tokenizer import train_tokenizer
-from electra.trainer import TrainingDiverged
+from electra.train.metrics import TIMING_KEYS, iter_metrics
+from electra.train.optim import param_groups, warmup_linear
+from electra.train.trainer import TrainingDiverged
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def test_ctrl_c_mid_step_saves_a_checkpoint_that_resumes_exactly(data, tmp_path,
                                                                 monkeypatch):
     cfg = config(save_every=100, grad_accum=2, eval_every=0)
     run(data, tmp_path / "a", cfg)
-    real = objective.electra_forward
+    real = objectives.electra_forward
     calls = {"n": 0}
 
     def interrupted(*args, **kw):
@@ -87,7 +87,7 @@ def test_ctrl_c_mid_step_saves_a_checkpoint_that_resumes_exactly(data, tmp_path,
             raise KeyboardInterrupt
         return real(*args, **kw)
 
-    monkeypatch.setattr(objective, "electra_forward", interrupted)
+    monkeypatch.setattr(objectives, "electra_forward", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run(data, tmp_path / "b", cfg)
     monkeypatch.undo()
@@ -112,7 +112,7 @@ def test_metrics_lines_have_the_promised_fields(data, tmp_path):
     assert list((tmp_path / "r/tb").iterdir())  # TensorBoard events
     assert rec[-1]["loss"] == pytest.approx(rec[-1]["gen_loss"] + 50 * rec[-1]["disc_loss"],
                                             rel=1e-5)
-    from electra.plot import plot_run
+    from electra.experiments.plot import plot_run
 
     png = plot_run(tmp_path / "r")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -134,7 +134,7 @@ def test_damaged_checkpoint_is_refused_before_loading(data, tmp_path, damage):
 
 def test_full_disk_keeps_the_previous_checkpoint(data, tmp_path, monkeypatch):
     run(data, tmp_path / "r", config(), stop_after=4)
-    import electra.checkpoint as ck
+    import electra.train.checkpoint as ck
 
     def no_space(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -148,7 +148,7 @@ def test_full_disk_keeps_the_previous_checkpoint(data, tmp_path, monkeypatch):
 
 
 def test_nonfinite_loss_stops_with_the_step_or_is_skipped(data, tmp_path, monkeypatch):
-    real = objective.electra_forward
+    real = objectives.electra_forward
     calls = {"n": 0}
 
     def poisoned(*args, **kw):
@@ -158,11 +158,11 @@ def test_nonfinite_loss_stops_with_the_step_or_is_skipped(data, tmp_path, monkey
             out.loss = out.loss * float("nan")
         return out
 
-    monkeypatch.setattr(objective, "electra_forward", poisoned)
+    monkeypatch.setattr(objectives, "electra_forward", poisoned)
     with pytest.raises(TrainingDiverged, match=r"step 6 .*step-0000004"):
         run(data, tmp_path / "r", config(eval_every=0))
     ck = tmp_path / "r/checkpoints/step-0000004"
-    from electra.checkpoint import verify_checkpoint
+    from electra.train.checkpoint import verify_checkpoint
 
     verify_checkpoint(ck)
     calls["n"] = 0
@@ -266,7 +266,7 @@ def test_set_overrides_and_unknown_keys():
 def test_schedule_and_weight_decay_groups():
     f = warmup_linear(10, 110)
     assert [f(0), f(5), f(10), f(60), f(110), f(200)] == [0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
-    from electra.objective import ElectraPretrainingModel
+    from electra.objectives import ElectraPretrainingModel
 
     m = ElectraPretrainingModel(small_model(vocab_size=50))
     decay, plain = param_groups(m, 0.01)

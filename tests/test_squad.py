@@ -22,7 +22,7 @@ from electra.data.squad import (
     squad_scores,
 )
 from electra.errors import UserError
-from electra.tokenizer import load_tokenizer, train_tokenizer
+from electra.io.tokenizer import load_tokenizer, train_tokenizer
 
 
 # -- the official scripts' rules, written again from their text ---------------------------
@@ -222,8 +222,8 @@ def write_qa(path, n_articles: int, seed: int = 0, impossible: bool = False) -> 
 def qa_run(tmp_path_factory):
     import torch
 
-    from electra import folders
     from electra.config import model_preset
+    from electra.io import folders
     from electra.model import Discriminator
 
     root = tmp_path_factory.mktemp("qa")
@@ -265,7 +265,7 @@ def test_squad1_learns_and_evaluate_and_export_reproduce_it(qa_run, capsys):
     import torch
     from transformers import AutoModelForQuestionAnswering
 
-    from electra import folders
+    from electra.io import folders
 
     assert main(["export", str(qa_run / "ft1/seed-1"), "--out", str(qa_run / "hf")]) == 0
     hf, info = AutoModelForQuestionAnswering.from_pretrained(qa_run / "hf",

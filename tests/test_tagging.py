@@ -11,7 +11,6 @@ import pytest
 import torch
 from conftest import shared_data
 
-from electra import folders
 from electra.cli import main
 from electra.config import model_preset
 from electra.data.tagging import (
@@ -24,8 +23,9 @@ from electra.data.tagging import (
     tag_map,
     word_predictions,
 )
+from electra.io import folders
+from electra.io.tokenizer import train_tokenizer
 from electra.model import Discriminator
-from electra.tokenizer import train_tokenizer
 
 CONLLU = """# sent_id = 1
 # text = I can't go.

@@ -20,7 +20,7 @@ _LAZY = {
     "Discriminator": "electra.model",
     "Generator": "electra.model",
     "SequenceClassifier": "electra.model",
-    "ElectraPretrainingModel": "electra.objective",
+    "ElectraPretrainingModel": "electra.objectives",
 }
 __all__ = sorted(_LAZY)
 

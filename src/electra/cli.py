@@ -85,7 +85,7 @@ INPUT_FORMS = (".txt, .jsonl, .gz, .parquet, .arrow, a datasets.save_to_disk fol
 COMMANDS: dict[str, Command] = {
     "tokenizer train": Command(
         "train a WordPiece, BPE or Unigram tokenizer on raw text; writes tokenizer.json, "
-        "vocab.txt and special_tokens_map.json", "electra.tokenizer:train_tokenizer", (
+        "vocab.txt and special_tokens_map.json", "electra.io.tokenizer:train_tokenizer", (
             arg("--input", dest="inputs", nargs="+", required=True, metavar="PATH",
                 help="text files, directories or globs (" + INPUT_FORMS + ")"),
             arg("--model", default="wordpiece",
@@ -161,11 +161,12 @@ COMMANDS: dict[str, Command] = {
         "Config: --preset or --config FILE.toml, then --set section.key=value (sections: "
         "model, objective, train)."),
     "plot": Command(
-        "plot a run's losses, accuracies and replaced fraction", "electra.plot:main", (
+        "plot a run's losses, accuracies and replaced fraction", "electra.experiments.plot:main", (
             arg("run", help="a pretraining run folder"),
             arg("--out", help="PNG path (default: RUN/curves.png)"))),
     "demo": Command(
-        "a short pretraining demo on text that ships with Python", "electra.demo:run_demo", (
+        "a short pretraining demo on text that ships with Python",
+        "electra.experiments.demo:run_demo", (
             arg("--out", default="runs/demo", help="where to write (default: runs/demo)"),
             arg("--steps", type=int, default=None, help="pretraining steps (default: the "
                 "demo's own, 2 minutes on 2 CPU cores with a bf16 unit, 7 without)"),
@@ -197,7 +198,7 @@ COMMANDS: dict[str, Command] = {
         "kept)"),
     "compare": Command(
         "pretrain objectives at equal FLOPs, fine-tune each, tabulate and plot",
-        "electra.compare:main", (
+        "electra.experiments.compare:main", (
             arg("--data", required=True, help="a folder written by `electra prepare`"),
             OneOf((arg("--config", metavar="BASE.toml", help="the model and training settings "
                        "every objective shares (no objective.kind)"),
@@ -249,7 +250,7 @@ COMMANDS: dict[str, Command] = {
             arg("--batch-size", type=int, default=64, help="inputs per batch (default: 64)"),
             _quiet())),
     "export": Command(
-        "write transformers ELECTRA folders (needs transformers)", "electra.hf:export_hf", (
+        "write transformers ELECTRA folders (needs transformers)", "electra.io.hf:export_hf", (
             arg("source", help="a pretraining run folder, RUN/checkpoints/step-N, or a "
                 "fine-tuned model (FT/seed-N)"),
             arg("--out", required=True, help="writes OUT/discriminator and OUT/generator "
@@ -257,7 +258,7 @@ COMMANDS: dict[str, Command] = {
                 "itself (ElectraForSequenceClassification)"),
             arg("--overwrite", action="store_true", help="replace an existing --out"))),
     "import": Command(
-        "read transformers ELECTRA folders into a run folder", "electra.hf:import_hf", (
+        "read transformers ELECTRA folders into a run folder", "electra.io.hf:import_hf", (
             arg("hf_dir", help="an ElectraForPreTraining folder (config.json + weights + "
                 "vocab.txt/tokenizer.json)"),
             arg("--generator", help="an ElectraForMaskedLM folder (default: a fresh "
@@ -352,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         getattr(importlib.import_module(module), function)(**kwargs)
         return 0
     except UserError as err:
-        from electra.runtime import launched
+        from electra.train.runtime import launched
 
         place = launched()
         if place.is_main or not getattr(err, "shared", False):
@@ -377,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:  # a writer the disk failed under, that said nothing more itself
         from pathlib import Path
 
-        from electra.files import disk_problem
+        from electra.io.files import disk_problem
 
         problem = disk_problem(err, Path(err.filename or "."))
         if problem is None:

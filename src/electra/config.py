@@ -583,7 +583,7 @@ def raw_run_config(preset: str | None = None, config_file: str | None = None,
                             f"{', '.join(MODEL_PRESETS)}")
         d["preset"] = preset
     if config_file:
-        from electra.files import read_toml
+        from electra.io.files import read_toml
 
         d = read_toml(Path(config_file), "--config")
     return apply_overrides(d, sets or [])
@@ -591,7 +591,7 @@ def raw_run_config(preset: str | None = None, config_file: str | None = None,
 
 def resumed_run_config(run: str | Path, sets: list[str] | None = None) -> RunConfig:
     """`pretrain --resume` without --preset/--config: the run's own config, then ``--set``."""
-    from electra.files import read_json
+    from electra.io.files import read_json
 
     path = Path(run) / "config.json"
     if not path.is_file():

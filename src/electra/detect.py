@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from electra.errors import UserError
-from electra.files import jsonl
-from electra.outputs import HTML_GENERATOR
+from electra.io.files import jsonl
+from electra.io.outputs import HTML_GENERATOR
 
 _RED, _RESET = "\033[41;97m", "\033[0m"
 
@@ -27,11 +27,11 @@ _RED, _RESET = "\033[41;97m", "\033[0m"
 def load_detector(source: str | Path) -> tuple[torch.nn.Module, Any]:
     """(discriminator in eval mode, its tokenizer) from a run, discriminator folder,
     checkpoint, or transformers ElectraForPreTraining folder."""
-    from electra import folders
-    from electra.files import read_json
-    from electra.hf import _load_source, _read_hf_folder
+    from electra.io import folders
+    from electra.io.files import read_json
+    from electra.io.hf import _load_source, _read_hf_folder
+    from electra.io.tokenizer import load_tokenizer
     from electra.model import Discriminator
-    from electra.tokenizer import load_tokenizer
 
     src = Path(source)
     if not src.is_dir():
@@ -57,7 +57,7 @@ def score(disc: torch.nn.Module, tok: Any, texts: list[str], batch_size: int = 3
           ) -> list[dict[str, Any]]:
     """For each text: its tokens (without [CLS]/[SEP]), their character offsets and the
     probability each was replaced. Texts longer than the model's positions are truncated."""
-    from electra.tokenizer import special_names
+    from electra.io.tokenizer import special_names
 
     limit = disc.config.max_position_embeddings
     tok.no_padding()
@@ -147,7 +147,7 @@ def main(model: str, text: list[str] | None = None, input: str | None = None,
          html_out: str | None = None, json_lines: bool = False,
          threshold: float = 0.5) -> None:
     """`electra detect`."""
-    from electra.outputs import check_file_out, write_file
+    from electra.io.outputs import check_file_out, write_file
 
     if not 0.0 <= threshold <= 1.0:
         raise UserError(f"--threshold {threshold} must be between 0 and 1")

@@ -2,8 +2,8 @@
 
 The paper's recipe as defaults (``electra.config.FinetuneConfig``): AdamW, lr 3e-4 for
 small-size and 1e-4 for base-size models, layer-wise learning-rate decay 0.8 (0.9 for
-24-layer models; ``electra.optim.layerwise_groups``), 10% warmup then linear decay, 3 epochs
-(10 for RTE and STS-B), batch 32, max length 128. The scaffold (``electra.trainer``) adds
+24-layer models; ``electra.train.optim.layerwise_groups``), 10% warmup then linear decay, 3 epochs
+(10 for RTE and STS-B), batch 32, max length 128. The scaffold (``electra.train.trainer``) adds
 gradient accumulation, fp16 with loss scaling, non-finite handling and checkpoints.
 
     OUT/seed-S/               model.safetensors, config.json (labels, task), tokenizer files,
@@ -34,8 +34,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from electra import folders
-from electra.checkpoint import latest_checkpoint
 from electra.config import (
     DEFAULT_TIMEOUT_S,
     MAX_SEED,
@@ -50,13 +48,15 @@ from electra.data.squad import qa_features, split_articles, squad_scores
 from electra.data.tagging import IGNORE, Sentence, encode_tagged, score
 from electra.data.tasks import Example, TaskData, compute_metrics, encode, label_map, load_task
 from electra.errors import UserError
-from electra.files import disk_errors, publish, read_json, staging_dir, write_json
-from electra.infer import answer_questions, predict, predict_tags
+from electra.io import folders
+from electra.io.files import disk_errors, publish, read_json, staging_dir, write_json
+from electra.io.outputs import Claim, claim_out
 from electra.model import Encoder, QuestionAnswerer, SequenceClassifier, TokenClassifier
-from electra.optim import layerwise_groups
-from electra.outputs import Claim, claim_out
-from electra.runtime import Runtime, start
-from electra.trainer import RandomStreams, Settings, Trainer
+from electra.tasks.infer import answer_questions, predict, predict_tags
+from electra.train.checkpoint import latest_checkpoint
+from electra.train.optim import layerwise_groups
+from electra.train.runtime import Runtime, start
+from electra.train.trainer import RandomStreams, Settings, Trainer
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def model_source(model: str | None = None, random_init: str | None = None,
                  tokenizer: str | None = None) -> ModelSource:
     """``--model RUN`` (a pretraining run, its discriminator/, or a fine-tuned model), or
     ``--random-init PRESET --tokenizer PATH`` / ``--random-init RUN`` (that run's shape)."""
-    from electra.tokenizer import load_tokenizer
+    from electra.io.tokenizer import load_tokenizer
 
     if random_init:
         if Path(random_init).is_dir():  # a model folder's shape (and tokenizer), fresh weights
@@ -136,7 +136,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
              split: str = "dev", tag_column: str | None = None) -> dict[str, Any]:
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s)."""
     from electra.data.tagging import tag_map, tagging_metrics
-    from electra.tokenizer import load_tokenizer
+    from electra.io.tokenizer import load_tokenizer
 
     classifier, meta = load_classifier(model)
     if task != meta["task"]:
@@ -529,7 +529,7 @@ def run_finetune(source: ModelSource, data: TaskData, out: str | Path, cfg: Fine
 def _finetune(source: ModelSource, data: TaskData, out: Path, cfg: FinetuneConfig,
               seeds: list[int], rt: Runtime, claim: Claim, resume: bool,
               progress: bool) -> dict[str, Any] | None:
-    from electra.tokenizer import load_tokenizer
+    from electra.io.tokenizer import load_tokenizer
 
     def check() -> tuple[FinetuneConfig, Any]:
         resolved = cfg.resolved(source.config, data.name)

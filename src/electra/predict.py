@@ -23,16 +23,16 @@ from typing import Any
 import torch
 
 from electra.errors import UserError
-from electra.files import jsonl
-from electra.outputs import check_file_out, write_file
+from electra.io.files import jsonl
+from electra.io.outputs import check_file_out, write_file
 
 
 def main(model: str, input: str, out: str | None = None, batch_size: int = 64,
          progress: bool = True) -> int:
     """`electra predict`: read, predict in batches, write JSON lines; returns the count."""
-    from electra import folders
     from electra.config import FinetuneConfig, config_from_dict
-    from electra.tokenizer import load_tokenizer
+    from electra.io import folders
+    from electra.io.tokenizer import load_tokenizer
 
     if batch_size < 1:
         raise UserError(f"--batch-size {batch_size}: give a positive number")
@@ -80,7 +80,7 @@ def read_inputs(path: Path, head: str, meta: dict[str, Any]) -> list[Any]:
 
 
 def _lines(path: Path) -> list[str]:
-    from electra.files import read_text
+    from electra.io.files import read_text
 
     return read_text(path, "--input").splitlines()
 
@@ -127,7 +127,7 @@ def predict_records(net: torch.nn.Module, tok: Any, items: list[Any], meta: dict
 
 def _predict(net: Any, tok: Any, part: list[Any], data: Any, cfg: Any) -> list[dict[str, Any]]:
     from electra.data.tasks import encode
-    from electra.infer import answer_questions, logits, predict_tags
+    from electra.tasks.infer import answer_questions, logits, predict_tags
 
     if data.kind == "tagging":
         tags = predict_tags(net, tok, part, data, cfg)

@@ -1,4 +1,4 @@
-"""Pretraining: build -> loop -> validate, on the shared scaffold (``electra.trainer``).
+"""Pretraining: build -> loop -> validate, on the shared scaffold (``electra.train.trainer``).
 
     RUN/config.json        the resolved config (model, objective, train) + data facts
     RUN/tokenizer.json     the data's tokenizer
@@ -28,9 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from electra import folders
-from electra import objective as obj
-from electra.checkpoint import latest_checkpoint
+from electra import objectives as obj
 from electra.config import (
     DEFAULT_TIMEOUT_S,
     ModelConfig,
@@ -42,14 +40,16 @@ from electra.config import (
 )
 from electra.data.loader import BatchLoader, ShardDataset
 from electra.errors import UserError
-from electra.files import disk_errors, read_json, write_json
+from electra.io import folders
+from electra.io.files import disk_errors, read_json, write_json
+from electra.io.outputs import Claim, claim_out
+from electra.io.tokenizer import SIDECAR, SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.model import count_parameters
-from electra.objective import ElectraPretrainingModel
-from electra.optim import param_groups
-from electra.outputs import Claim, claim_out
-from electra.runtime import Runtime, autocast, resolve_device, resolve_precision, start
-from electra.tokenizer import SIDECAR, SpecialTokens, load_tokenizer, tokenizer_checksum
-from electra.trainer import RandomStreams, Settings, Trainer, add_into, pool
+from electra.objectives import ElectraPretrainingModel
+from electra.train.checkpoint import latest_checkpoint
+from electra.train.optim import param_groups
+from electra.train.runtime import Runtime, autocast, resolve_device, resolve_precision, start
+from electra.train.trainer import RandomStreams, Settings, Trainer, add_into, pool
 
 # Settings that may change when a run is resumed; all others must match the saved run.
 RESUMABLE_CHANGES = {"log_every", "eval_every", "eval_batches", "save_every",
@@ -387,7 +387,7 @@ def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, A
 
 def _run_folder(opt: PretrainOptions, run_config: dict[str, Any], data: ShardDataset,
                 claim: Claim) -> Path | None:
-    """Create or check RUN (``claim``: what :func:`electra.outputs.claim_out` found there)
+    """Create or check RUN (``claim``: what :func:`electra.io.outputs.claim_out` found there)
     and write its config; returns the checkpoint to resume from."""
     out = Path(opt.out)
     if claim.state == "same" and opt.overwrite and not opt.resume:

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from electra.errors import UserError
-from electra.files import read_json, sha256_file
-from electra.tokenizer import SpecialTokens
+from electra.io.files import read_json, sha256_file
+from electra.io.tokenizer import SpecialTokens
 
 FORMAT_VERSION = 1  # of the folders `electra prepare` writes
 SHARD_FILES = ("ids.bin", "segments.bin", "word_starts.bin")

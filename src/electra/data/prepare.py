@@ -43,9 +43,9 @@ import numpy as np
 from electra.data.loader import FORMAT_VERSION, SHARD_FILES, ShardDataset
 from electra.data.text import Chunk, ReadStats, expand_inputs, read_chunks
 from electra.errors import UserError
-from electra.files import sha256_file, staged, write_json
-from electra.outputs import claim_out
-from electra.tokenizer import (
+from electra.io.files import sha256_file, staged, write_json
+from electra.io.outputs import claim_out
+from electra.io.tokenizer import (
     SpecialTokens,
     load_tokenizer,
     save_tokenizer,
@@ -482,7 +482,7 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
 def verify_data(folder: str) -> dict[str, Any]:
     """Check every row of every split, the token counts and the files' checksums against
     meta.json, and the tokenizer against its checksum; print a summary."""
-    from electra.tokenizer import tokenizer_checksum
+    from electra.io.tokenizer import tokenizer_checksum
 
     meta = ShardDataset(folder, "train").meta
     found = {split: ShardDataset(folder, split).verify() for split in meta["splits"]}

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from electra.errors import UserError
-from electra.files import read_json
+from electra.io.files import read_json
 
 
 @dataclass
@@ -128,7 +128,7 @@ def qa_features(tok: Any, examples: list[QAExample], max_length: int = 512,
     hold the whole answer or there is none)."""
     import torch
 
-    from electra.tokenizer import special_names
+    from electra.io.tokenizer import special_names
 
     tok.no_padding()
     tok.no_truncation()

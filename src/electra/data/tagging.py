@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from electra.errors import UserError
-from electra.files import jsonl
+from electra.io.files import jsonl
 
 IGNORE = -100
 _BIO = re.compile(r"^(O|[BIES]-.+)$")
@@ -43,7 +43,7 @@ def read_tagged(path: str | Path, tag_column: str | None = None) -> list[Sentenc
         UserError: a missing or empty file, a line with the wrong number of columns (naming
             it), tokens and tags of different lengths, a tag column the file does not have.
     """
-    from electra.files import read_text
+    from electra.io.files import read_text
 
     path = Path(path)
     text = read_text(path)
@@ -167,7 +167,7 @@ def encode_tagged(tok: Any, sentences: list[Sentence], max_length: int,
     (B, W): where each word's first piece is (-1: cut off by max_length)."""
     import torch
 
-    from electra.tokenizer import special_names
+    from electra.io.tokenizer import special_names
 
     tok.enable_truncation(max_length)
     pad = special_names(tok)["pad"]

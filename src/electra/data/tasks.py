@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from electra.errors import UserError
-from electra.files import jsonl
+from electra.io.files import jsonl
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
@@ -375,7 +375,7 @@ def encode(tok: Any, examples: list[Example], max_length: int,
     input_ids, token_type_ids, attention_mask (and labels when every example has one)."""
     import torch
 
-    from electra.tokenizer import special_names
+    from electra.io.tokenizer import special_names
 
     tok.enable_truncation(max_length)
     pad = special_names(tok)["pad"]

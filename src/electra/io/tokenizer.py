@@ -114,7 +114,7 @@ def _read_sidecar(folder: Path) -> dict[str, str]:
     path = folder / SIDECAR
     if not path.is_file():
         return {}
-    from electra.files import read_json
+    from electra.io.files import read_json
 
     raw = read_json(path, f"the tokens' roles: fix or delete it, or name them with {_FLAG}",
                     max_bytes=1 << 20)
@@ -349,8 +349,8 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
     """Train a tokenizer of kind ``model`` (wordpiece, bpe, unigram) on raw text and write it
     to ``out``. The special tokens come first (ids 0-4), named as in ``KIND_SPECIALS``."""
     from electra.data.text import expand_inputs, read_chunks
-    from electra.files import staged
-    from electra.outputs import claim_out
+    from electra.io.files import staged
+    from electra.io.outputs import claim_out
 
     if model not in KINDS:
         raise UserError(f"--model {model!r} is not a tokenizer kind; use one of "

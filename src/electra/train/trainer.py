@@ -34,12 +34,12 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from electra import parallel
-from electra.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from electra.errors import UserError
-from electra.metrics import MetricsLog
-from electra.optim import adamw, warmup_linear
-from electra.runtime import Runtime, autocast, grad_scaler, rank_seed, resolve_precision
+from electra.train import parallel
+from electra.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from electra.train.metrics import MetricsLog
+from electra.train.optim import adamw, warmup_linear
+from electra.train.runtime import Runtime, autocast, grad_scaler, rank_seed, resolve_precision
 
 # A micro-batch: (loss, statistics) from the step model and the micro-batch's index. The loss
 # is this rank's share of the global batch's mean loss; each statistic is detached float64,

@@ -2,7 +2,7 @@
 
 Each objective (``electra``, ``mlm``, ``random``, ... any ``objective.kind``) pretrains the
 same discriminator-sized model on the same data for the same training FLOPs (generator and
-discriminator, forward and backward, counted by :mod:`electra.flops`), so each gets the
+discriminator, forward and backward, counted by :mod:`electra.objectives.flops`), so each gets the
 number of steps its cost per step buys. Its discriminator is kept at fractions of the budget
 (25, 50 and 100% by default), and every kept model, plus the same architecture from random
 init, is fine-tuned on each task with each seed (the paper's recipe, ``electra finetune``).
@@ -48,9 +48,9 @@ from electra.config import (
     raw_run_config,
 )
 from electra.errors import UserError
-from electra.files import read_json, write_json
-from electra.flops import step_flops_per_sequence
-from electra.outputs import MARK, Claim, claim_out
+from electra.io.files import read_json, write_json
+from electra.io.outputs import MARK, Claim, claim_out
+from electra.objectives.flops import step_flops_per_sequence
 
 FRACTIONS = (0.25, 0.5, 1.0)
 RANDOM_INIT = "random-init"
@@ -265,7 +265,7 @@ def _base_config(raw: dict[str, Any], budget_kind: str) -> RunConfig:
                         "variant with `electra pretrain` runs (its cost changes at the stage "
                         "boundary)")
     if budget_kind == "demo":
-        from electra.demo import demo_config
+        from electra.experiments.demo import demo_config
 
         demo = demo_config(600).to_dict()
         raw = {s: {**demo[s], **raw.get(s, {})} for s in demo}
@@ -310,8 +310,8 @@ def measure_rate(cfg: RunConfig, data: Any, device: str = "auto", steps: int = 4
     the model alone (after two warm-ups), on a real batch."""
     import numpy as np
 
-    from electra.objective import ElectraPretrainingModel
-    from electra.runtime import autocast, resolve_device
+    from electra.objectives import ElectraPretrainingModel
+    from electra.train.runtime import autocast, resolve_device
 
     dev = resolve_device(device)
     torch.manual_seed(cfg.train.seed)
@@ -350,7 +350,7 @@ def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random
     from electra.data.loader import ShardDataset
     from electra.data.tasks import load_task
     from electra.finetune import parse_seeds
-    from electra.runtime import start
+    from electra.train.runtime import start
 
     kind_budget = parse_budget(budget)
     objective_list = parse_objectives(objectives)
@@ -484,10 +484,10 @@ def _pretrain_objective(plan: Plan, objective: str, data: str, out: Path, rt: An
 
 def _keep(run: Path, step: int, folder: Path, objective: str, fraction: float) -> None:
     """The discriminator of ``run``'s checkpoint at ``step``, as a model folder."""
-    from electra import folders
-    from electra.checkpoint import step_dir
-    from electra.hf import _load_source
-    from electra.tokenizer import load_tokenizer
+    from electra.io import folders
+    from electra.io.hf import _load_source
+    from electra.io.tokenizer import load_tokenizer
+    from electra.train.checkpoint import step_dir
 
     models, _ = _load_source(step_dir(run / "checkpoints", step))
     folders.save(models["discriminator"], "discriminator", folder,
@@ -603,7 +603,7 @@ def _cell(s: dict[str, Any], n: int) -> str:
 def plot(plan: Plan, results: dict[str, Any], path: Path) -> Path:
     """compare.png: one panel per task and one for the average; score against pretraining
     FLOPs, a line per objective (median, min-max bars over seeds), random init flat."""
-    from electra.plot import _pyplot
+    from electra.experiments.plot import _pyplot
 
     plt = _pyplot()
     panels = [t.name for t in plan.tasks] + (["average"] if len(plan.tasks) > 1 else [])

@@ -27,7 +27,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from electra.errors import UserError
-from electra.files import read_json, sha256_file, staged
+from electra.io.files import read_json, sha256_file, staged
 
 FILES = ("model.safetensors", "state.pt", "config.json")
 

@@ -47,8 +47,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from electra.config import WITH_GENERATOR, ModelConfig, ObjectiveConfig, sharing_of
+from electra.io.tokenizer import SpecialTokens
 from electra.model import Discriminator, GDESEmbeddings, Generator
-from electra.tokenizer import SpecialTokens
 
 MAIN_MLM = ("mlm", "replace_mlm", "all_tokens_mlm")  # kinds with an MLM head on the big model
 RTD = ("electra", "electra15", "random", "all_tokens_mlm")  # kinds whose RTD head trains

@@ -1,6 +1,6 @@
 """Writing outputs so that nothing a user has is ever half-replaced, and reading JSON safely.
 
-    (who may write an --out, and when: electra.outputs)
+    (who may write an --out, and when: electra.io.outputs)
     with staged(out) as tmp:   # a fresh OUT.partial/, renamed to OUT at the end of the block
         ... write into tmp ...  # (an old OUT removed only then); on any error it is removed
     write_json(path, obj)      # path.tmp, fsync, rename: readers see the old file or the new

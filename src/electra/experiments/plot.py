@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from electra.errors import UserError
-from electra.metrics import iter_metrics
-from electra.outputs import PNG_SOFTWARE, check_file_out, write_file
+from electra.io.outputs import PNG_SOFTWARE, check_file_out, write_file
+from electra.train.metrics import iter_metrics
 
 
 def main(run: str, out: str | None = None) -> None:

@@ -12,7 +12,7 @@ from electra.data.squad import QAExample, best_answers, qa_features
 from electra.data.tagging import Sentence, encode_tagged, word_predictions
 from electra.data.tasks import TaskData
 from electra.model import QuestionAnswerer, SequenceClassifier, TokenClassifier
-from electra.runtime import autocast
+from electra.train.runtime import autocast
 
 
 @torch.no_grad()

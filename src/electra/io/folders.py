@@ -24,7 +24,7 @@ from torch import nn
 
 from electra.config import ModelConfig, config_from_dict
 from electra.errors import UserError
-from electra.files import read_json, staged, write_json
+from electra.io.files import read_json, staged, write_json
 
 KINDS = ("discriminator", "generator", "classifier")
 _HINT = {"classifier": "give OUT/seed-N from `electra finetune`"}
@@ -131,7 +131,7 @@ def write(folder: Path, module: nn.Module, kind: str, tok: Any, **meta: Any) -> 
     ``meta`` adds to config.json."""
     from safetensors.torch import save_file
 
-    from electra.tokenizer import save_tokenizer
+    from electra.io.tokenizer import save_tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}

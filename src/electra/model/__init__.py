@@ -1,12 +1,12 @@
 """The ELECTRA encoder family and every head: generator, discriminator, sequence classifier.
 
 Single-device and free of training machinery: autocast, compile and DDP/FSDP are applied from
-outside (``electra.runtime``, ``electra.parallel``); the generator/discriminator pair trained
-together is the objective's (``electra.objective.ElectraPretrainingModel``). Every forward
-takes transformers' argument order ``(input_ids, attention_mask, token_type_ids)``.
+outside (``electra.train.runtime``, ``electra.train.parallel``); the generator/discriminator
+pair trained together is the objective's (``electra.objectives.ElectraPretrainingModel``).
+Every forward takes transformers' argument order ``(input_ids, attention_mask, token_type_ids)``.
 Parameters map one-to-one onto transformers' ``ElectraForMaskedLM`` (generator),
 ``ElectraForPreTraining`` (discriminator) and ``ElectraForSequenceClassification``
-(classifier); ``electra.hf`` holds that key table.
+(classifier); ``electra.io.hf`` holds that key table.
 
 Shapes: B batch, T sequence length, P predicted positions per sequence, E embedding size,
 H hidden size, nh heads, hs head size (H / nh), V vocabulary size.

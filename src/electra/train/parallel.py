@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from electra.model import Block
-from electra.runtime import Runtime
+from electra.train.runtime import Runtime
 
 
 def wrap(model: nn.Module, rt: Runtime, parallel: str = "ddp",

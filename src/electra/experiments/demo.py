@@ -94,7 +94,7 @@ def run_demo(out: str | Path = "runs/demo", steps: int | None = None, overwrite:
     """Build the corpus, tokenizer and shards, pretrain, then report and show an example.
     ``out`` is a demo folder (a new one, or one the demo wrote: rerunning replaces its
     parts)."""
-    from electra.outputs import claim_out
+    from electra.io.outputs import claim_out
 
     with claim_out(out, "demo", "demo", overwrite=overwrite) as claim:
         claim.mark(Path(out))
@@ -103,9 +103,9 @@ def run_demo(out: str | Path = "runs/demo", steps: int | None = None, overwrite:
 
 def _demo(out: Path, steps: int, overwrite: bool, progress: bool) -> dict:
     from electra.data.prepare import PrepareOptions, prepare
+    from electra.io.tokenizer import train_tokenizer
     from electra.pretrain import PretrainOptions, pretrain
-    from electra.runtime import start
-    from electra.tokenizer import train_tokenizer
+    from electra.train.runtime import start
 
     t0 = time.perf_counter()
     print("1/4 corpus: Python's own documentation (pydoc topics + stdlib docstrings)")
@@ -133,7 +133,7 @@ def _demo(out: Path, steps: int, overwrite: bool, progress: bool) -> dict:
           f"{base:.2%} by {margin:+.2f} points (ROC-AUC {last['val_disc_auc']:.3f}; 0.5 is "
           f"chance); generator accuracy on masked "
           f"tokens {last['val_gen_acc']:.1%} (chance {1 / 8192:.3%}); {minutes:.1f} min")
-    from electra.plot import plot_run
+    from electra.experiments.plot import plot_run
 
     print(f"curves: {plot_run(out / 'run')}")
     show_example(out / "run", held_txt)
@@ -144,9 +144,9 @@ def _demo(out: Path, steps: int, overwrite: bool, progress: bool) -> dict:
 @torch.no_grad()
 def show_example(run: Path, heldout: Path, seed: int = 3) -> None:
     """Corrupt one held-out sentence with the generator and print what the discriminator flags."""
-    from electra import folders
-    from electra.objective import corrupt, mask_inputs, sample
-    from electra.tokenizer import SpecialTokens, load_tokenizer
+    from electra.io import folders
+    from electra.io.tokenizer import SpecialTokens, load_tokenizer
+    from electra.objectives import corrupt, mask_inputs, sample
 
     tok = load_tokenizer(run / "discriminator")
     special = SpecialTokens.of(tok)

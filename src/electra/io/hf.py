@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
-from electra import folders
 from electra.config import ModelConfig
 from electra.errors import UserError
-from electra.files import read_json, staged
-from electra.outputs import claim_out
-from electra.tokenizer import load_tokenizer, save_tokenizer, special_names
+from electra.io import folders
+from electra.io.files import read_json, staged
+from electra.io.outputs import claim_out
+from electra.io.tokenizer import load_tokenizer, save_tokenizer, special_names
 
 # (our key pattern, transformers key pattern); "{i}" is a layer index.
 _ENCODER = [
@@ -181,9 +181,9 @@ def _load_source(src: Path) -> tuple[dict[str, torch.nn.Module], Path]:
                   for k in ("discriminator", "generator") if (src / k).is_dir()}
         return models, src / "discriminator"
     if (src / "manifest.json").is_file():  # a checkpoint: RUN/checkpoints/step-N
-        from electra.checkpoint import load_checkpoint
         from electra.config import ObjectiveConfig, config_from_dict
-        from electra.objective import ElectraPretrainingModel
+        from electra.objectives import ElectraPretrainingModel
+        from electra.train.checkpoint import load_checkpoint
 
         saved = read_json(src / "config.json", "a checkpoint's config")
         where = str(src / "config.json")

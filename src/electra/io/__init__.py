@@ -1,0 +1,2 @@
+"""What electra reads and writes: files, model folders, transformers folders, tokenizers,
+and the ownership of every output."""

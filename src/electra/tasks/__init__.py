@@ -1,0 +1,1 @@
+"""Fine-tuning tasks: each head family in its own module, in one registry."""
