@@ -26,8 +26,9 @@ import torch
 
 from electra.config import ObjectiveConfig, model_preset
 from electra.io.tokenizer import SpecialTokens
-from electra.objectives import ElectraPretrainingModel, Noise
 from electra.objectives.flops import step_flops_per_sequence
+from electra.objectives.masking import Noise
+from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.train.optim import adamw, param_groups
 from electra.train.runtime import autocast
 

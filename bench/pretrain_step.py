@@ -38,7 +38,7 @@ import torch
 
 from electra.config import ObjectiveConfig, model_preset
 from electra.io.tokenizer import SpecialTokens
-from electra.objectives.flops import electra_flops_per_token
+from electra.objectives.flops import step_flops_per_sequence
 
 SEQ = 128
 SPECIAL = SpecialTokens(pad=0, unk=100, cls=101, sep=102, mask=103)  # bert-base-uncased
@@ -57,7 +57,7 @@ def batch(bs: int, seed: int) -> dict[str, torch.Tensor]:
 
 def build(side: str, dropout: float = 0.1):
     """(models, optimizer, step function) for one side, from the same seed."""
-    from electra.objectives import ElectraPretrainingModel
+    from electra.objectives.pretraining import ElectraPretrainingModel
     from electra.train.optim import param_groups
 
     cfg = model_preset("small", hidden_dropout=dropout, attention_dropout=dropout)
@@ -65,7 +65,7 @@ def build(side: str, dropout: float = 0.1):
     ours = ElectraPretrainingModel(cfg, OBJ, SPECIAL)
     if side == "ours":
         from electra.config import RunConfig, TrainConfig
-        from electra.objectives import electra_forward
+        from electra.objectives.pretraining import electra_forward
         from electra.pretrain import make_trainer, train_step
         from electra.train.runtime import Runtime, autocast
 
@@ -91,7 +91,7 @@ def build(side: str, dropout: float = 0.1):
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
     from electra.io.hf import to_hf_config, to_hf_state_dict
-    from electra.objectives import mask_inputs
+    from electra.objectives.masking import mask_inputs
 
     disc = ElectraForPreTraining(to_hf_config(cfg))
     gen = ElectraForMaskedLM(to_hf_config(cfg.generator_config()))
@@ -149,7 +149,7 @@ def disc_loss_on_same_corruption() -> float:
 
     from electra.io.hf import to_hf_config, to_hf_state_dict
     from electra.model import Discriminator
-    from electra.objectives import discriminator_loss
+    from electra.objectives.losses import discriminator_loss
 
     cfg = model_preset("small", hidden_dropout=0.0, attention_dropout=0.0)
     torch.manual_seed(0)
@@ -207,7 +207,7 @@ def main() -> None:
           f"|disc_loss diff| on one corruption {dd:.2e} (tolerance 1e-4)")
     assert dd < 1e-4, dd
     peak_bf16, peak_fp32 = matmul_peak(torch.bfloat16), matmul_peak(torch.float32)
-    flops = electra_flops_per_token(model_preset("small"), SEQ, OBJ.max_predictions)
+    flops = step_flops_per_sequence(model_preset("small"), OBJ, SEQ) / SEQ
     print(f"matmul peak on {args.threads} threads: bf16 {peak_bf16 / 1e9:.0f} GFLOP/s, "
           f"fp32 {peak_fp32 / 1e9:.0f} GFLOP/s; useful work {flops / 1e6:.1f} MFLOP/token")
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}

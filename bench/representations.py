@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from electra.io import folders
 from electra.io.tokenizer import load_tokenizer
 from electra.model import Discriminator
-from electra.objectives import ElectraPretrainingModel
+from electra.objectives.pretraining import ElectraPretrainingModel
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 import electra.model as model_mod
 from electra.config import load_run_config
 from electra.data.loader import BatchLoader, ShardDataset
-from electra.objectives import ElectraPretrainingModel
+from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.pretrain import make_trainer, train_step
 from electra.train.runtime import Runtime, keep_freed_memory
 

@@ -14,11 +14,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from electra.cli import main
-from electra.config import KINDS, ModelConfig, ObjectiveConfig
+from electra.config import ModelConfig, ObjectiveConfig
 from electra.experiments import compare
 from electra.io.tokenizer import SpecialTokens
-from electra.objectives import ElectraPretrainingModel
 from electra.objectives.flops import step_flops_per_sequence
+from electra.objectives.pretraining import ElectraPretrainingModel
+from electra.objectives.registry import OBJECTIVES
+
+KINDS = tuple(OBJECTIVES)
 
 CFG = ModelConfig(vocab_size=100, embedding_size=16, hidden_size=32, num_layers=1,
                   num_heads=2, intermediate_size=64, max_position_embeddings=16,

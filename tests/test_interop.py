@@ -14,7 +14,7 @@ from electra.cli import main
 from electra.config import model_preset
 from electra.io import folders
 from electra.io.tokenizer import load_tokenizer, train_tokenizer
-from electra.objectives import ElectraPretrainingModel
+from electra.objectives.pretraining import ElectraPretrainingModel
 
 transformers = pytest.importorskip("transformers")
 

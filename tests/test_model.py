@@ -11,7 +11,7 @@ from electra.errors import UserError
 from electra.io.hf import from_hf_state_dict, to_hf_config, to_hf_state_dict
 from electra.io.tokenizer import SpecialTokens
 from electra.model import Discriminator, count_parameters
-from electra.objectives import ElectraPretrainingModel
+from electra.objectives.pretraining import ElectraPretrainingModel
 
 transformers = pytest.importorskip("transformers")
 
@@ -61,7 +61,7 @@ def test_tied_output_layer_follows_the_word_table_after_an_update():
     torch.manual_seed(0)
     m = ElectraPretrainingModel(tiny_config())
     ids, mask, types = make_batch([20, 32], 32)
-    from electra.objectives import electra_forward
+    from electra.objectives.pretraining import electra_forward
 
     opt = torch.optim.SGD(m.parameters(), lr=1.0)
     out = electra_forward(m, ids, mask, types, SpecialTokens(0, 1, 2, 3, 4), ObjectiveConfig())

@@ -10,17 +10,10 @@ import torch.nn.functional as F
 from conftest import SPECIAL, make_batch, tiny_config
 
 from electra.config import ObjectiveConfig
-from electra.objectives import (
-    ElectraPretrainingModel,
-    candidate_mask,
-    choose_positions,
-    corrupt,
-    discriminator_loss,
-    electra_forward,
-    generator_loss,
-    mask_inputs,
-    sample,
-)
+from electra.objectives.losses import discriminator_loss, generator_loss
+from electra.objectives.masking import candidate_mask, choose_positions, mask_inputs
+from electra.objectives.pretraining import ElectraPretrainingModel, electra_forward
+from electra.objectives.sampling import corrupt, sample
 
 
 def test_hand_computed_case():
@@ -248,17 +241,18 @@ def test_weighted_cross_entropy_equals_torch_in_value_and_gradient(dtype):
 def test_sampling_from_the_loss_exponentials_equals_the_sampler():
     """At temperature 1, electra_forward draws from the loss's exp(z - max z); with the same
     uniforms that is the standalone inverse-CDF sampler's draw, bit for bit."""
-    from electra.objectives import _locate, _mlm_loss, _sample_fp32
+    from electra.objectives.losses import mlm_loss
+    from electra.objectives.sampling import locate, sample_fp32
 
     torch.manual_seed(0)
     logits = torch.randn(4, 6, 300, dtype=torch.bfloat16) * 5
     targets = torch.randint(300, (4, 6))
     u = torch.rand(4, 6, 1)
-    _, probs, zmax, target_logit = _mlm_loss(logits, targets, torch.ones(4, 6, dtype=torch.bool),
+    _, probs, zmax, target_logit = mlm_loss(logits, targets, torch.ones(4, 6, dtype=torch.bool),
                                              None)
     z = logits.float()
-    expected, expected_max = _sample_fp32(z.clone(), 1.0, "inverse_cdf", None, u)
-    assert torch.equal(_locate(probs, u, None), expected)
+    expected, expected_max = sample_fp32(z.clone(), 1.0, "inverse_cdf", None, u)
+    assert torch.equal(locate(probs, u, None), expected)
     assert torch.equal(zmax, expected_max)
     assert torch.equal(target_logit, z.gather(-1, targets[..., None]))
     torch.testing.assert_close(probs, (z - expected_max).exp())
@@ -268,7 +262,7 @@ def test_sampling_from_the_loss_exponentials_equals_the_sampler():
 def test_two_level_locate_equals_one_searchsorted(V):
     """Integer weights keep every sum exact, so the block-wise draw must pick exactly the
     token that one searchsorted over the whole cumulative sum picks, zero weights never."""
-    from electra.objectives import _locate
+    from electra.objectives.sampling import locate
 
     g = torch.Generator().manual_seed(V)
     w = torch.randint(0, 4, (64, V), generator=g).float()
@@ -277,7 +271,7 @@ def test_two_level_locate_equals_one_searchsorted(V):
     u = torch.cat([torch.rand(61, 1, generator=g), torch.tensor([[0.0], [0.5], [0.999999]])])
     cdf = w.double().cumsum(-1)
     expected = torch.searchsorted(cdf, u.double() * cdf[:, -1:], right=True).squeeze(-1)
-    got = _locate(w, u, None)
+    got = locate(w, u, None)
     assert torch.equal(got, expected)
     assert (w.gather(1, got[:, None]) > 0).all()
 

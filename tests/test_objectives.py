@@ -16,7 +16,8 @@ from safetensors.torch import load_file
 
 from electra.config import ObjectiveConfig, RunConfig, TrainConfig, load_run_config
 from electra.errors import UserError
-from electra.objectives import ElectraPretrainingModel, Noise, choose_positions, unit_starts
+from electra.objectives.masking import Noise, choose_positions, unit_starts
+from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.pretrain import PretrainOptions, pretrain
 from electra.train.metrics import TIMING_KEYS, iter_metrics
 

@@ -266,7 +266,7 @@ def test_set_overrides_and_unknown_keys():
 def test_schedule_and_weight_decay_groups():
     f = warmup_linear(10, 110)
     assert [f(0), f(5), f(10), f(60), f(110), f(200)] == [0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
-    from electra.objectives import ElectraPretrainingModel
+    from electra.objectives.pretraining import ElectraPretrainingModel
 
     m = ElectraPretrainingModel(small_model(vocab_size=50))
     decay, plain = param_groups(m, 0.01)

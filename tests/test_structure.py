@@ -30,7 +30,7 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in files}
     for mod, path in files.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in runtime_nodes(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -47,6 +47,20 @@ def import_graph() -> dict[str, set[str]]:
                 if t and t != mod:
                     graph[mod].add(t)
     return graph
+
+
+def runtime_nodes(tree: ast.AST):
+    """Every node that can run: all of them but what sits under ``if TYPE_CHECKING:``
+    (imports for annotations only, which never execute)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
+                                                                   "typing.TYPE_CHECKING"):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -83,9 +97,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles():
     graph = import_graph()
-    assert {"electra.model", "electra.objectives", "electra.train.trainer",
+    assert {"electra.model", "electra.objectives.pretraining", "electra.train.trainer",
             "electra.pretrain"} <= set(graph)
-    assert "electra.objectives" in graph["electra.pretrain"]  # the graph sees real imports
+    assert "electra.objectives.pretraining" in graph["electra.pretrain"]  # the graph sees real imports
     assert cycles(graph) == []
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from electra.errors import UserError
+from electra.objectives.registry import OBJECTIVES
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 1800.0
@@ -222,10 +223,8 @@ def model_preset(name: str, **overrides: Any) -> ModelConfig:
     return MODEL_PRESETS[name].replace(**overrides)
 
 
-KINDS = ("electra", "mlm", "random", "electra15", "replace_mlm", "all_tokens_mlm")
 SHARINGS = ("embeddings", "none", "all", "gdes")
 UNITS = ("token", "word", "span")
-WITH_GENERATOR = ("electra", "electra15", "replace_mlm", "all_tokens_mlm")
 
 
 @dataclass(frozen=True)
@@ -281,13 +280,12 @@ class ObjectiveConfig:
 
     def __post_init__(self) -> None:
         _check_types(self)
-        _check(self.kind in KINDS,
-               f"objective.kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        mlm = self.kind == "mlm"
-        if self.mask_token_prob is None:
-            object.__setattr__(self, "mask_token_prob", 0.8 if mlm else 0.85)
-        if self.random_token_prob is None:
-            object.__setattr__(self, "random_token_prob", 0.1 if mlm else 0.0)
+        _check(self.kind in OBJECTIVES,
+               f"objective.kind must be one of {', '.join(OBJECTIVES)}, got {self.kind!r}")
+        method = OBJECTIVES[self.kind]
+        for name in ("mask_token_prob", "random_token_prob"):  # unset: the objective's own
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, getattr(method, name))
         _check(0.0 < self.mask_prob < 1.0,
                f"objective.mask_prob must be in (0, 1), got {self.mask_prob!r}")
         _check(isinstance(self.max_predictions, int) and self.max_predictions >= 1,
@@ -321,10 +319,10 @@ class ObjectiveConfig:
                f"objective.unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
         _check(self.span_mean >= 1.0,
                f"objective.span_mean must be >= 1 (words), got {self.span_mean!r}")
-        _check(self.kind in WITH_GENERATOR or self.sharing == "embeddings",
+        _check(method.generator or self.sharing == "embeddings",
                f"objective.sharing={self.sharing!r} is about the generator, and kind "
                f"{self.kind!r} has none; leave objective.sharing unset")
-        _check(self.two_stage_steps == 0 or self.kind == "electra",
+        _check(self.two_stage_steps == 0 or method.two_stage,
                f"objective.two_stage_steps is the two-stage variant of kind 'electra', not of "
                f"{self.kind!r}")
 

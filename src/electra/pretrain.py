@@ -28,11 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from electra import objectives as obj
 from electra.config import (
     DEFAULT_TIMEOUT_S,
     ModelConfig,
-    ObjectiveConfig,
     RunConfig,
     config_diffs,
     load_run_config,
@@ -45,7 +43,8 @@ from electra.io.files import disk_errors, read_json, write_json
 from electra.io.outputs import Claim, claim_out
 from electra.io.tokenizer import SIDECAR, SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.model import count_parameters
-from electra.objectives import ElectraPretrainingModel
+from electra.objectives.masking import Noise, Norm, choose
+from electra.objectives.pretraining import ElectraPretrainingModel, begin_step, stage_at
 from electra.train.checkpoint import latest_checkpoint
 from electra.train.optim import param_groups
 from electra.train.runtime import Runtime, autocast, resolve_device, resolve_precision, start
@@ -119,7 +118,7 @@ def _pretrain(opt: PretrainOptions, rt: Runtime, claim: Claim) -> dict[str, Any]
         record = trainer.metrics()
         if p.val is not None and (trainer.every(tc.eval_every) or trainer.step == tc.max_steps):
             record.update(validate(trainer.model, p.val, p.cfg, rt, p.micro,
-                                   _stage(p.cfg.objective, trainer.step)))
+                                   stage_at(p.cfg.objective, trainer.step)))
         trainer.log(record, show=("loss", "disc_acc", "tokens_per_s", "val_disc_auc"))
 
     with disk_errors(Path(opt.out), resume_hint), trainer.running():
@@ -151,19 +150,15 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
     The step the benches time."""
     rt, obj_cfg = trainer.rt, cfg.objective
     batch = {k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}
-    per_rank = batch["input_ids"].shape[0]
     norm, noise = global_draws(batch, cfg.train.batch_size, special, cfg,
                                trainer.streams["masking"], rt)
-    stage = _stage(obj_cfg, trainer.step)
-    if stage == 2 and trainer.step == obj_cfg.two_stage_steps:  # the first step of stage 2
-        trainer.model.start_stage_2()
+    stage = begin_step(trainer.model, obj_cfg, trainer.step)
     words = batch.get("word_starts")
 
     def micro_step(model: torch.nn.Module, j: int) -> tuple[torch.Tensor, dict[str, Any]]:
         rows = slice(j * micro, (j + 1) * micro)
-        first = rt.rank * per_rank + j * micro  # this micro-batch's global rows
         out = model(batch["input_ids"][rows], batch["attention_mask"][rows],
-                    batch["token_type_ids"][rows], noise.rows(first, first + micro), norm,
+                    batch["token_type_ids"][rows], noise.rows(rows.start, rows.stop), norm,
                     trainer.streams["gumbel"], None if words is None else words[rows],
                     obj_cfg.temperature_at(trainer.step), stage)
         return out.loss, {**{k: v.detach().double() for k, v in out.losses.items()},
@@ -172,33 +167,28 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
     return trainer.train_step(micro_step, tokens=norm.tokens)
 
 
-def _stage(objective: ObjectiveConfig, step: int) -> int | None:
-    """Two-stage training: 1 (generator alone) before two_stage_steps, then 2."""
-    if not objective.two_stage_steps:
-        return None
-    return 1 if step < objective.two_stage_steps else 2
-
-
 def global_draws(batch: dict[str, torch.Tensor], global_batch: int, special: SpecialTokens,
                  cfg: RunConfig, rng: torch.Generator,
-                 rt: Runtime) -> tuple[obj.Norm, obj.Noise]:
-    """A step's loss denominators (summed over ranks) and random draws, both for the whole
-    global batch, of which ``batch`` is this rank's rows."""
-    ids = batch["input_ids"]
-    noise = obj.Noise.draw(global_batch, ids.shape[1], cfg.model.vocab_size, cfg.objective,
-                           rng, ids.device)
+                 rt: Runtime) -> tuple[Norm, Noise]:
+    """A step's loss denominators (summed over ranks) and this rank's rows of its random
+    draws, drawn for the whole global batch (of which ``batch`` is this rank's rows), with
+    the positions chosen: the step's one choice, which the denominators count."""
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    noise = Noise.draw(global_batch, ids.shape[1], cfg.model.vocab_size, cfg.objective,
+                       rng, ids.device)
     first = rt.rank * len(ids)
-    counts = rt.all_sum(obj.batch_norm_counts(
-        ids, batch["attention_mask"], special, cfg.objective,
-        noise.rows(first, first + len(ids)), batch.get("word_starts")))
-    return obj.Norm(chosen=counts[0].float(), tokens=counts[1].float()), noise
+    mine = choose(noise.rows(first, first + len(ids)), ids, mask, special, cfg.objective,
+                  batch.get("word_starts"))
+    chosen = mine.chosen[1].sum()  # type: ignore[index]
+    counts = rt.all_sum(torch.stack([chosen, mask.sum()]).double())
+    return Norm(chosen=counts[0].float(), tokens=counts[1].float()), mine
 
 
 @torch.no_grad()
 def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig, rt: Runtime,
              micro: int, stage: int | None = None) -> dict[str, float]:
     """Held-out losses and statistics of the objective (generator loss/accuracy,
-    discriminator loss/accuracy/ROC-AUC, MLM loss/accuracy: what the kind has).
+    discriminator loss/accuracy/ROC-AUC, MLM loss/accuracy: what the objective has).
 
     Scores the first ``eval_batches`` global batches of the split (in file order), each
     process its rows, pooled over processes: the numbers do not depend on the world size.
@@ -228,11 +218,10 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig,
         words = batch.get("word_starts")
         for j in range(0, per_rank, micro):
             rows = slice(j, min(j + micro, per_rank))
-            start = rt.rank * per_rank + j
             with autocast(rt.device, tc.precision):
                 out = model(batch["input_ids"][rows], batch["attention_mask"][rows],
-                            batch["token_type_ids"][rows],
-                            noise.rows(start, start + rows.stop - rows.start), norm, rng,
+                            batch["token_type_ids"][rows], noise.rows(rows.start, rows.stop),
+                            norm, rng,
                             None if words is None else words[rows],
                             cfg.objective.final_temperature, stage)
             if out.disc_logits is not None:
@@ -242,7 +231,7 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig,
             add_into(sums, {**{k: v.double() for k, v in out.losses.items()}, **out.counts})
     model.train(was_training)
     result = {f"val_{k}": v for k, v in pool(rt, sums, n).items()}
-    if scores:  # the kinds with a discriminator
+    if scores:  # the objectives with a discriminator
         y = np.concatenate([t.numpy() for t in rt.gather(torch.cat(labels))])
         s = np.concatenate([t.numpy() for t in rt.gather(torch.cat(scores))])
         result["val_disc_auc"] = (float(roc_auc_score(y, s)) if 0 < y.sum() < len(y)
@@ -275,7 +264,7 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
 
     torch.manual_seed(tc.seed)  # the same initial weights on every rank
     model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special)
-    if cfg.objective.kind == "random" and cfg.objective.replacement == "unigram":
+    if model.method.needs_unigram(cfg.objective):
         model.set_unigram(_unigram_counts(data))
     if init is not None and resume_from is None:
         # Generator first: with shared embeddings the discriminator's table wins.

@@ -37,7 +37,6 @@ import torch
 
 from electra.config import (
     DEFAULT_TIMEOUT_S,
-    KINDS,
     FinetuneConfig,
     ObjectiveConfig,
     RunConfig,
@@ -51,6 +50,7 @@ from electra.errors import UserError
 from electra.io.files import read_json, write_json
 from electra.io.outputs import MARK, Claim, claim_out
 from electra.objectives.flops import step_flops_per_sequence
+from electra.objectives.registry import OBJECTIVES
 
 FRACTIONS = (0.25, 0.5, 1.0)
 RANDOM_INIT = "random-init"
@@ -142,10 +142,10 @@ def parse_tasks(text: str, glue: str | None) -> list[Task]:
 
 def parse_objectives(text: str) -> list[str]:
     names = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [n for n in names if n not in KINDS]
+    unknown = [n for n in names if n not in OBJECTIVES]
     if unknown or not names or len(set(names)) != len(names):
         what = f"unknown objective {unknown[0]!r}" if unknown else "give distinct objectives"
-        raise UserError(f"--objectives {text}: {what}; valid: {', '.join(KINDS)}")
+        raise UserError(f"--objectives {text}: {what}; valid: {', '.join(OBJECTIVES)}")
     return names
 
 
@@ -310,7 +310,7 @@ def measure_rate(cfg: RunConfig, data: Any, device: str = "auto", steps: int = 4
     the model alone (after two warm-ups), on a real batch."""
     import numpy as np
 
-    from electra.objectives import ElectraPretrainingModel
+    from electra.objectives.pretraining import ElectraPretrainingModel
     from electra.train.runtime import autocast, resolve_device
 
     dev = resolve_device(device)

@@ -146,7 +146,8 @@ def show_example(run: Path, heldout: Path, seed: int = 3) -> None:
     """Corrupt one held-out sentence with the generator and print what the discriminator flags."""
     from electra.io import folders
     from electra.io.tokenizer import SpecialTokens, load_tokenizer
-    from electra.objectives import corrupt, mask_inputs, sample
+    from electra.objectives.masking import mask_inputs
+    from electra.objectives.sampling import corrupt, sample
 
     tok = load_tokenizer(run / "discriminator")
     special = SpecialTokens.of(tok)

@@ -182,7 +182,7 @@ def _load_source(src: Path) -> tuple[dict[str, torch.nn.Module], Path]:
         return models, src / "discriminator"
     if (src / "manifest.json").is_file():  # a checkpoint: RUN/checkpoints/step-N
         from electra.config import ObjectiveConfig, config_from_dict
-        from electra.objectives import ElectraPretrainingModel
+        from electra.objectives.pretraining import ElectraPretrainingModel
         from electra.train.checkpoint import load_checkpoint
 
         saved = read_json(src / "config.json", "a checkpoint's config")

@@ -1,0 +1,187 @@
+"""What every objective is: its parts, its forward over a masked batch, its FLOPs.
+
+An objective is a class with the traits the model builder, the config and the FLOP count read
+(:class:`Objective`), and a ``forward`` made of the shared steps below: the generator's MLM
+loss and its samples (:func:`generate`), x_corrupt and its labels (:func:`corrupt_with`), and
+the discriminator's loss on them (:func:`detect`). ``electra.objectives.registry`` names each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from electra.objectives.losses import discriminator_loss, mlm_accuracy, mlm_loss, pair, rtd_counts
+from electra.objectives.masking import Masked, Noise, Norm
+from electra.objectives.sampling import corrupt, locate, sample_fp32
+
+if TYPE_CHECKING:
+    from electra.config import ModelConfig, ObjectiveConfig
+
+
+@dataclass
+class Step:
+    """One pass of an objective: the batch, its masking, and the step's draws."""
+
+    input_ids: torch.Tensor  # (B, T) the original x
+    attention_mask: torch.Tensor  # (B, T)
+    token_type_ids: torch.Tensor | None
+    masked: Masked  # the chosen positions and x_masked
+    noise: Noise  # the rows' uniform draws
+    cfg: ObjectiveConfig
+    norm: Norm | None = None  # the global batch's denominators (else this batch's own)
+    rng: torch.Generator | None = None  # Gumbel noise
+    temperature: float = 1.0
+    stage: int | None = None  # two-stage training: 1 (generator alone), 2 (generator frozen)
+    counts: dict[str, torch.Tensor] = field(default_factory=dict)
+    losses: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def chosen(self) -> torch.Tensor | None:
+        return None if self.norm is None else self.norm.chosen
+
+    @property
+    def tokens(self) -> torch.Tensor | None:
+        return None if self.norm is None else self.norm.tokens
+
+    def output(self, loss: torch.Tensor, **kw: Any) -> ElectraOutput:
+        return ElectraOutput(loss=loss, losses=self.losses, counts=self.counts, **kw)
+
+
+@dataclass
+class ElectraOutput:
+    """Losses (with gradient) and detached statistics of one pass of the objective."""
+
+    loss: torch.Tensor
+    losses: dict[str, torch.Tensor]  # each part: gen_loss, disc_loss, mlm_loss (0-d)
+    counts: dict[str, torch.Tensor]  # each (2,): numerator, denominator of a statistic
+    corrupted_ids: torch.Tensor | None = None  # (B, T) what the discriminator read
+    labels: torch.Tensor | None = None  # (B, T) bool, True = replaced
+    disc_logits: torch.Tensor | None = None  # (B, T) > 0: replaced (objectives that detect)
+
+    @property
+    def gen_loss(self) -> torch.Tensor | None:
+        return self.losses.get("gen_loss")
+
+    @property
+    def disc_loss(self) -> torch.Tensor | None:
+        return self.losses.get("disc_loss")
+
+    @property
+    def stats(self) -> dict[str, torch.Tensor]:
+        """The statistics as 0-d ratios (gen_acc, disc_acc, ...)."""
+        return {k: (c[0] / c[1].clamp(min=1)).float() for k, c in self.counts.items()}
+
+
+class Objective:
+    """A pretraining objective. Subclasses set the traits and write ``forward``.
+
+    Traits: ``generator`` (a small MLM trains beside the model and its samples replace the
+    chosen tokens), ``main_mlm`` (a full-size MLM head on the discriminator's encoder),
+    ``detects`` (the discriminator's RTD head trains; otherwise it is kept, frozen, for the
+    exported format), ``mask_token_prob``/``random_token_prob`` (what unset config values
+    mean), ``two_stage`` (may train in the paper's two stages).
+    """
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    generator: ClassVar[bool] = True
+    main_mlm: ClassVar[bool] = False
+    detects: ClassVar[bool] = True
+    mask_token_prob: ClassVar[float] = 0.85
+    random_token_prob: ClassVar[float] = 0.0
+    two_stage: ClassVar[bool] = False
+
+    def forward(self, model: Any, step: Step) -> ElectraOutput:
+        raise NotImplementedError
+
+    def macs(self, cfg: ModelConfig, seq_len: int, predictions: int) -> int:
+        """Multiply-accumulates of one sequence's forward: the discriminator-sized encoder,
+        this objective's heads on it, and the generator where it has one."""
+        from electra.model.macs import encoder_macs, mlm_head_macs, rtd_head_macs
+
+        T, P = seq_len, predictions
+        macs = encoder_macs(cfg, T)
+        macs += rtd_head_macs(cfg, T) if self.detects else 0
+        macs += mlm_head_macs(cfg, self.mlm_rows(T, P)) if self.main_mlm else 0
+        if self.generator:
+            gen = cfg.generator_config()
+            macs += encoder_macs(gen, T) + mlm_head_macs(gen, P)
+        return macs
+
+    def mlm_rows(self, seq_len: int, predictions: int) -> int:
+        """Rows the full-size MLM head runs on: the prediction slots."""
+        return predictions
+
+    def needs_unigram(self, cfg: ObjectiveConfig) -> bool:
+        """Whether replacements are drawn by the training data's token frequencies."""
+        return False
+
+    def exported_generator(self, model: Any) -> torch.nn.Module | None:
+        """What a finished run keeps as RUN/generator."""
+        return model.generator
+
+
+def generate(model: Any, step: Step) -> torch.Tensor:
+    """Steps 2-3: the generator's MLM loss on x_masked (``gen_loss``) and, without gradient,
+    one sample per chosen slot (B, P), with the generator's statistics. Frozen in stage 2."""
+    masked = step.masked
+    frozen = step.stage == 2
+    with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
+        gen_logits = model.generator(masked.input_ids, step.attention_mask, step.token_type_ids,
+                                     masked.positions)  # (B, P, V)
+        step.losses["gen_loss"], probs, zmax, target_logit = mlm_loss(
+            gen_logits, masked.targets, masked.weights, step.chosen)
+    cfg, T = step.cfg, step.temperature
+    with torch.no_grad():
+        if cfg.sampling == "inverse_cdf" and T == 1.0:
+            # The loss's exp(z - max z) is the sampler's too: no pass over the logits is new.
+            sampled = locate(probs, step.noise.sample_u, step.rng)  # (B, P)
+        else:
+            z = gen_logits.detach().to(torch.float32, copy=True)  # consumed by sampling
+            sampled = sample_fp32(z, T, cfg.sampling, step.rng, step.noise.sample_u)[0]
+            del z
+        step.counts["gen_acc"] = mlm_accuracy(target_logit, zmax, masked.weights)
+        step.counts["sampled_original_frac"] = pair(
+            ((sampled == masked.targets) & masked.weights).sum(), masked.weights.sum())
+    return sampled
+
+
+def corrupt_with(step: Step, sampled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step 4: x_corrupt (the chosen slots take ``sampled``) and its labels, True where a
+    token was replaced; a sample equal to the original is labelled original."""
+    masked = step.masked
+    corrupted = corrupt(step.input_ids, masked.positions, masked.weights, sampled)
+    return corrupted, corrupted != step.input_ids
+
+
+def full_mlm(model: Any, step: Step, inputs: torch.Tensor) -> None:
+    """The full-size MLM head predicts the originals at the chosen slots from ``inputs``
+    (``mlm_loss``, ``mlm_acc``)."""
+    masked = step.masked
+    logits = model.main_mlm(inputs, step.attention_mask, step.token_type_ids, masked.positions)
+    step.losses["mlm_loss"], _, zmax, target_logit = mlm_loss(
+        logits, masked.targets, masked.weights, step.chosen)
+    step.counts["mlm_acc"] = mlm_accuracy(target_logit, zmax, masked.weights)
+
+
+def detect(model: Any, step: Step, corrupted: torch.Tensor, labels: torch.Tensor,
+           over: torch.Tensor | None = None, denominator: torch.Tensor | None = None
+           ) -> torch.Tensor:
+    """Step 5: the discriminator's logits on x_corrupt and ``disc_loss``, averaged over
+    ``over`` (default: the non-pad tokens) with ``denominator`` (default: the step's token
+    count); returns the logits (B, T)."""
+    disc_logits = model.discriminator(corrupted, step.attention_mask, step.token_type_ids)
+    step.losses["disc_loss"] = discriminator_loss(
+        disc_logits, labels, step.attention_mask if over is None else over,
+        step.tokens if over is None else denominator)
+    return disc_logits
+
+
+def finish(step: Step, loss: torch.Tensor, corrupted: torch.Tensor, labels: torch.Tensor,
+           disc_logits: torch.Tensor) -> ElectraOutput:
+    """The output of an objective that detects: its RTD statistics over the non-pad tokens."""
+    step.counts.update(rtd_counts(disc_logits, labels, step.attention_mask.bool()))
+    return step.output(loss, corrupted_ids=corrupted, labels=labels, disc_logits=disc_logits)
