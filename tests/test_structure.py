@@ -99,7 +99,8 @@ def test_no_import_cycles():
     graph = import_graph()
     assert {"electra.model", "electra.objectives.pretraining", "electra.train.trainer",
             "electra.pretrain"} <= set(graph)
-    assert "electra.objectives.pretraining" in graph["electra.pretrain"]  # the graph sees real imports
+    # (the graph sees real imports)
+    assert "electra.objectives.pretraining" in graph["electra.pretrain"]
     assert cycles(graph) == []
 
 
