@@ -26,6 +26,7 @@ import torch
 
 from electra.config import ObjectiveConfig, model_preset
 from electra.io.tokenizer import SpecialTokens
+from electra.model.kernels import kernels_for
 from electra.objectives.flops import step_flops_per_sequence
 from electra.objectives.masking import Noise
 from electra.objectives.pretraining import ElectraPretrainingModel
@@ -43,10 +44,12 @@ def make_batch(B: int, T: int, V: int, seed: int, device: torch.device) -> dict:
             "token_type_ids": torch.zeros_like(ids).to(device)}
 
 
-def model_for(preset: str, vocab: int, dropout: float = 0.1, **over) -> ElectraPretrainingModel:
+def model_for(preset: str, vocab: int, dropout: float = 0.1, device: str = "cpu",
+              **over) -> ElectraPretrainingModel:
+    """A model built with the kernels of the device it will run on."""
     cfg = model_preset(preset, vocab_size=vocab, hidden_dropout=dropout,
                        attention_dropout=dropout, **over)
-    return ElectraPretrainingModel(cfg, ObjectiveConfig(), SPECIAL)
+    return ElectraPretrainingModel(cfg, ObjectiveConfig(), SPECIAL, kernels_for(device))
 
 
 def to(noise: Noise, device: torch.device) -> Noise:
@@ -79,7 +82,7 @@ def check_fp32(dev: torch.device, preset: str, B: int, T: int) -> dict:
 def check_bf16_fused(dev: torch.device, preset: str, B: int, T: int) -> dict:
     """Three bf16 steps with fused AdamW on the device, then fused vs foreach on one step."""
     torch.manual_seed(0)
-    model = model_for(preset, 30522).to(dev)
+    model = model_for(preset, 30522, device=dev).to(dev)
     opt = adamw(param_groups(model, 0.01), lr=5e-4)
     losses = [bf16_step(model, opt, make_batch(B, T, 30522, step, dev), dev, step)
               for step in range(3)]
@@ -133,7 +136,8 @@ def sync(dev: torch.device) -> None:
 def throughput(dev: torch.device, preset: str, B: int, T: int, steps: int, peak: float) -> dict:
     """bf16 training steps of ``preset`` (ELECTRA objective, fused AdamW): tokens/s, MFU."""
     torch.manual_seed(0)
-    model = model_for(preset, 30522, max_position_embeddings=max(512, T)).to(dev)
+    model = model_for(preset, 30522, device=dev,
+                      max_position_embeddings=max(512, T)).to(dev)
     opt = adamw(param_groups(model, 0.01), lr=1e-4)
     b = make_batch(B, T, 30522, 0, dev)
     times = []

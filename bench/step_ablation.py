@@ -19,7 +19,6 @@ that is absent, Python's own docs).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import statistics
@@ -29,29 +28,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-import electra.model as model_mod
 from electra.config import load_run_config
 from electra.data.loader import BatchLoader, ShardDataset
+from electra.model.kernels import FAST_CPU, REFERENCE, Kernels, use
 from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.pretrain import make_trainer, train_step
 from electra.train.runtime import Runtime, keep_freed_memory
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@contextlib.contextmanager
-def torch_dropout():
-    """Swap our lane dropout for torch's Bernoulli dropout, and our attention for SDPA's."""
-    real, real_attention = model_mod.Dropout.forward, model_mod.attention
-    model_mod.Dropout.forward = lambda self, x: F.dropout(x, self.p, self.training)
-    model_mod.attention = lambda q, k, v, mask, drop: F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=drop.p)
-    try:
-        yield
-    finally:
-        model_mod.Dropout.forward, model_mod.attention = real, real_attention
 
 
 def default_data(tmp: str) -> str:
@@ -89,8 +74,9 @@ def training_step(data_dir: str, config: str, batch: int) -> Callable[[str], int
     trainer = make_trainer(model, cfg, Runtime())
     loader = BatchLoader(data, batch, seed=0)
 
-    def step(sampling: str = "inverse_cdf") -> int:
+    def step(sampling: str = "inverse_cdf", kernels: Kernels = FAST_CPU) -> int:
         b = next(loader)
+        use(model, kernels)
         model.objective = dataclasses.replace(cfg.objective, sampling=sampling)
         train_step(trainer, b, cfg, data.special, batch)
         return int(b["attention_mask"].sum())
@@ -111,22 +97,19 @@ def main() -> None:
     step = training_step(args.data or default_data(tmp.name), args.config, args.batch)
 
     variants = {
-        "current": ("inverse_cdf", []),
-        "-lanes": ("inverse_cdf", [torch_dropout]),
-        "-icdf": ("gumbel", []),
+        "current": ("inverse_cdf", FAST_CPU),
+        "-lanes": ("inverse_cdf", REFERENCE),  # torch's dropout, SDPA's attention dropout
+        "-icdf": ("gumbel", FAST_CPU),
     }
     for _ in range(2):
         step("inverse_cdf")  # warm up
     results: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(args.repeats):
-        for name, (sampling, patches) in variants.items():
-            with contextlib.ExitStack() as stack:
-                for p in patches:
-                    stack.enter_context(p())
-                step(sampling)
-                t0 = time.perf_counter()
-                n = sum(step(sampling) for _ in range(args.steps))
-                results[name].append(n / (time.perf_counter() - t0))
+        for name, (sampling, kernels) in variants.items():
+            step(sampling, kernels)
+            t0 = time.perf_counter()
+            n = sum(step(sampling, kernels) for _ in range(args.steps))
+            results[name].append(n / (time.perf_counter() - t0))
     precision = load_run_config(config_file=args.config).train.precision
     print(f"config {args.config}, batch {args.batch}, {torch.get_num_threads()} threads, "
           f"{precision}; tokens/s over {args.steps} steps, {args.repeats} repeats")

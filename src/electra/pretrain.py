@@ -263,7 +263,7 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
                              "preparing the run folder")
 
     torch.manual_seed(tc.seed)  # the same initial weights on every rank
-    model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special)
+    model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special, rt.kernels)
     if model.method.needs_unigram(cfg.objective):
         model.set_unigram(_unigram_counts(data))
     if init is not None and resume_from is None:
@@ -274,7 +274,8 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
     trainer = make_trainer(
         model, cfg, rt, out=Path(opt.out), config=run_config, progress=opt.progress,
         stateful={"loader": loader}, resume=resume_from,
-        rebuild=lambda: ElectraPretrainingModel(cfg.model, cfg.objective, data.special))
+        rebuild=lambda: ElectraPretrainingModel(cfg.model, cfg.objective, data.special,
+                                                rt.kernels))
     if trainer.saved_world_size != rt.world_size:
         trainer.say(f"electra: resuming a {trainer.saved_world_size}-process run with "
                     f"{rt.world_size}: same step and data position; dropout streams restart, "

@@ -310,12 +310,14 @@ def measure_rate(cfg: RunConfig, data: Any, device: str = "auto", steps: int = 4
     the model alone (after two warm-ups), on a real batch."""
     import numpy as np
 
+    from electra.model.kernels import kernels_for
     from electra.objectives.pretraining import ElectraPretrainingModel
     from electra.train.runtime import autocast, resolve_device
 
     dev = resolve_device(device)
     torch.manual_seed(cfg.train.seed)
-    model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special).to(dev)
+    model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special,
+                                    kernels_for(dev)).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
     B = min(cfg.train.batch_size // cfg.train.grad_accum, len(data))
     batch = {k: v.to(dev) for k, v in data.batch(np.arange(B)).items()}

@@ -19,48 +19,38 @@ import torch.nn.functional as F
 from torch import nn
 
 from electra.config import ModelConfig
+from electra.model.kernels import FAST_CPU, Kernels
 
 
 class Dropout(nn.Module):
-    """Dropout whose CPU masks are cut from 64-bit random words, four 16-bit lanes each.
+    """Dropout through the model's kernels (``electra.model.kernels``): on a CPU, masks cut
+    from 16-bit lanes of random words (p rounds to a multiple of 1/65536); elsewhere torch's."""
 
-    Each element is dropped independently with probability round(p * 65536) / 65536
-    (0.1 -> 0.100006) and kept ones are scaled by 1 / (1 - that). One RNG draw serves four
-    elements, which makes masks ~7x cheaper than torch's Bernoulli ones; those cost ~1/10
-    of a CPU training step (bench/RESULTS.md). On GPU torch's fused dropout is used.
-    """
-
-    def __init__(self, p: float) -> None:
+    def __init__(self, p: float, kernels: Kernels | None = None) -> None:
         super().__init__()
         self.p = p
-        self.threshold = round(p * 65536) - 32768  # keep where the int16 lane >= this
-        self.scale = 1.0 / (1.0 - round(p * 65536) / 65536) if p > 0 else 1.0
+        self.kernels = kernels or FAST_CPU
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:
             return x
-        if x.device.type != "cpu":
-            return F.dropout(x, self.p, True)
-        n = x.numel()
-        words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
-        keep = words.view(torch.int16)[:n].view(x.shape) >= self.threshold
-        return x.mul(keep).mul_(self.scale)
+        return self.kernels.dropout(x, self.p)  # type: ignore[operator]
 
     def extra_repr(self) -> str:
-        return f"p={self.p}"
+        return f"p={self.p}, {self.kernels.name}"
 
 
 class Embeddings(nn.Module):
     """Word + position + token-type embeddings, LayerNorm, dropout. Shareable between models."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
         super().__init__()
         self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.embedding_size,
                                             padding_idx=cfg.pad_token_id)
         self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.embedding_size)
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.embedding_size)
         self.layer_norm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
-        self.dropout = Dropout(cfg.hidden_dropout)
+        self.dropout = Dropout(cfg.hidden_dropout, kernels)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         T = input_ids.shape[1]
@@ -83,8 +73,9 @@ class GDESEmbeddings(Embeddings):
     (trained by the MLM loss alone) and E_Δ its own (zero at the start, trained by the
     discriminator's loss alone). Positions, token types and LayerNorm are its own."""
 
-    def __init__(self, cfg: ModelConfig, shared: nn.Embedding) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg: ModelConfig, shared: nn.Embedding,
+                 kernels: Kernels | None = None) -> None:
+        super().__init__(cfg, kernels)
         init_weights(self, cfg.initializer_range)  # its own parts; the shared table is not
         self.word_embeddings = shared  # the generator's module
         self.word_delta = nn.Parameter(torch.zeros_like(shared.weight))  # E_Δ
@@ -98,28 +89,12 @@ class GDESEmbeddings(Embeddings):
         return self.word_embeddings.weight.detach() + self.word_delta
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
-              dropout: nn.Module) -> torch.Tensor:
-    """softmax(q k^T / sqrt(hs) + mask) v with ``dropout`` on the probabilities: (B, nh, T, hs).
-
-    What SDPA computes, written out for CPU training with attention dropout: SDPA then falls
-    back to its math kernel anyway, and that kernel's Bernoulli masks cost ~8% of a CPU step;
-    our lane masks are several times cheaper (bench/RESULTS.md). The products run in the
-    input dtype (bf16 under autocast), the softmax in fp32. ``attn_mask`` (B, 1, 1, T) bool,
-    True on keys to attend.
-    """
-    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, nh, T, T)
-    if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, float("-inf"))
-    probs = dropout(torch.softmax(scores, -1, dtype=torch.float32))
-    return probs.to(v.dtype) @ v
-
-
 class Block(nn.Module):
     """Post-LN transformer block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), as in BERT."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
         super().__init__()
+        self.kernels = kernels = kernels or FAST_CPU
         H = cfg.hidden_size
         self.num_heads = cfg.num_heads
         self.attention_dropout = cfg.attention_dropout
@@ -131,8 +106,8 @@ class Block(nn.Module):
         self.ffn_in = nn.Linear(H, cfg.intermediate_size)
         self.ffn_out = nn.Linear(cfg.intermediate_size, H)
         self.ffn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
-        self.dropout = Dropout(cfg.hidden_dropout)
-        self.probs_dropout = Dropout(cfg.attention_dropout)  # CPU training only, see attention
+        self.dropout = Dropout(cfg.hidden_dropout, kernels)
+        self.probs_dropout = Dropout(cfg.attention_dropout, kernels)  # written attention
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
         B, T, H = x.shape
@@ -142,13 +117,9 @@ class Block(nn.Module):
             return t.view(B, T, nh, H // nh).transpose(1, 2)  # (B, nh, T, hs)
 
         q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
-        if self.training and self.attention_dropout > 0 and x.device.type == "cpu":
-            a = attention(q, k, v, attn_mask, self.probs_dropout)
-        else:
-            a = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask,
-                dropout_p=self.attention_dropout if self.training else 0.0,
-            )  # (B, nh, T, hs)
+        a = self.kernels.attention(q, k, v, attn_mask,
+                                   self.attention_dropout if self.training else 0.0,
+                                   self.probs_dropout)  # (B, nh, T, hs)
         a = a.transpose(1, 2).reshape(B, T, H)
         x = self.attention_norm(x + self.dropout(self.attention_out(a)))
         h = self.ffn_out(F.gelu(self.ffn_in(x)))
@@ -158,14 +129,15 @@ class Block(nn.Module):
 class Encoder(nn.Module):
     """Embeddings (owned or shared), an optional E->H projection, and the blocks."""
 
-    def __init__(self, cfg: ModelConfig, embeddings: Embeddings | None = None) -> None:
+    def __init__(self, cfg: ModelConfig, embeddings: Embeddings | None = None,
+                 kernels: Kernels | None = None) -> None:
         super().__init__()
         self.config = cfg
-        self.embeddings = embeddings if embeddings is not None else Embeddings(cfg)
+        self.embeddings = embeddings if embeddings is not None else Embeddings(cfg, kernels)
         E = self.embeddings.word_embeddings.embedding_dim
         # The projection exists exactly when transformers' ElectraModel has `embeddings_project`.
         self.embeddings_project = nn.Linear(E, cfg.hidden_size) if cfg.hidden_size != E else None
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.layers = nn.ModuleList(Block(cfg, kernels) for _ in range(cfg.num_layers))
 
     def forward(
         self,
@@ -232,10 +204,11 @@ class EncoderWithHead(nn.Module):
 class Discriminator(EncoderWithHead):
     """Encoder + dense -> GELU -> dense: one logit per token, > 0 meaning "replaced"."""
 
-    def __init__(self, cfg: ModelConfig, embeddings: Embeddings | None = None) -> None:
+    def __init__(self, cfg: ModelConfig, embeddings: Embeddings | None = None,
+                 kernels: Kernels | None = None) -> None:
         super().__init__()
         self.config = cfg
-        self.encoder = Encoder(cfg, embeddings)
+        self.encoder = Encoder(cfg, embeddings, kernels)
         self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.head_out = nn.Linear(cfg.hidden_size, 1)
         init_weights(self, cfg.initializer_range, skip=embeddings)
@@ -255,10 +228,10 @@ class Generator(nn.Module):
     """
 
     def __init__(self, cfg: ModelConfig, embeddings: Embeddings | None = None,
-                 encoder: Encoder | None = None) -> None:
+                 encoder: Encoder | None = None, kernels: Kernels | None = None) -> None:
         super().__init__()
         self.config = cfg
-        self.encoder = encoder if encoder is not None else Encoder(cfg, embeddings)
+        self.encoder = encoder if encoder is not None else Encoder(cfg, embeddings, kernels)
         E = self.encoder.embeddings.word_embeddings.embedding_dim
         self.head_dense = nn.Linear(cfg.hidden_size, E)
         self.head_norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps)
@@ -289,11 +262,12 @@ class SequenceClassifier(EncoderWithHead):
     (``num_labels`` logits; 1 for regression). Keys map onto transformers'
     ElectraForSequenceClassification (``classifier.dense``, ``classifier.out_proj``)."""
 
-    def __init__(self, cfg: ModelConfig, num_labels: int) -> None:
+    def __init__(self, cfg: ModelConfig, num_labels: int,
+                 kernels: Kernels | None = None) -> None:
         super().__init__()
         self.config = cfg
         self.num_labels = num_labels
-        self.encoder = Encoder(cfg)
+        self.encoder = Encoder(cfg, kernels=kernels)
         self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.head_dropout = nn.Dropout(cfg.hidden_dropout)
         self.head_out = nn.Linear(cfg.hidden_size, num_labels)
@@ -309,11 +283,12 @@ class TokenClassifier(EncoderWithHead):
     """Encoder + dropout -> dense on every token (``num_labels`` logits each): a tagger. Keys
     map onto transformers' ElectraForTokenClassification (``classifier``)."""
 
-    def __init__(self, cfg: ModelConfig, num_labels: int) -> None:
+    def __init__(self, cfg: ModelConfig, num_labels: int,
+                 kernels: Kernels | None = None) -> None:
         super().__init__()
         self.config = cfg
         self.num_labels = num_labels
-        self.encoder = Encoder(cfg)
+        self.encoder = Encoder(cfg, kernels=kernels)
         self.head_dropout = nn.Dropout(cfg.hidden_dropout)
         self.head_out = nn.Linear(cfg.hidden_size, num_labels)
         init_weights(self, cfg.initializer_range)
@@ -327,10 +302,10 @@ class QuestionAnswerer(EncoderWithHead):
     """Encoder + dense -> a start and an end logit per token (extractive QA). Keys map onto
     transformers' ElectraForQuestionAnswering (``qa_outputs``)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
         super().__init__()
         self.config = cfg
-        self.encoder = Encoder(cfg)
+        self.encoder = Encoder(cfg, kernels=kernels)
         self.head_out = nn.Linear(cfg.hidden_size, 2)
         init_weights(self, cfg.initializer_range)
 

@@ -19,6 +19,7 @@ from torch import nn
 from electra.config import ModelConfig, ObjectiveConfig, sharing_of
 from electra.io.tokenizer import SpecialTokens
 from electra.model import Discriminator, GDESEmbeddings, Generator
+from electra.model.kernels import Kernels
 from electra.objectives.base import ElectraOutput, Step
 from electra.objectives.losses import pair
 from electra.objectives.masking import Noise, Norm, mask_inputs
@@ -36,28 +37,28 @@ class ElectraPretrainingModel(nn.Module):
     """
 
     def __init__(self, cfg: ModelConfig, objective: ObjectiveConfig | None = None,
-                 special: SpecialTokens | None = None) -> None:
+                 special: SpecialTokens | None = None, kernels: Kernels | None = None) -> None:
         super().__init__()
         self.config = cfg
         self.objective = objective = objective or ObjectiveConfig()
         self.special = special
         self.sharing = sharing_of(cfg, objective)
         self.method = method = OBJECTIVES[objective.kind]
-        self.discriminator = Discriminator(cfg)
+        self.discriminator = Discriminator(cfg, kernels=kernels)
         self.generator: Generator | None = None
         self.main_mlm: Generator | None = None
         disc = self.discriminator
         if method.generator:
             gen_cfg = cfg.generator_config()
             if self.sharing == "embeddings":
-                self.generator = Generator(gen_cfg, disc.encoder.embeddings)
+                self.generator = Generator(gen_cfg, disc.encoder.embeddings, kernels=kernels)
             elif self.sharing == "all":  # the same size: every encoder weight tied
                 self.generator = Generator(gen_cfg, encoder=disc.encoder)
             else:
-                self.generator = Generator(gen_cfg)
+                self.generator = Generator(gen_cfg, kernels=kernels)
                 if self.sharing == "gdes":
                     disc.encoder.embeddings = GDESEmbeddings(
-                        cfg, self.generator.encoder.embeddings.word_embeddings)
+                        cfg, self.generator.encoder.embeddings.word_embeddings, kernels)
         if method.main_mlm:
             self.main_mlm = Generator(cfg.replace(generator_size=1.0), encoder=disc.encoder)
         if not method.detects:  # kept for the exported format, not trained

@@ -43,6 +43,7 @@ import torch.distributed as dist
 
 from electra.config import DEFAULT_TIMEOUT_S
 from electra.errors import UserError
+from electra.model.kernels import Kernels, kernels_for
 
 T = TypeVar("T")
 
@@ -141,6 +142,13 @@ class Runtime:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    chosen_kernels: Kernels | None = None  # None: the device's own (kernels_for)
+
+    @property
+    def kernels(self) -> Kernels:
+        """The model's dropout and attention for this device, chosen once: what every model
+        this process trains is built with (``electra.model.kernels``)."""
+        return self.chosen_kernels or kernels_for(self.device)
 
     @property
     def enabled(self) -> bool:
