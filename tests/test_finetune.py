@@ -16,7 +16,8 @@ from electra.cli import main
 from electra.config import model_preset
 from electra.io import folders
 from electra.io.tokenizer import train_tokenizer
-from electra.model import Discriminator, SequenceClassifier
+from electra.model import Discriminator
+from electra.tasks.sequence import SequenceClassifier
 from electra.train.optim import layer_depth, layerwise_groups
 
 
@@ -145,13 +146,15 @@ def test_double_pairs_adds_each_pair_swapped_to_the_chosen_subset(monkeypatch):
     from electra.data.tasks import Example
 
     seen = []
-    real = ft.encode
+    import electra.tasks.sequence as seq
+
+    real = seq.encode
 
     def spy(tok, examples, *a, **k):
         seen.append(list(examples))
         return real(tok, examples, *a, **k)
 
-    monkeypatch.setattr(ft, "encode", spy)
+    monkeypatch.setattr(seq, "encode", spy)
     from tokenizers import Tokenizer, models
 
     tok = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 2, "b": 3, "[CLS]": 4,

@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from electra.config import (
@@ -44,15 +43,13 @@ from electra.config import (
     load_finetune_config,
     model_preset,
 )
-from electra.data.squad import qa_features, split_articles, squad_scores
-from electra.data.tagging import IGNORE, Sentence, encode_tagged, score
-from electra.data.tasks import Example, TaskData, compute_metrics, encode, label_map, load_task
 from electra.errors import UserError
 from electra.io import folders
 from electra.io.files import disk_errors, publish, read_json, staging_dir, write_json
 from electra.io.outputs import Claim, claim_out
-from electra.model import Encoder, QuestionAnswerer, SequenceClassifier, TokenClassifier
-from electra.tasks.infer import answer_questions, predict, predict_tags
+from electra.model import Encoder
+from electra.tasks.base import TaskData, head_of
+from electra.tasks.registry import load_task
 from electra.train.checkpoint import latest_checkpoint
 from electra.train.optim import layerwise_groups
 from electra.train.runtime import Runtime, start
@@ -135,7 +132,6 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
              text_columns: str = "text", label_column: str = "label", regression: bool = False,
              split: str = "dev", tag_column: str | None = None) -> dict[str, Any]:
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s)."""
-    from electra.data.tagging import tag_map, tagging_metrics
     from electra.io.tokenizer import load_tokenizer
 
     classifier, meta = load_classifier(model)
@@ -143,21 +139,8 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
         raise UserError(f"--model {model} was fine-tuned on {meta['task']}, not {task}")
     task_data = load_task(task, data, None, dev, text_columns, label_column, regression,
                           split=split, tag_column=tag_column)
-    task_data.labels = meta["labels"]
-    if task_data.kind == "sequence" and not task_data.regression and meta["labels"]:
-        unseen = sorted({str(e.label) for d in task_data.dev.values() for e in d
-                         if e.label is not None} - set(meta["labels"]))
-        if unseen:
-            raise UserError(f"--dev: labels {', '.join(map(repr, unseen[:5]))} never occurred "
-                            f"when {model} was trained (its labels: "
-                            f"{', '.join(map(repr, meta['labels']))}); score a file with those "
-                            f"labels only")
     cfg = config_from_dict(FinetuneConfig, meta["finetune"], f"{model}/config.json")
-    if task_data.kind == "qa" and cfg.article_split:  # the articles it was not trained on
-        task_data.dev = {"dev": split_articles(task_data.dev["dev"], cfg.article_split)[1]}
-    if task_data.tagging:  # the model's tags: the metrics, and dev tags it cannot predict
-        tag_map([Sentence([], list(meta["labels"]))], task_data.dev["dev"])
-        task_data.metrics = tagging_metrics(meta["labels"])
+    task_data = head_of(meta).for_model(task_data, meta, cfg, model)
     res = evaluate_model(classifier, load_tokenizer(model), task_data, cfg)
     print(json.dumps(res))
     return res
@@ -202,53 +185,14 @@ class EpochBatches:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
-def _loss(logits: torch.Tensor, labels: torch.Tensor, data: TaskData) -> torch.Tensor:
-    """The summed loss of a micro-batch: cross-entropy, or squared error for regression; for
-    tagging over the words' first pieces; for QA the mean of the start and end positions'."""
-    if data.regression:
-        return F.mse_loss(logits.squeeze(-1).float(), labels.float(), reduction="sum")
-    if data.tagging:  # (B, T, tags)
-        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
-                               ignore_index=IGNORE, reduction="sum")
-    if data.kind == "qa":  # (B, T, 2) against (B, 2) token positions
-        return sum(F.cross_entropy(logits[..., k].float(), labels[:, k], reduction="sum")
-                   for k in (0, 1)) / 2  # type: ignore[return-value]
-    return F.cross_entropy(logits.float(), labels, reduction="sum")
-
-
-def encode_task(tok: Any, examples: list[Any], data: TaskData,
-                cfg: FinetuneConfig) -> dict[str, Any]:
-    """Examples (or tagged sentences) as the model reads them, in training and evaluation."""
-    if data.tagging:
-        return encode_tagged(tok, examples, cfg.max_length, data.labels)
-    if data.kind == "qa":  # training windows, each with its answer's token positions
-        f = qa_features(tok, examples, cfg.max_length, cfg.doc_stride,  # type: ignore[arg-type]
-                        cfg.max_query_length, training=True)
-        return {k: f[k] for k in ("input_ids", "token_type_ids", "attention_mask")} | {
-            "labels": torch.stack([f["start"], f["end"]], 1)}
-    return encode(tok, examples, cfg.max_length, data.labels, data.regression)
-
-
-def build_model(cfg: ModelConfig, data: TaskData) -> nn.Module:
-    """The task's head on a fresh encoder: a tagger, a question answerer, or a sequence
-    classifier/regressor."""
-    if data.tagging:
-        return TokenClassifier(cfg, len(data.labels))
-    if data.kind == "qa":
-        return QuestionAnswerer(cfg)
-    return SequenceClassifier(cfg, 1 if data.regression else len(data.labels))
-
-
-def _training_examples(data: TaskData, cfg: FinetuneConfig) -> list[Example]:
-    """The training set, or its fixed random subset, plus each pair swapped if asked."""
+def _training_examples(data: TaskData, cfg: FinetuneConfig) -> list[Any]:
+    """The training set, or its fixed random subset, plus what the head adds (pairs
+    swapped)."""
     examples = list(data.train)
     if 0 < cfg.max_train_examples < len(examples):
         pick = torch.randperm(len(examples), generator=torch.Generator().manual_seed(0))
         examples = [examples[i] for i in sorted(pick[: cfg.max_train_examples].tolist())]
-    if cfg.double_pairs and not data.tagging:
-        examples += [Example(e.text_b, e.text_a, e.label) for e in examples
-                     if e.text_b is not None]
-    return examples
+    return data.head.augment(examples, cfg)
 
 
 class Selection:
@@ -297,7 +241,7 @@ class Selection:
 def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneConfig,
                  seed: int, rt: Runtime | None = None, folder: Path | None = None,
                  resume: Path | None = None,
-                 progress: bool = False) -> tuple[SequenceClassifier, Selection]:
+                 progress: bool = False) -> tuple[nn.Module, Selection]:
     """Fine-tune one seed from ``source`` (``cfg`` resolved), evaluating on dev at every
     epoch's end (and every ``eval_every`` steps); returns the kept model and the selection.
 
@@ -308,12 +252,11 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
     rt = rt or Runtime()
     cfg = cfg.resolved(source.config, data.name)  # (a no-op on a resolved config)
     torch.manual_seed(seed)
-    model = build_model(source.config, data)
+    model = data.head.build(source.config, data.labels, data.regression, rt.kernels)
     if source.encoder is not None:
         folders.fit(model.encoder, source.encoder, source.init)  # type: ignore[arg-type]
     examples = _training_examples(data, cfg)
-    train = encode_task(tok, examples, data, cfg)
-    train.pop("first", None)  # tagging: where words start, for predictions only
+    train = data.head.encode(tok, examples, data, cfg)
     n = len(train["input_ids"])  # examples, or QA's windows
     steps_per_epoch = max(1, n // cfg.batch_size)
     total = steps_per_epoch * cfg.epochs  # type: ignore[operator]
@@ -355,8 +298,7 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
             mine = {k: v[index[rt.rank * per_rank : (rt.rank + 1) * per_rank]]
                     for k, v in train.items()}
             # the loss is a mean over the global batch: its examples, or its tagged words
-            denom = (max(1, int((train["labels"][index] != IGNORE).sum())) if data.tagging
-                     else cfg.batch_size)
+            denom = data.head.denominator(train["labels"][index], cfg.batch_size)
 
             def micro_step(step_model: nn.Module, j: int, b: dict[str, torch.Tensor] = mine,
                            denom: int = denom) -> tuple[torch.Tensor, dict]:
@@ -366,7 +308,7 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
                         for k, v in rows.items()}
                 logits = step_model(rows["input_ids"], rows["attention_mask"],
                                     rows["token_type_ids"])
-                return _loss(logits, rows["labels"], data) / denom, {}
+                return data.head.loss(logits, rows["labels"], data) / denom, {}
 
             tokens = train["attention_mask"][index].sum()
             if trainer.train_step(micro_step, tokens) is None:
@@ -388,69 +330,30 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
 
 def dev_predictions(model: nn.Module, tok: Any, data: TaskData,
                     cfg: FinetuneConfig) -> dict[str, tuple[Any, Any]]:
-    """(predictions, labels) on each dev split: arrays of label ids (scores for regression),
-    for tagging each sentence's tags, for QA (answers, no-answer scores) and the questions."""
-    out: dict[str, tuple[Any, Any]] = {}
-    for split, examples in data.dev.items():
-        if data.kind == "qa":
-            out[split] = (answer_questions(model, tok, examples, cfg), examples)  # type: ignore[arg-type]
-            continue
-        if data.tagging:
-            out[split] = (predict_tags(model, tok, examples, data, cfg),  # type: ignore[arg-type]
-                          [s.tags for s in examples])
-            continue
-        batch = encode(tok, examples, cfg.max_length, data.labels, data.regression)
-        preds = predict(model, batch, data.regression, cfg.precision)  # type: ignore[arg-type]
-        out[split] = (preds.numpy(), batch["labels"].numpy())
-    return out
-
-
-def metrics_of(data: TaskData, preds: Any, labels: Any) -> dict[str, float]:
-    """The task's metrics of one split's predictions."""
-    if data.tagging:
-        return score(data.metrics, preds, labels)
-    if data.kind == "qa":  # the official script's numbers, x100
-        answers, null = preds
-        return squad_scores(labels, answers, null if data.name == "squad2" else None)
-    return compute_metrics(data.metrics, preds, labels)
+    """(predictions, labels) on each dev split, as the head makes them."""
+    return {split: data.head.predict(model, tok, examples, data, cfg)
+            for split, examples in data.dev.items()}
 
 
 def evaluate_model(model: nn.Module, tok: Any, data: TaskData,
                    cfg: FinetuneConfig) -> dict[str, Any]:
     """The task's metrics on each dev split."""
-    return {split: metrics_of(data, p, y)
+    return {split: data.head.score(data, p, y)
             for split, (p, y) in dev_predictions(model, tok, data, cfg).items()}
 
 
 def report(data: TaskData, preds: dict[str, tuple[np.ndarray, np.ndarray]],
            selection: Selection) -> dict[str, Any]:
     """What a seed's run looked like: the kept evaluation, every evaluation, a confusion
-    matrix per dev split (classification), and warnings for a degenerate run: every
+    matrix per dev split (classes, tags), and warnings for a degenerate run: every
     prediction in one class, near-constant regression outputs, a training loss that never
     fell below its first epoch's, skipped non-finite steps."""
-    from sklearn.metrics import confusion_matrix
-
-    names = {i: label for label, i in data.labels.items()}
     warnings, confusion = [], {}
     for split, (p, y) in preds.items():
-        if data.kind == "qa":
-            if not any(p[0].values()):
-                warnings.append(f"{split}: every answer is empty")
-            continue
-        if data.tagging:  # word by word
-            p = np.array([data.labels[t] for s in p for t in s])
-            y = np.array([data.labels[t] for s in y for t in s])
-        if data.regression:
-            if float(np.std(p)) < 0.01 * max(float(np.std(y)), 1e-12):
-                warnings.append(f"{split}: near-constant predictions (std {np.std(p):.2g} "
-                                f"against the labels' {np.std(y):.2g})")
-            continue
-        confusion[split] = {"labels": [names[i] for i in range(len(names))],
-                            "matrix": confusion_matrix(y, p, labels=range(len(names))).tolist()}
-        if len(np.unique(p)) == 1:
-            only = int(p[0])
-            warnings.append(f"{split}: every prediction is {names[only]!r} "
-                            f"({np.mean(y == only):.1%} of {split} is {names[only]!r})")
+        said, matrix = data.head.report(split, p, y, data)
+        warnings += said
+        if matrix is not None:
+            confusion[split] = matrix
     epochs = [e["loss"] for e in selection.history if float(e["epoch"]).is_integer()]
     if len(epochs) >= 2 and min(epochs[1:]) >= epochs[0]:
         warnings.append(f"the training loss never fell below its first epoch's "
@@ -460,27 +363,6 @@ def report(data: TaskData, preds: dict[str, tuple[np.ndarray, np.ndarray]],
     kept = selection.kept or {}
     return {"select": selection.mode, "epoch": kept.get("epoch"), "step": kept.get("step"),
             "evaluations": selection.history, "confusion": confusion, "warnings": warnings}
-
-
-def write_predictions(model: SequenceClassifier, tok: Any, data: TaskData,
-                      cfg: FinetuneConfig, folder: Path) -> list[Path]:
-    """GLUE submission files for the test splits (labels by name; STS-B scores in [0, 5])."""
-    from electra.data.tasks import SUBMISSION_FILES, write_submission
-
-    names = {i: label for label, i in data.labels.items()}
-    written = []
-    for split, examples in data.test.items():
-        batch = encode(tok, examples, cfg.max_length, data.labels, data.regression)
-        preds = predict(model, batch, data.regression, cfg.precision)
-        if data.regression:
-            shown = [f"{v:.3f}" for v in preds.clamp(0.0, 5.0).tolist()]
-        else:
-            shown = [names[i] for i in preds.tolist()]
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / SUBMISSION_FILES.get((data.name, split), f"{data.name}-{split}.tsv")
-        write_submission(path, examples, shown)
-        written.append(path)
-    return written
 
 
 # -- the whole command: seeds, resume, results ------------------------------------------
@@ -531,21 +413,16 @@ def _finetune(source: ModelSource, data: TaskData, out: Path, cfg: FinetuneConfi
               progress: bool) -> dict[str, Any] | None:
     from electra.io.tokenizer import load_tokenizer
 
-    def check() -> tuple[FinetuneConfig, Any]:
+    def check() -> tuple[FinetuneConfig, TaskData, Any]:
         resolved = cfg.resolved(source.config, data.name)
         split = rt.world_size * resolved.grad_accum
         if resolved.batch_size % split:
             raise UserError(f"--set batch_size={resolved.batch_size} does not split into "
                             f"{rt.world_size} processes x grad_accum={resolved.grad_accum} "
                             f"equal micro-batches; choose a multiple of {split}")
-        if data.kind == "qa" and resolved.article_split:  # a stand-in train set
-            data.train = split_articles(data.train, resolved.article_split)[0]
-            data.dev = {"dev": split_articles(data.dev["dev"], resolved.article_split)[1]}
-        elif not data.regression and not data.labels and data.kind == "sequence":
-            data.labels = label_map(data.train, [e for d in data.dev.values() for e in d])
-        return resolved, load_tokenizer(source.tokenizer)
+        return resolved, data.head.prepare(data, resolved), load_tokenizer(source.tokenizer)
 
-    cfg, tok = rt.agree(check, "checking the fine-tuning inputs")
+    cfg, data, tok = rt.agree(check, "checking the fine-tuning inputs")
     settings = {"task": data.name, "model": source.name, "config": cfg.to_dict(),
                 "labels": data.labels, "seeds": seeds}
 
@@ -587,7 +464,7 @@ def _run_seeds(source: ModelSource, data: TaskData, cfg: FinetuneConfig, seeds: 
         ckpt = None  # only the first seed to run can have been interrupted
         if rt.is_main:
             preds = dev_predictions(model, tok, data, cfg)
-            done[seed] = {"seed": seed, "dev": {split: metrics_of(data, p, y)
+            done[seed] = {"seed": seed, "dev": {split: data.head.score(data, p, y)
                                                 for split, (p, y) in preds.items()},
                           **report(data, preds, selection)}
             _finish_seed(model.cpu(), folder, data, cfg, tok, done[seed],
@@ -597,27 +474,26 @@ def _run_seeds(source: ModelSource, data: TaskData, cfg: FinetuneConfig, seeds: 
     return _write_results(tmp, data, cfg, seeds, done, source.name)
 
 
-def save_classifier(model: SequenceClassifier, folder: Path, data: TaskData,
+def save_classifier(model: nn.Module, folder: Path, data: TaskData,
                     cfg: FinetuneConfig, tok: Any) -> None:
     """A fine-tuned model's folder: what `evaluate`, `export` and `--model` read."""
     folders.write(folder, model, "classifier", tok, task=data.name,
                   labels=data.labels, regression=data.regression, metrics=list(data.metrics),
                   finetune=cfg.to_dict(), text_columns=list(data.columns),
-                  **({"head": data.kind} if data.kind in ("tagging", "qa") else {}))
+                  **data.head.meta(data))
 
 
-def load_classifier(folder: str | Path) -> tuple[SequenceClassifier, dict[str, Any]]:
+def load_classifier(folder: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     """A fine-tuned model and its config.json (task, labels, settings)."""
-    return folders.load(folder, "classifier")  # type: ignore[return-value]
+    return folders.load(folder, "classifier")
 
 
-def _finish_seed(model: SequenceClassifier, folder: Path, data: TaskData, cfg: FinetuneConfig,
+def _finish_seed(model: nn.Module, folder: Path, data: TaskData, cfg: FinetuneConfig,
                  tok: Any, result: dict[str, Any], seconds: float) -> None:
     """A finished seed's model folder, predictions and warnings; ``result.json`` last (it
     marks the seed done for --resume); its checkpoints and kept best weights are removed."""
     save_classifier(model, folder, data, cfg, tok)
-    if data.test:
-        write_predictions(model, tok, data, cfg, folder / "predictions")
+    data.head.write_test(model, tok, data, cfg, folder / "predictions")
     shutil.rmtree(folder / "checkpoints", ignore_errors=True)
     (folder / "best.safetensors").unlink(missing_ok=True)
     result["seconds"] = round(seconds, 1)

@@ -5,8 +5,8 @@ with a UTF-8 byte-order mark, MNLI has matched and mismatched dev sets, STS-B is
 QQP's train has a few malformed rows (skipped and counted, as the original processors do).
 Metrics are GLUE's own definitions, computed with scikit-learn and scipy.
 
-:func:`load_task` turns what `electra finetune`/`evaluate` are given into a :class:`TaskData`;
-:func:`encode` tokenizes examples as the model sees them, in training and evaluation alike.
+``electra.tasks.sequence`` reads tasks through these; :func:`encode` tokenizes examples as
+the model sees them, in training and evaluation alike.
 """
 
 from __future__ import annotations
@@ -262,111 +262,6 @@ def compute_metrics(names: tuple[str, ...], preds: Any, labels: Any) -> dict[str
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="An input array is constant")
         return {name: float(scores[name]()) for name in names}
-
-
-@dataclass
-class TaskData:
-    """A task's examples and how it is scored."""
-
-    name: str
-    train: list[Example]
-    dev: dict[str, list[Example]]
-    metrics: tuple[str, ...]
-    regression: bool
-    labels: dict[str, int] = field(default_factory=dict)  # name -> id (classification)
-    test: dict[str, list[Example]] = field(default_factory=dict)  # for --predict test
-    kind: str = "sequence"  # or "tagging" (data.tagging.Sentence), "qa" (data.squad.QAExample)
-    columns: tuple[str, ...] = ()  # the text columns a file to predict on must have
-
-    @property
-    def tagging(self) -> bool:
-        return self.kind == "tagging"
-
-
-def load_task(task: str, data: str | None = None, train: str | None = None,
-              dev: str | None = None, text_columns: str = "text",
-              label_column: str = "label", regression: bool = False,
-              predict: str | None = None, split: str | None = None,
-              tag_column: str | None = None) -> TaskData:
-    """A GLUE task from its folder (``data``), ``custom`` from ``train``/``dev`` files, or
-    ``tagging`` from CoNLL-U/CoNLL/JSONL ``train``/``dev`` files.
-
-    ``split`` (evaluation only): which dev split to read, and no training set; None reads
-    the training set and every dev split (fine-tuning).
-    """
-    if task == "tagging":
-        return _tagging_task(train, dev, tag_column, predict, evaluating=split is not None)
-    if task in ("squad1", "squad2"):
-        return _squad_task(task, train, dev, predict, evaluating=split is not None)
-    if task == "custom":
-        if predict:
-            raise UserError("--predict test writes GLUE submission files; for a custom task "
-                            "score your file with `electra evaluate --dev FILE`")
-        if (not train and split is None) or not dev:
-            raise UserError("--task custom needs --train FILE and --dev FILE (and "
-                            "--text-columns, --label-column)")
-        cols = [c for c in text_columns.split(",") if c]
-        examples = read_custom(train, cols, label_column, regression) if train else []
-        classes = {e.label for e in examples}
-        if not regression and len(classes) == 1:
-            raise UserError(f"{train}: every label is {classes.pop()!r}; a classifier needs at "
-                            f"least two classes (--regression for numeric labels)")
-        metrics = ("pearson", "spearman") if regression else ("accuracy",)
-        return TaskData("custom", examples, {"dev": read_custom(dev, cols, label_column,
-                                                                 regression)},
-                        metrics, regression, columns=tuple(cols))
-    spec = glue_task(task)
-    if data is None:
-        raise UserError(f"--task {task} needs --data GLUE_TASK_DIR")
-    splits = list(spec.dev) if split in (None, "dev") else [split]
-    labels = {label: i for i, label in enumerate(spec.labels)} if spec.labels else {}
-    return TaskData(spec.name, read_glue(spec, data, "train") if split is None else [],
-                    {s: read_glue(spec, data, s) for s in splits}, spec.metrics,
-                    spec.is_regression, labels,
-                    {s: read_glue(spec, data, s) for s in spec.test} if predict == "test"
-                    else {}, columns=tuple(map(str, spec.test_text or spec.text)))
-
-
-def _squad_task(task: str, train: str | None, dev: str | None, predict: str | None,
-                evaluating: bool) -> TaskData:
-    """SQuAD 1.1/2.0 from the official JSON (train: questions with their first answer;
-    answers not at their answer_start are skipped and counted)."""
-    from electra.data.squad import read_squad
-
-    if predict:
-        raise UserError(f"--predict test writes GLUE submission files; score {task} with "
-                        f"`electra evaluate --dev FILE`")
-    if not dev or not (train or evaluating):
-        raise UserError(f"--task {task} needs --train FILE and --dev FILE (SQuAD JSON; one "
-                        f"file for both with --set article_split=0.5)")
-    metrics = ("f1", "exact") + (("best_f1", "best_exact") if task == "squad2" else ())
-    dev_q = read_squad(dev, training=False)[0]
-    train_q: list[Any] = []
-    if not evaluating:
-        train_q, skipped, _ = read_squad(train, training=True)  # type: ignore[arg-type]
-        if skipped:
-            print(f"electra: note: {skipped} training answer(s) of {train} are not at their "
-                  f"answer_start in the context and were skipped", file=sys.stderr)
-    return TaskData(task, train_q, {"dev": dev_q}, metrics, False, kind="qa")
-
-
-def _tagging_task(train: str | None, dev: str | None, tag_column: str | None,
-                  predict: str | None, evaluating: bool) -> TaskData:
-    from electra.data.tagging import read_tagged, tag_map, tagging_metrics
-
-    if predict:
-        raise UserError("--predict test writes GLUE submission files; for tagging score your "
-                        "file with `electra evaluate --dev FILE`")
-    if not dev or not (train or evaluating):
-        raise UserError("--task tagging needs --train FILE and --dev FILE (.conllu, CoNLL or "
-                        ".jsonl {tokens, tags})")
-    dev_sents = read_tagged(dev, tag_column)
-    if evaluating:  # the model's tags decide the metrics
-        return TaskData("tagging", [], {"dev": dev_sents}, (), False, kind="tagging")
-    train_sents = read_tagged(train, tag_column)
-    labels = tag_map(train_sents, dev_sents)
-    return TaskData("tagging", train_sents, {"dev": dev_sents}, tagging_metrics(labels), False,
-                    labels, kind="tagging")
 
 
 def encode(tok: Any, examples: list[Example], max_length: int,

@@ -350,8 +350,8 @@ def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random
     """`electra compare`: check everything, then pretrain, fine-tune and report."""
     from electra.config import load_finetune_config
     from electra.data.loader import ShardDataset
-    from electra.data.tasks import load_task
     from electra.finetune import parse_seeds
+    from electra.tasks.registry import load_task
     from electra.train.runtime import start
 
     kind_budget = parse_budget(budget)
@@ -502,8 +502,8 @@ def _finetune_all(plan: Plan, data: str, out: Path, rt: Any, progress: bool,
     """Fine-tune every model on every task (finished ones read back); their results.json.
     ``loaded``: task name -> its data, added to when a task is first read."""
     from electra.config import load_finetune_config
-    from electra.data.tasks import load_task
     from electra.finetune import model_source, run_finetune
+    from electra.tasks.registry import load_task
 
     scores: dict[str, dict[str, Any]] = {}
     for name, objective, _, _ in plan.models():

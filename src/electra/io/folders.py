@@ -62,25 +62,16 @@ def read_config(folder: Path, kind: str, flag: str = "--model") -> tuple[ModelCo
 
 
 def build(kind: str, cfg: ModelConfig, meta: dict[str, Any] | None = None) -> nn.Module:
-    """A fresh module of ``kind`` (a classifier's label count from ``meta``)."""
-    from electra.model import (
-        Discriminator,
-        Generator,
-        QuestionAnswerer,
-        SequenceClassifier,
-        TokenClassifier,
-    )
+    """A fresh module of ``kind`` (a classifier: its head's, from ``meta``)."""
+    from electra.model import Discriminator, Generator
+    from electra.tasks.base import head_of
 
     if kind == "discriminator":
         return Discriminator(cfg)
     if kind == "generator":
         return Generator(cfg)
     meta = meta or {}
-    if meta.get("head") == "tagging":
-        return TokenClassifier(cfg, len(meta["labels"]))
-    if meta.get("head") == "qa":
-        return QuestionAnswerer(cfg)
-    return SequenceClassifier(cfg, 1 if meta.get("regression") else len(meta["labels"]))
+    return head_of(meta).build(cfg, meta.get("labels") or {}, bool(meta.get("regression")))
 
 
 def read_weights(path: Path) -> dict[str, Any]:

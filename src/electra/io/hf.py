@@ -28,6 +28,7 @@ from electra.io import folders
 from electra.io.files import read_json, staged
 from electra.io.outputs import claim_out
 from electra.io.tokenizer import load_tokenizer, save_tokenizer, special_names
+from electra.tasks.base import HEADS, head_of
 
 # (our key pattern, transformers key pattern); "{i}" is a layer index.
 _ENCODER = [
@@ -67,20 +68,9 @@ GENERATOR_KEYS = [*_ENCODER,
                   ("head_norm.weight", "generator_predictions.LayerNorm.weight"),
                   ("head_norm.bias", "generator_predictions.LayerNorm.bias"),
                   ("output_bias", "generator_lm_head.bias")]
-# A fine-tuned SequenceClassifier <-> ElectraForSequenceClassification.
-CLASSIFIER_KEYS = [*_ENCODER,
-                   ("head_dense.weight", "classifier.dense.weight"),
-                   ("head_dense.bias", "classifier.dense.bias"),
-                   ("head_out.weight", "classifier.out_proj.weight"),
-                   ("head_out.bias", "classifier.out_proj.bias")]
-# A fine-tuned TokenClassifier <-> ElectraForTokenClassification.
-TAGGER_KEYS = [*_ENCODER, ("head_out.weight", "classifier.weight"),
-               ("head_out.bias", "classifier.bias")]
-# A fine-tuned QuestionAnswerer <-> ElectraForQuestionAnswering.
-QA_KEYS = [*_ENCODER, ("head_out.weight", "qa_outputs.weight"),
-           ("head_out.bias", "qa_outputs.bias")]
 _TABLES = {"discriminator": DISCRIMINATOR_KEYS, "generator": GENERATOR_KEYS,
-           "classifier": CLASSIFIER_KEYS, "tagger": TAGGER_KEYS, "qa": QA_KEYS}
+           # each fine-tuning head's, e.g. classifier <-> ElectraForSequenceClassification
+           **{h.hf_part: [*_ENCODER, *h.hf_keys] for h in HEADS.values()}}
 # transformers also stores the tied output layer; it equals the word table.
 TIED_OUTPUT_KEY = "generator_lm_head.weight"
 
@@ -161,8 +151,7 @@ def from_hf_config(hf: dict[str, Any], where: str = "config.json") -> ModelConfi
 
 
 HF_CLASSES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM",
-              "classifier": "ElectraForSequenceClassification",
-              "tagger": "ElectraForTokenClassification", "qa": "ElectraForQuestionAnswering"}
+              **{h.hf_part: h.hf_class for h in HEADS.values()}}
 
 
 def _need_transformers() -> None:
@@ -233,20 +222,6 @@ def _is_classifier(src: Path) -> bool:
     return isinstance(meta, dict) and meta.get("kind") == "classifier"
 
 
-def _classifier_labels(meta: dict[str, Any]) -> dict[str, Any]:
-    """transformers' label fields for a fine-tuned model's config.json."""
-    if meta.get("head") == "qa":
-        return {}
-    if meta.get("regression"):
-        return {"id2label": {0: "score"}, "label2id": {"score": 0},
-                "problem_type": "regression"}
-    ids = meta["labels"]  # name -> id
-    labels = {"id2label": {i: name for name, i in ids.items()}, "label2id": dict(ids)}
-    if meta.get("head") == "tagging":
-        return labels
-    return {**labels, "problem_type": "single_label_classification"}
-
-
 def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> Path:
     """Write transformers folders for a run's (or checkpoint's) discriminator and generator,
     or one ``ElectraForSequenceClassification`` folder for a fine-tuned model."""
@@ -256,8 +231,8 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
                    inputs=[("the source", src)]) as claim:
         if _is_classifier(src):
             model, meta = folders.load(src, "classifier", flag="export")
-            labels = _classifier_labels(meta)
-            kind = {"tagging": "tagger", "qa": "qa"}.get(meta.get("head", ""), "classifier")
+            head = head_of(meta)
+            labels, kind = head.hf_labels(meta), head.hf_part
             with staged(out) as tmp:
                 claim.mark(tmp)
                 _write_hf_folder(tmp, model, kind, load_tokenizer(src),

@@ -1,12 +1,14 @@
-"""The ELECTRA encoder family and every head: generator, discriminator, sequence classifier.
+"""The ELECTRA encoder family: embeddings, blocks, the generator and the discriminator.
 
 Single-device and free of training machinery: autocast, compile and DDP/FSDP are applied from
 outside (``electra.train.runtime``, ``electra.train.parallel``); the generator/discriminator
-pair trained together is the objective's (``electra.objectives.ElectraPretrainingModel``).
-Every forward takes transformers' argument order ``(input_ids, attention_mask, token_type_ids)``.
-Parameters map one-to-one onto transformers' ``ElectraForMaskedLM`` (generator),
-``ElectraForPreTraining`` (discriminator) and ``ElectraForSequenceClassification``
-(classifier); ``electra.io.hf`` holds that key table.
+pair trained together is the objective's (``electra.objectives.pretraining``); the
+fine-tuning heads (:class:`EncoderWithHead` subclasses) are the tasks' (``electra.tasks``).
+Every forward takes transformers' argument order ``(input_ids, attention_mask,
+token_type_ids)``. Parameters map one-to-one onto transformers' ``ElectraForMaskedLM``
+(generator) and ``ElectraForPreTraining`` (discriminator); ``electra.io.hf`` holds that key
+table. Dropout and attention run through the kernels the model is built with
+(``electra.model.kernels``).
 
 Shapes: B batch, T sequence length, P predicted positions per sequence, E embedding size,
 H hidden size, nh heads, hs head size (H / nh), V vocabulary size.
@@ -255,63 +257,6 @@ class Generator(nn.Module):
         h = self.head_norm(F.gelu(self.head_dense(h)))  # (B, P, E)
         # Read the (possibly shared) word table at call time: the tie can never go stale.
         return F.linear(h, self.encoder.embeddings.word_table(), self.output_bias)
-
-
-class SequenceClassifier(EncoderWithHead):
-    """Encoder + ELECTRA's head on [CLS]: dropout -> dense -> GELU -> dropout -> dense
-    (``num_labels`` logits; 1 for regression). Keys map onto transformers'
-    ElectraForSequenceClassification (``classifier.dense``, ``classifier.out_proj``)."""
-
-    def __init__(self, cfg: ModelConfig, num_labels: int,
-                 kernels: Kernels | None = None) -> None:
-        super().__init__()
-        self.config = cfg
-        self.num_labels = num_labels
-        self.encoder = Encoder(cfg, kernels=kernels)
-        self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.head_dropout = nn.Dropout(cfg.hidden_dropout)
-        self.head_out = nn.Linear(cfg.hidden_size, num_labels)
-        init_weights(self, cfg.initializer_range)
-
-    def head(self, h: torch.Tensor) -> torch.Tensor:
-        """Hidden states (B, T, H) -> logits (B, num_labels), from [CLS]."""
-        h = self.head_dropout(F.gelu(self.head_dense(self.head_dropout(h[:, 0]))))
-        return self.head_out(h)
-
-
-class TokenClassifier(EncoderWithHead):
-    """Encoder + dropout -> dense on every token (``num_labels`` logits each): a tagger. Keys
-    map onto transformers' ElectraForTokenClassification (``classifier``)."""
-
-    def __init__(self, cfg: ModelConfig, num_labels: int,
-                 kernels: Kernels | None = None) -> None:
-        super().__init__()
-        self.config = cfg
-        self.num_labels = num_labels
-        self.encoder = Encoder(cfg, kernels=kernels)
-        self.head_dropout = nn.Dropout(cfg.hidden_dropout)
-        self.head_out = nn.Linear(cfg.hidden_size, num_labels)
-        init_weights(self, cfg.initializer_range)
-
-    def head(self, h: torch.Tensor) -> torch.Tensor:
-        """Hidden states (B, T, H) -> logits (B, T, num_labels)."""
-        return self.head_out(self.head_dropout(h))
-
-
-class QuestionAnswerer(EncoderWithHead):
-    """Encoder + dense -> a start and an end logit per token (extractive QA). Keys map onto
-    transformers' ElectraForQuestionAnswering (``qa_outputs``)."""
-
-    def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
-        super().__init__()
-        self.config = cfg
-        self.encoder = Encoder(cfg, kernels=kernels)
-        self.head_out = nn.Linear(cfg.hidden_size, 2)
-        init_weights(self, cfg.initializer_range)
-
-    def head(self, h: torch.Tensor) -> torch.Tensor:
-        """Hidden states (B, T, H) -> start and end logits (B, T, 2)."""
-        return self.head_out(h)
 
 
 def count_parameters(module: nn.Module) -> int:

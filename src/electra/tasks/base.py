@@ -1,0 +1,187 @@
+"""What a fine-tuning task head is, and the task data that carries one.
+
+A :class:`Head` is one family of tasks (google-research/electra's ``Task``; transformers'
+heads that own their loss): how its examples are read and encoded, the module on the
+encoder, its loss, its predictions, scores and report, and its transformers class and keys.
+``finetune``, ``evaluate``, ``predict``, ``export`` and ``compare`` call the head of the
+:class:`TaskData` (or of a model folder's config.json) and never ask which head it is.
+``electra.tasks.registry`` names every head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from electra.train.runtime import autocast
+
+if TYPE_CHECKING:
+    from electra.config import FinetuneConfig, ModelConfig
+    from electra.model.kernels import Kernels
+
+HEADS: dict[str, Head] = {}  # filled by electra.tasks.registry
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """A task's examples, how it is scored, and its head (a name, or the head itself)."""
+
+    name: str
+    train: list[Any]
+    dev: dict[str, list[Any]]
+    metrics: tuple[str, ...]
+    regression: bool
+    labels: dict[str, int] = field(default_factory=dict)  # name -> id (classes, tags)
+    test: dict[str, list[Any]] = field(default_factory=dict)  # for --predict test
+    head: Any = "sequence"  # a Head; given by name, it is looked up in the registry
+    columns: tuple[str, ...] = ()  # the text columns a file to predict on must have
+
+    def __post_init__(self) -> None:
+        if isinstance(self.head, str):
+            object.__setattr__(self, "head", HEADS[self.head])
+
+    def replace(self, **changes: Any) -> TaskData:
+        return dataclasses.replace(self, **changes)
+
+
+class Head:
+    """A family of fine-tuning tasks. Subclasses fill in every method below."""
+
+    name: ClassVar[str]
+    tasks: ClassVar[tuple[str, ...]] = ()  # the --task names this head reads
+    hf_part: ClassVar[str]  # electra.io.hf's table name for this head's weights
+    hf_class: ClassVar[str]  # the transformers class a fine-tuned model exports as
+    hf_keys: ClassVar[tuple[tuple[str, str], ...]]  # (our head key, transformers key)
+
+    # -- reading ----------------------------------------------------------------------
+    def load(self, task: str, **given: Any) -> TaskData:
+        """The task's data from what `finetune`/`evaluate` were given."""
+        raise NotImplementedError
+
+    def prepare(self, data: TaskData, cfg: FinetuneConfig) -> TaskData:
+        """The data as training reads it, once the settings are resolved."""
+        return data
+
+    def for_model(self, data: TaskData, meta: dict[str, Any], cfg: FinetuneConfig,
+                  where: str) -> TaskData:
+        """Dev data scored with a fine-tuned model (``meta``: its config.json)."""
+        return data.replace(labels=meta["labels"])
+
+    def from_meta(self, meta: dict[str, Any]) -> TaskData:
+        """An empty task as a fine-tuned model's config.json describes it (to predict)."""
+        return TaskData(meta["task"], [], {}, tuple(meta.get("metrics", ())),
+                        bool(meta.get("regression")), meta.get("labels") or {}, head=self,
+                        columns=tuple(meta.get("text_columns") or ()))
+
+    def read_inputs(self, path: Path, meta: dict[str, Any]) -> list[Any]:
+        """A file to predict on, in the form this head reads (labels ignored)."""
+        raise NotImplementedError
+
+    # -- training ---------------------------------------------------------------------
+    def build(self, cfg: ModelConfig, labels: dict[str, int], regression: bool,
+              kernels: Kernels | None = None) -> nn.Module:
+        raise NotImplementedError
+
+    def augment(self, examples: list[Any], cfg: FinetuneConfig) -> list[Any]:
+        """Training examples added to the set (e.g. pairs swapped); none by default."""
+        return examples
+
+    def encode(self, tok: Any, examples: list[Any], data: TaskData,
+               cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
+        """Training examples as the model reads them, with their ``labels``."""
+        raise NotImplementedError
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor,
+             data: TaskData) -> torch.Tensor:
+        """The summed loss of a micro-batch (fp32)."""
+        raise NotImplementedError
+
+    def denominator(self, labels: torch.Tensor, batch_size: int) -> int:
+        """What a step's loss is averaged over: the global batch's examples by default."""
+        return batch_size
+
+    # -- evaluating -------------------------------------------------------------------
+    def predict(self, model: nn.Module, tok: Any, examples: list[Any], data: TaskData,
+                cfg: FinetuneConfig) -> tuple[Any, Any]:
+        """(predictions, labels) of one dev split."""
+        raise NotImplementedError
+
+    def score(self, data: TaskData, preds: Any, labels: Any) -> dict[str, float]:
+        raise NotImplementedError
+
+    def report(self, split: str, preds: Any, labels: Any,
+               data: TaskData) -> tuple[list[str], dict[str, Any] | None]:
+        """Warnings for a degenerate split, and its confusion matrix (or None)."""
+        return [], None
+
+    def records(self, model: nn.Module, tok: Any, items: list[Any], data: TaskData,
+                cfg: FinetuneConfig) -> list[dict[str, Any]]:
+        """`electra predict`'s JSON records of a batch of inputs."""
+        raise NotImplementedError
+
+    def write_test(self, model: nn.Module, tok: Any, data: TaskData, cfg: FinetuneConfig,
+                   folder: Path) -> list[Path]:
+        """Submission files for the test splits (heads whose tasks have them)."""
+        return []
+
+    # -- the saved model --------------------------------------------------------------
+    def meta(self, data: TaskData) -> dict[str, Any]:
+        """What a fine-tuned model's config.json adds to say which head it has."""
+        return {"head": self.name}
+
+    def hf_labels(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """transformers' label fields for the exported config.json."""
+        ids = meta["labels"]  # name -> id
+        return {"id2label": {i: name for name, i in ids.items()}, "label2id": dict(ids)}
+
+
+def head_of(meta: dict[str, Any]) -> Head:
+    """The head of a fine-tuned model's config.json (no "head": sequence classification)."""
+    return HEADS[meta.get("head", "sequence")]
+
+
+def confusion(preds: np.ndarray, labels: np.ndarray, names: dict[int, str], split: str
+              ) -> tuple[list[str], dict[str, Any]]:
+    """A split's confusion matrix of class ids, and a warning when every prediction is one
+    class."""
+    from sklearn.metrics import confusion_matrix
+
+    matrix = {"labels": [names[i] for i in range(len(names))],
+              "matrix": confusion_matrix(labels, preds, labels=range(len(names))).tolist()}
+    warnings = []
+    if len(np.unique(preds)) == 1:
+        only = int(preds[0])
+        warnings.append(f"{split}: every prediction is {names[only]!r} "
+                        f"({np.mean(labels == only):.1%} of {split} is {names[only]!r})")
+    return warnings, matrix
+
+
+def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, **kw: Any) -> torch.Tensor:
+    """Summed fp32 cross-entropy."""
+    return F.cross_entropy(logits.float(), labels, reduction="sum", **kw)
+
+
+@torch.no_grad()
+def logits(model: torch.nn.Module, batch: dict[str, torch.Tensor], precision: str = "auto",
+           batch_size: int = 128) -> torch.Tensor:
+    """The model's float32 outputs (on the CPU) for encoded inputs of one width, in eval mode
+    and in batches; the model's train/eval mode is restored after."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    outs = []
+    for i in range(0, len(batch["input_ids"]), batch_size):
+        part = {k: batch[k][i : i + batch_size].to(device)
+                for k in ("input_ids", "attention_mask", "token_type_ids")}
+        with autocast(device, precision):
+            out = model(part["input_ids"], part["attention_mask"], part["token_type_ids"])
+        outs.append(out.float().cpu())
+    model.train(was_training)
+    return torch.cat(outs)

@@ -1,0 +1,161 @@
+"""Extractive question answering: SQuAD 1.1 and 2.0, from the official JSON.
+
+The head is a dense layer giving each token a start and an end logit, trained on windows of
+the context (``doc_stride`` apart) with the mean of the two positions' cross-entropies,
+scored with the official script's exact match and F1 (SQuAD 2.0: with the best no-answer
+threshold too); it exports as transformers' ``ElectraForQuestionAnswering``. Reading,
+windows and scores are ``electra.data.squad``'.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from electra.config import FinetuneConfig, ModelConfig
+from electra.data.squad import (
+    QAExample,
+    best_answers,
+    qa_features,
+    read_squad,
+    split_articles,
+    squad_scores,
+)
+from electra.errors import UserError
+from electra.model import Encoder, EncoderWithHead, init_weights
+from electra.model.kernels import Kernels
+from electra.tasks.base import Head, TaskData, cross_entropy, logits
+
+
+class QuestionAnswerer(EncoderWithHead):
+    """Encoder + dense -> a start and an end logit per token (extractive QA). Keys map onto
+    transformers' ElectraForQuestionAnswering (``qa_outputs``)."""
+
+    def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
+        super().__init__()
+        self.config = cfg
+        self.encoder = Encoder(cfg, kernels=kernels)
+        self.head_out = nn.Linear(cfg.hidden_size, 2)
+        init_weights(self, cfg.initializer_range)
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Hidden states (B, T, H) -> start and end logits (B, T, 2)."""
+        return self.head_out(h)
+
+
+class QA(Head):
+    name = "qa"
+    tasks = ("squad1", "squad2")
+    hf_part = "qa"
+    hf_class = "ElectraForQuestionAnswering"
+    hf_keys = (("head_out.weight", "qa_outputs.weight"), ("head_out.bias", "qa_outputs.bias"))
+
+    def load(self, task: str, train: str | None = None, dev: str | None = None,
+             predict: str | None = None, split: str | None = None, **_: Any) -> TaskData:
+        """Train: questions with their first answer; answers not at their answer_start are
+        skipped and counted."""
+        evaluating = split is not None
+        if predict:
+            raise UserError(f"--predict test writes GLUE submission files; score {task} with "
+                            f"`electra evaluate --dev FILE`")
+        if not dev or not (train or evaluating):
+            raise UserError(f"--task {task} needs --train FILE and --dev FILE (SQuAD JSON; one "
+                            f"file for both with --set article_split=0.5)")
+        metrics = ("f1", "exact") + (("best_f1", "best_exact") if task == "squad2" else ())
+        dev_q = read_squad(dev, training=False)[0]
+        train_q: list[Any] = []
+        if not evaluating:
+            train_q, skipped, _ = read_squad(train, training=True)  # type: ignore[arg-type]
+            if skipped:
+                print(f"electra: note: {skipped} training answer(s) of {train} are not at "
+                      f"their answer_start in the context and were skipped", file=sys.stderr)
+        return TaskData(task, train_q, {"dev": dev_q}, metrics, False, head=self)
+
+    def prepare(self, data: TaskData, cfg: FinetuneConfig) -> TaskData:
+        """``article_split``: train on a fraction of the articles, evaluate on the others."""
+        if not cfg.article_split:
+            return data
+        return data.replace(train=split_articles(data.train, cfg.article_split)[0],
+                            dev={"dev": split_articles(data.dev["dev"],
+                                                       cfg.article_split)[1]})
+
+    def for_model(self, data: TaskData, meta: dict[str, Any], cfg: FinetuneConfig,
+                  where: str) -> TaskData:
+        """The articles the model was not trained on, with ``article_split``."""
+        if cfg.article_split:
+            data = data.replace(dev={"dev": split_articles(data.dev["dev"],
+                                                           cfg.article_split)[1]})
+        return data.replace(labels=meta["labels"])
+
+    def read_inputs(self, path: Path, meta: dict[str, Any]) -> list[Any]:
+        """SQuAD JSON, or JSONL {"question", "context"[, "id"]}."""
+        from electra.io.files import jsonl, read_text
+
+        if path.suffix == ".json":
+            return read_squad(path, training=False)[0]
+        out = []
+        for n, r in jsonl(path, read_text(path, "--input").splitlines()):
+            if not isinstance(r, dict) or not isinstance(r.get("question"), str) or not \
+                    isinstance(r.get("context"), str):
+                raise UserError(f'{path}:{n}: expected {{"question": ..., "context": ...}} '
+                                f'(and optionally "id")')
+            out.append(QAExample(str(r.get("id", n)), r["question"], r["context"]))
+        if not out:
+            raise UserError(f"{path}: no questions")
+        return out
+
+    def build(self, cfg: ModelConfig, labels: dict[str, int], regression: bool,
+              kernels: Kernels | None = None) -> nn.Module:
+        return QuestionAnswerer(cfg, kernels)
+
+    def encode(self, tok: Any, examples: list[Any], data: TaskData,
+               cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
+        """Training windows, each with its answer's token positions (B, 2)."""
+        f = qa_features(tok, examples, cfg.max_length, cfg.doc_stride,  # type: ignore[arg-type]
+                        cfg.max_query_length, training=True)
+        return {k: f[k] for k in ("input_ids", "token_type_ids", "attention_mask")} | {
+            "labels": torch.stack([f["start"], f["end"]], 1)}
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor,
+             data: TaskData) -> torch.Tensor:
+        """The mean of the start and end positions' cross-entropies: (B, T, 2), (B, 2)."""
+        return sum(cross_entropy(logits[..., k], labels[:, k])
+                   for k in (0, 1)) / 2  # type: ignore[return-value]
+
+    def predict(self, model: nn.Module, tok: Any, examples: list[Any], data: TaskData,
+                cfg: FinetuneConfig) -> tuple[Any, Any]:
+        return self.answers(model, tok, examples, cfg), examples
+
+    def answers(self, model: nn.Module, tok: Any, examples: list[QAExample],
+                cfg: FinetuneConfig, batch_size: int = 64
+                ) -> tuple[dict[str, str], dict[str, float]]:
+        """Each question's best answer over its context's windows, and its no-answer score
+        minus the best answer's (SQuAD 2.0 answers "" above a threshold)."""
+        f = qa_features(tok, examples, cfg.max_length, cfg.doc_stride,  # type: ignore[arg-type]
+                        cfg.max_query_length)
+        out = logits(model, f, cfg.precision, batch_size).numpy()  # (windows, T, 2)
+        return best_answers(list(out[..., 0]), list(out[..., 1]), f, examples, cfg.n_best,
+                            cfg.max_answer_length)
+
+    def score(self, data: TaskData, preds: Any, labels: Any) -> dict[str, float]:
+        """The official script's numbers, x100."""
+        answers, null = preds
+        return squad_scores(labels, answers, null if data.name == "squad2" else None)
+
+    def report(self, split: str, preds: Any, labels: Any,
+               data: TaskData) -> tuple[list[str], dict[str, Any] | None]:
+        return ([f"{split}: every answer is empty"] if not any(preds[0].values()) else []), None
+
+    def records(self, model: nn.Module, tok: Any, items: list[Any], data: TaskData,
+                cfg: FinetuneConfig) -> list[dict[str, Any]]:
+        answers, null = self.answers(model, tok, items, cfg)
+        no_answer = data.name == "squad2"
+        return [{"id": e.qid, "answer": "" if no_answer and null[e.qid] > 0 else
+                 answers[e.qid], "no_answer_minus_best": round(null[e.qid], 4)} for e in items]
+
+    def hf_labels(self, meta: dict[str, Any]) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,218 @@
+"""Sequence classification and regression: GLUE's nine tasks and any labelled CSV/TSV/JSONL.
+
+The head is ELECTRA's on [CLS] (dropout -> dense -> GELU -> dropout -> dense), trained with
+cross-entropy (mean squared error for regression), scored with GLUE's metrics; it exports as
+transformers' ``ElectraForSequenceClassification``. Reading and metrics are
+``electra.data.tasks``'.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from electra.config import FinetuneConfig, ModelConfig
+from electra.data.tasks import (
+    SUBMISSION_FILES,
+    Example,
+    compute_metrics,
+    encode,
+    glue_task,
+    label_map,
+    read_custom,
+    read_glue,
+    write_submission,
+)
+from electra.errors import UserError
+from electra.model import Encoder, EncoderWithHead, init_weights
+from electra.model.kernels import Kernels
+from electra.tasks.base import Head, TaskData, confusion, cross_entropy, logits
+
+
+class SequenceClassifier(EncoderWithHead):
+    """Encoder + ELECTRA's head on [CLS]: dropout -> dense -> GELU -> dropout -> dense
+    (``num_labels`` logits; 1 for regression). Keys map onto transformers'
+    ElectraForSequenceClassification (``classifier.dense``, ``classifier.out_proj``)."""
+
+    def __init__(self, cfg: ModelConfig, num_labels: int,
+                 kernels: Kernels | None = None) -> None:
+        super().__init__()
+        self.config = cfg
+        self.num_labels = num_labels
+        self.encoder = Encoder(cfg, kernels=kernels)
+        self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.head_dropout = nn.Dropout(cfg.hidden_dropout)
+        self.head_out = nn.Linear(cfg.hidden_size, num_labels)
+        init_weights(self, cfg.initializer_range)
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Hidden states (B, T, H) -> logits (B, num_labels), from [CLS]."""
+        h = self.head_dropout(F.gelu(self.head_dense(self.head_dropout(h[:, 0]))))
+        return self.head_out(h)
+
+
+class Sequence(Head):
+    name = "sequence"
+    hf_part = "classifier"
+    hf_class = "ElectraForSequenceClassification"
+    hf_keys = (("head_dense.weight", "classifier.dense.weight"),
+               ("head_dense.bias", "classifier.dense.bias"),
+               ("head_out.weight", "classifier.out_proj.weight"),
+               ("head_out.bias", "classifier.out_proj.bias"))
+
+    def load(self, task: str, data: str | None = None, train: str | None = None,
+             dev: str | None = None, text_columns: str = "text", label_column: str = "label",
+             regression: bool = False, predict: str | None = None, split: str | None = None,
+             **_: Any) -> TaskData:
+        """A GLUE task from its folder (``data``), or ``custom`` from ``train``/``dev``."""
+        if task == "custom":
+            return self._custom(train, dev, text_columns, label_column, regression, predict,
+                                split)
+        spec = glue_task(task)
+        if data is None:
+            raise UserError(f"--task {task} needs --data GLUE_TASK_DIR")
+        splits = list(spec.dev) if split in (None, "dev") else [split]
+        labels = {label: i for i, label in enumerate(spec.labels)} if spec.labels else {}
+        return TaskData(spec.name, read_glue(spec, data, "train") if split is None else [],
+                        {s: read_glue(spec, data, s) for s in splits}, spec.metrics,
+                        spec.is_regression, labels,
+                        {s: read_glue(spec, data, s) for s in spec.test} if predict == "test"
+                        else {}, head=self, columns=tuple(map(str, spec.test_text or spec.text)))
+
+    def _custom(self, train: str | None, dev: str | None, text_columns: str,
+                label_column: str, regression: bool, predict: str | None,
+                split: str | None) -> TaskData:
+        if predict:
+            raise UserError("--predict test writes GLUE submission files; for a custom task "
+                            "score your file with `electra evaluate --dev FILE`")
+        if (not train and split is None) or not dev:
+            raise UserError("--task custom needs --train FILE and --dev FILE (and "
+                            "--text-columns, --label-column)")
+        cols = [c for c in text_columns.split(",") if c]
+        examples = read_custom(train, cols, label_column, regression) if train else []
+        classes = {e.label for e in examples}
+        if not regression and len(classes) == 1:
+            raise UserError(f"{train}: every label is {classes.pop()!r}; a classifier needs at "
+                            f"least two classes (--regression for numeric labels)")
+        metrics = ("pearson", "spearman") if regression else ("accuracy",)
+        return TaskData("custom", examples, {"dev": read_custom(dev, cols, label_column,
+                                                                 regression)},
+                        metrics, regression, head=self, columns=tuple(cols))
+
+    def prepare(self, data: TaskData, cfg: FinetuneConfig) -> TaskData:
+        if data.regression or data.labels:
+            return data
+        return data.replace(labels=label_map(data.train,
+                                             [e for d in data.dev.values() for e in d]))
+
+    def for_model(self, data: TaskData, meta: dict[str, Any], cfg: FinetuneConfig,
+                  where: str) -> TaskData:
+        if not data.regression and meta["labels"]:
+            unseen = sorted({str(e.label) for d in data.dev.values() for e in d
+                             if e.label is not None} - set(meta["labels"]))
+            if unseen:
+                raise UserError(f"--dev: labels {', '.join(map(repr, unseen[:5]))} never "
+                                f"occurred when {where} was trained (its labels: "
+                                f"{', '.join(map(repr, meta['labels']))}); score a file with "
+                                f"those labels only")
+        return data.replace(labels=meta["labels"])
+
+    def read_inputs(self, path: Path, meta: dict[str, Any]) -> list[Any]:
+        columns = meta.get("text_columns") or ["text"]
+        if path.suffix in (".csv", ".tsv", ".tab", ".jsonl"):
+            return read_custom(path, columns, None)
+        if len(columns) > 1:
+            raise UserError(f"--input {path}: this model reads pairs ({', '.join(columns)}); "
+                            f"give a CSV, TSV or JSONL file with those columns")
+        from electra.io.files import read_text
+
+        return [Example(line, None, None) for line in read_text(path, "--input").splitlines()
+                if line.strip()]
+
+    def build(self, cfg: ModelConfig, labels: dict[str, int], regression: bool,
+              kernels: Kernels | None = None) -> nn.Module:
+        return SequenceClassifier(cfg, 1 if regression else len(labels), kernels)
+
+    def augment(self, examples: list[Any], cfg: FinetuneConfig) -> list[Any]:
+        """``double_pairs``: each pair also swapped (b, a), as the original code can."""
+        if not cfg.double_pairs:
+            return examples
+        return examples + [Example(e.text_b, e.text_a, e.label) for e in examples
+                           if e.text_b is not None]
+
+    def encode(self, tok: Any, examples: list[Any], data: TaskData,
+               cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
+        return encode(tok, examples, cfg.max_length, data.labels, data.regression)  # type: ignore[arg-type]
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor,
+             data: TaskData) -> torch.Tensor:
+        if data.regression:
+            return F.mse_loss(logits.squeeze(-1).float(), labels.float(), reduction="sum")
+        return cross_entropy(logits, labels)
+
+    def predict(self, model: nn.Module, tok: Any, examples: list[Any], data: TaskData,
+                cfg: FinetuneConfig) -> tuple[Any, Any]:
+        batch = self.encode(tok, examples, data, cfg)
+        return self._predict(model, batch, data, cfg).numpy(), batch["labels"].numpy()
+
+    def _predict(self, model: nn.Module, batch: dict[str, torch.Tensor], data: TaskData,
+                 cfg: FinetuneConfig) -> torch.Tensor:
+        """Predicted label ids (or scores, for regression) for encoded examples."""
+        out = logits(model, batch, cfg.precision)
+        return out.squeeze(-1) if data.regression else out.argmax(-1)
+
+    def score(self, data: TaskData, preds: Any, labels: Any) -> dict[str, float]:
+        return compute_metrics(data.metrics, preds, labels)
+
+    def report(self, split: str, preds: Any, labels: Any,
+               data: TaskData) -> tuple[list[str], dict[str, Any] | None]:
+        if data.regression:
+            if float(np.std(preds)) < 0.01 * max(float(np.std(labels)), 1e-12):
+                return [f"{split}: near-constant predictions (std {np.std(preds):.2g} "
+                        f"against the labels' {np.std(labels):.2g})"], None
+            return [], None
+        return confusion(preds, labels, {i: n for n, i in data.labels.items()}, split)
+
+    def records(self, model: nn.Module, tok: Any, items: list[Any], data: TaskData,
+                cfg: FinetuneConfig) -> list[dict[str, Any]]:
+        out = logits(model, self.encode(tok, items, data, cfg), cfg.precision, len(items))
+        if data.regression:
+            return [{"score": round(float(v), 6)} for v in out.squeeze(-1)]
+        names = {i: name for name, i in data.labels.items()}
+        probs = out.softmax(-1)
+        return [{"label": names[int(p.argmax())],
+                 "probs": {names[j]: round(float(p[j]), 6) for j in range(len(names))}}
+                for p in probs]
+
+    def write_test(self, model: nn.Module, tok: Any, data: TaskData, cfg: FinetuneConfig,
+                   folder: Path) -> list[Path]:
+        """GLUE submission files for the test splits (labels by name; STS-B in [0, 5])."""
+        names = {i: label for label, i in data.labels.items()}
+        written = []
+        for split, examples in data.test.items():
+            preds = self._predict(model, self.encode(tok, examples, data, cfg), data, cfg)
+            if data.regression:
+                shown = [f"{v:.3f}" for v in preds.clamp(0.0, 5.0).tolist()]
+            else:
+                shown = [names[i] for i in preds.tolist()]
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / SUBMISSION_FILES.get((data.name, split),
+                                                 f"{data.name}-{split}.tsv")
+            write_submission(path, examples, shown)
+            written.append(path)
+        return written
+
+    def meta(self, data: TaskData) -> dict[str, Any]:
+        return {}  # a folder without "head" is a sequence classifier
+
+    def hf_labels(self, meta: dict[str, Any]) -> dict[str, Any]:
+        if meta.get("regression"):
+            return {"id2label": {0: "score"}, "label2id": {"score": 0},
+                    "problem_type": "regression"}
+        return {**super().hf_labels(meta), "problem_type": "single_label_classification"}
+
