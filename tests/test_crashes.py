@@ -105,7 +105,7 @@ def test_pretraining_killed_at_random_moments_resumes_bitwise(world, tmp_path):
     rng = random.Random(int(os.environ.get("ELECTRA_KILL_SEED", "1234")))  # other kill points
     # Each count from the start of its own (resumed) process, small enough to land within
     # the 30 steps: a step's forward, a checkpoint's checksums, its state.pt.
-    kills = [("electra.objectives", "electra_forward", rng.randint(2, 8)),
+    kills = [("electra.objectives.pretraining", "electra_forward", rng.randint(2, 8)),
              ("electra.train.checkpoint", "sha256_file", rng.randint(2, 20)),
              ("torch", "save", rng.randint(2, 6))]
     steps_at_kill = []

@@ -165,7 +165,7 @@ def test_a_dying_rank_stops_the_others(setup, tmp_path):
     helper = tmp_path / "die.py"
     helper.write_text(
         "import os, sys\n"
-        "from electra import objectives\n"
+        "from electra.objectives import pretraining as objectives\n"
         "from electra.cli import main\n"
         "real, calls = objectives.electra_forward, [0]\n"
         "def dying(*a, **k):\n"

@@ -13,13 +13,13 @@ from conftest import cli_error
 from safetensors.torch import load_file
 from test_data import write_corpus
 
-from electra import objectives
 from electra.cli import main
 from electra.config import ObjectiveConfig, RunConfig, TrainConfig, load_run_config, model_preset
 from electra.data.prepare import PrepareOptions, prepare
 from electra.errors import UserError
 from electra.experiments.demo import python_docs_corpus
 from electra.io.tokenizer import train_tokenizer
+from electra.objectives import pretraining as objectives
 from electra.pretrain import PretrainOptions, pretrain
 from electra.train.metrics import TIMING_KEYS, iter_metrics
 from electra.train.optim import param_groups, warmup_linear

@@ -150,3 +150,64 @@ def test_every_command_fits_its_function(name):
     assert dests <= set(params), f"{name}: flags without a parameter: {dests - set(params)}"
     required = {p for p, v in params.items() if v.default is inspect.Parameter.empty}
     assert required <= dests, f"{name}: parameters without a flag: {required - dests}"
+
+
+# -- the seams stay: dispatch by branching lives only in its owner --------------------------
+
+OBJECTIVE_NAMES = ("electra", "mlm", "random", "electra15", "replace_mlm", "all_tokens_mlm")
+HEAD_NAMES = ("sequence", "tagging", "qa")
+# (what is branched on, the owner package or module, how a branch on it reads)
+SEAMS = [
+    ("an objective", "electra.objectives",
+     lambda code: any(f"'{k}'" in code for k in OBJECTIVE_NAMES) and "kind" in code),
+    ("a task head", "electra.tasks",
+     lambda code: (("head" in code or ".kind" in code)
+                   and any(f"'{k}'" in code for k in HEAD_NAMES))
+     or ".tagging" in code or "data.regression" in code),
+    ("a device type", "electra.model.kernels",
+     lambda code: "device.type" in code or ".type ==" in code or ".type !=" in code),
+]
+# Where a device's type is the subject itself: choosing and checking the device, and the
+# collectives' backend.
+DEVICE_OWNERS = {"electra.train.runtime", "electra.train.parallel", "electra.train.trainer",
+                 "electra.train.optim"}
+
+
+def branches(tree: ast.AST):
+    """The source of every condition: if/elif, while, conditional expressions, filters."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If | ast.IfExp | ast.While):
+            yield node.test
+        elif isinstance(node, ast.comprehension):
+            yield from node.ifs
+
+
+def seam_breaks(sources: dict[str, str]) -> list[str]:
+    """``module: condition`` for each branch on an objective, a head or a device type outside
+    the module that owns it."""
+    found = []
+    for mod, text in sources.items():
+        for test in branches(ast.parse(text)):
+            code = ast.unparse(test)
+            for what, owner, matches in SEAMS:
+                owned = mod == owner or mod.startswith(owner + ".")
+                if what == "a device type":
+                    owned = owned or mod in DEVICE_OWNERS
+                if matches(code) and not owned:
+                    found.append(f"{mod}: branches on {what}: {code}")
+    return found
+
+
+def test_no_module_branches_on_what_a_seam_owns():
+    sources = {module_name(f): f.read_text() for f in (SRC / "electra").rglob("*.py")}
+    assert seam_breaks(sources) == []
+
+
+def test_the_seam_check_finds_a_branch():
+    assert seam_breaks({"electra.finetune": "if data.kind == 'qa':\n    pass\n",
+                        "electra.pretrain": "x = 1 if cfg.kind == 'mlm' else 2\n",
+                        "electra.model": "if x.device.type == 'cpu':\n    pass\n",
+                        "electra.tasks.qa": "if head == 'qa':\n    pass\n"}) == [
+        "electra.finetune: branches on a task head: data.kind == 'qa'",
+        "electra.pretrain: branches on an objective: cfg.kind == 'mlm'",
+        "electra.model: branches on a device type: x.device.type == 'cpu'"]

@@ -312,7 +312,7 @@ def measure_rate(cfg: RunConfig, data: Any, device: str = "auto", steps: int = 4
 
     from electra.model.kernels import kernels_for
     from electra.objectives.pretraining import ElectraPretrainingModel
-    from electra.train.runtime import autocast, resolve_device
+    from electra.train.runtime import autocast, resolve_device, synchronize
 
     dev = resolve_device(device)
     torch.manual_seed(cfg.train.seed)
@@ -330,8 +330,7 @@ def measure_rate(cfg: RunConfig, data: Any, device: str = "auto", steps: int = 4
         out.loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+        synchronize(dev)
         if i >= 2:
             times.append(time.perf_counter() - t0)
     per_step = step_flops_per_sequence(cfg.model, cfg.objective, data.seq_len) * B

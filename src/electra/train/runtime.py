@@ -71,6 +71,12 @@ def resolve_device(name: str = "auto") -> torch.device:
     return device
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (a GPU's); a CPU has none."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def keep_freed_memory() -> bool:
     """Ask glibc to keep freed memory for reuse instead of returning it to the kernel (no
     heap trimming, large blocks from the heap rather than one mmap each). For the rest of the

@@ -1,0 +1,103 @@
+"""The seams hold: a new objective and a new task head are each one class and one registry
+line, and every command picks them up (toys defined here, as a plug-in would be)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from conftest import SPECIAL, make_batch, tiny_config
+from tokenizers import Tokenizer, models
+
+from electra.config import FinetuneConfig, ObjectiveConfig
+from electra.objectives import registry as objectives
+from electra.objectives.base import (
+    ElectraOutput,
+    Objective,
+    Step,
+    corrupt_with,
+    detect,
+    finish,
+    generate,
+)
+from electra.objectives.flops import step_flops_per_sequence
+from electra.objectives.pretraining import ElectraPretrainingModel
+from electra.tasks import registry as heads
+from electra.tasks.base import TaskData
+from electra.tasks.sequence import Sequence
+
+
+class HalfLambda(Objective):
+    """A toy: ELECTRA with the discriminator's loss at half its weight."""
+
+    name = "half_lambda"
+    summary = "ELECTRA at λ/2"
+
+    def forward(self, model, step: Step) -> ElectraOutput:
+        corrupted, labels = corrupt_with(step, generate(model, step))
+        disc_logits = detect(model, step, corrupted, labels)
+        loss = step.losses["gen_loss"] + step.cfg.disc_weight / 2 * step.losses["disc_loss"]
+        return finish(step, loss, corrupted, labels, disc_logits)
+
+
+def test_a_new_objective_is_one_class_and_one_registry_line(monkeypatch):
+    monkeypatch.setitem(objectives.OBJECTIVES, "half_lambda", HalfLambda())  # the one line
+    cfg = ObjectiveConfig(kind="half_lambda")  # config validation knows it
+    model_cfg = tiny_config()
+    ids, mask, types = make_batch([20, 13], 20)
+
+    def losses(kind: str) -> ElectraOutput:
+        torch.manual_seed(0)
+        model = ElectraPretrainingModel(model_cfg, ObjectiveConfig(kind=kind), SPECIAL)
+        return model(ids, mask, types, rng=torch.Generator().manual_seed(1))
+
+    toy, electra = losses("half_lambda"), losses("electra")
+    assert toy.gen_loss == electra.gen_loss and toy.disc_loss == electra.disc_loss
+    torch.testing.assert_close(toy.loss, electra.gen_loss + 25 * electra.disc_loss)
+    assert set(toy.counts) == set(electra.counts)  # the shared steps' statistics
+    assert step_flops_per_sequence(model_cfg, cfg, 20) == step_flops_per_sequence(
+        model_cfg, ObjectiveConfig(), 20)  # the traits count its FLOPs
+
+
+class Parity(Sequence):
+    """A toy head: is a text's number of words even? Its data is made, not read."""
+
+    name = "parity"
+    tasks = ("parity",)
+
+    def load(self, task: str, **given) -> TaskData:
+        texts = [" ".join(["a"] * n) for n in range(1, 41)]
+        examples = [self.example(t) for t in texts]
+        return TaskData("parity", examples, {"dev": examples[:10]}, ("accuracy",), False,
+                        {"even": 0, "odd": 1}, head=self)
+
+    @staticmethod
+    def example(text: str):
+        from electra.data.tasks import Example
+
+        return Example(text, None, "even" if len(text.split()) % 2 == 0 else "odd")
+
+    def meta(self, data: TaskData) -> dict:
+        return {"head": self.name}
+
+
+def test_a_new_head_is_one_class_and_one_registry_line(monkeypatch, tmp_path):
+    from electra.finetune import ModelSource, load_classifier, run_finetune
+    from electra.io.tokenizer import save_tokenizer
+    from electra.tasks.registry import load_task
+
+    monkeypatch.setitem(heads.HEADS, "parity", Parity())  # the one line
+    data = load_task("parity")  # the registry finds the head that reads the task
+    assert isinstance(data.head, Parity)
+    tok = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 2, "[CLS]": 3, "[SEP]": 4,
+                                      "[MASK]": 5}, unk_token="[UNK]"))
+    save_tokenizer(tok, tmp_path / "tok")
+    source = ModelSource(None, tiny_config(vocab_size=6), tmp_path / "tok", "random-init")
+    cfg = FinetuneConfig(lr=1e-3, epochs=1, batch_size=8, precision="fp32", max_length=48)
+    results = run_finetune(source, data, tmp_path / "ft", cfg, [1])
+    assert set(results["seeds"][1]["dev"]) == {"accuracy"}
+    model, meta = load_classifier(tmp_path / "ft/seed-1")  # the folder names its head
+    assert meta["head"] == "parity" and meta["labels"] == {"even": 0, "odd": 1}
+    assert isinstance(model, type(Parity().build(tiny_config(vocab_size=6), meta["labels"],
+                                                 False)))
+    assert Path(tmp_path / "ft/results.md").is_file()
