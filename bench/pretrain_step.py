@@ -90,7 +90,7 @@ def build(side: str, dropout: float = 0.1):
 
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
-    from electra.io.hf import to_hf_config, to_hf_state_dict
+    from electra.io.hf_format import to_hf_config, to_hf_state_dict
     from electra.objectives.masking import mask_inputs
 
     disc = ElectraForPreTraining(to_hf_config(cfg))
@@ -147,7 +147,7 @@ def disc_loss_on_same_corruption() -> float:
     """Both discriminators on one corrupted batch: the RTD losses must agree (fp32)."""
     from transformers import ElectraForPreTraining
 
-    from electra.io.hf import to_hf_config, to_hf_state_dict
+    from electra.io.hf_format import to_hf_config, to_hf_state_dict
     from electra.model import Discriminator
     from electra.objectives.losses import discriminator_loss
 

@@ -166,7 +166,7 @@ def test_double_pairs_adds_each_pair_swapped_to_the_chosen_subset(monkeypatch):
                             precision="fp32", double_pairs=True, max_train_examples=10)
     source = ft.ModelSource(None, model_preset("tiny", vocab_size=7, num_layers=1), Path("."),
                             "random-init")
-    ft.finetune_one(source, tok, data, cfg, 1)
+    ft.finetune_one(source, tok, data, cfg.resolved(source.config, data.name), 1)
     used = seen[0]
     assert len(used) == 20
     first, swapped = used[:10], used[10:]
@@ -357,8 +357,8 @@ def test_a_collapsed_classifier_is_flagged_with_its_class(task, monkeypatch, cap
     seed is flagged, naming the class and its share of dev; a healthy run is not."""
     real = SequenceClassifier.__init__
 
-    def biased(self, cfg, num_labels):
-        real(self, cfg, num_labels)
+    def biased(self, cfg, num_labels, kernels=None):
+        real(self, cfg, num_labels, kernels)
         with torch.no_grad():
             self.head_out.bias[0] = 50.0  # label id 0 is "neg" (labels sorted)
 
@@ -443,8 +443,8 @@ def test_a_constant_regression_head_is_flagged(task, monkeypatch, capsys):
         (task / name).write_text("\n".join(rows) + "\n")
     real = SequenceClassifier.__init__
 
-    def flat(self, cfg, num_labels):
-        real(self, cfg, num_labels)
+    def flat(self, cfg, num_labels, kernels=None):
+        real(self, cfg, num_labels, kernels)
         with torch.no_grad():
             self.head_out.weight.zero_()  # the output is the bias alone
 

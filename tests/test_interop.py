@@ -86,7 +86,7 @@ def test_export_then_import_is_bitwise(tmp_path):
 
 
 def test_import_a_transformers_model_and_a_fresh_generator(tmp_path):
-    from electra.io.hf import to_hf_config
+    from electra.io.hf_format import to_hf_config
 
     cfg = model_preset("tiny", vocab_size=120)
     torch.manual_seed(1)
@@ -118,7 +118,7 @@ def test_bad_input(tmp_path, capsys):
     assert "--overwrite" in err("export", run, "--out", tmp_path / "hf")
     assert "no config.json" in err("import", tmp_path / "tok", "--out", tmp_path / "y")
     # A generator whose vocabulary differs from the discriminator's.
-    from electra.io.hf import to_hf_config
+    from electra.io.hf_format import to_hf_config
 
     g = transformers.ElectraForMaskedLM(to_hf_config(model_preset("tiny", vocab_size=99)
                                                      .generator_config()))

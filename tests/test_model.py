@@ -8,7 +8,7 @@ from conftest import make_batch, tiny_config
 
 from electra.config import ModelConfig, ObjectiveConfig, model_preset
 from electra.errors import UserError
-from electra.io.hf import from_hf_state_dict, to_hf_config, to_hf_state_dict
+from electra.io.hf_format import from_hf_state_dict, to_hf_config, to_hf_state_dict
 from electra.io.tokenizer import SpecialTokens
 from electra.model import Discriminator, count_parameters
 from electra.objectives.pretraining import ElectraPretrainingModel

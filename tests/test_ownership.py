@@ -369,7 +369,7 @@ def test_ctrl_c_during_a_finetune_evaluation_keeps_that_line(outs, tmp_path, mon
                                                              capsys):
     """Interrupted while epoch 2's dev scores are computed, then resumed: the seed's
     metrics.jsonl and dev scores equal an uninterrupted fine-tune's."""
-    import electra.finetune as finetune
+    import electra.train.finetuning as finetune
 
     base = ["finetune", "--model", outs / "run", "--task", "custom", "--train",
             outs / "train.csv", "--dev", outs / "dev.csv", "--quiet", "--set", "epochs=3",

@@ -12,10 +12,11 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 # The training loops, and the modules that run them (the CLI names them by string only).
 LOOPS = {"electra.pretrain": {"electra.experiments.demo", "electra.experiments.compare"},
-         "electra.finetune": {"electra.experiments.compare"}}
+         "electra.finetune": {"electra.experiments.compare"},
+         "electra.train.finetuning": {"electra.finetune"}}
 # What the CLI module may import: no loading, no training, no torch.
 CLI_IMPORTS = {"electra", "electra.config", "electra.errors", "electra.io.files",
-               "electra.train.runtime"}
+               "electra.data.tasks", "electra.train.runtime"}
 
 
 def module_name(path: Path) -> str:
@@ -167,10 +168,9 @@ SEAMS = [
     ("a device type", "electra.model.kernels",
      lambda code: "device.type" in code or ".type ==" in code or ".type !=" in code),
 ]
-# Where a device's type is the subject itself: choosing and checking the device, and the
-# collectives' backend.
-DEVICE_OWNERS = {"electra.train.runtime", "electra.train.parallel", "electra.train.trainer",
-                 "electra.train.optim"}
+# Where a device's type is the subject itself: choosing the device, its random state, its
+# optimizer kernels and its synchronisation.
+DEVICE_OWNERS = {"electra.train.runtime"}
 
 
 def branches(tree: ast.AST):
@@ -211,3 +211,37 @@ def test_the_seam_check_finds_a_branch():
         "electra.finetune: branches on a task head: data.kind == 'qa'",
         "electra.pretrain: branches on an objective: cfg.kind == 'mlm'",
         "electra.model: branches on a device type: x.device.type == 'cpu'"]
+
+
+def test_the_cli_starts_without_torch():
+    """`electra --help` and the data-preparation workers import the CLI and the configs:
+    neither may pull in torch (importing it takes a second or more)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, electra.cli, electra.config, electra.data.tasks; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_no_function_is_longer_than_60_lines():
+    long = []
+    for f in (SRC / "electra").rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = node.end_lineno - node.lineno + 1
+                if n > 60:
+                    long.append(f"{module_name(f)}.{node.name}: {n} lines")
+    assert long == []
+
+
+def test_the_cli_names_every_objective():
+    from electra.cli import build_parser
+    from electra.objectives.registry import OBJECTIVES
+
+    compare = next(a for a in build_parser()._actions if a.dest == "command").choices[
+        "compare"]
+    help_text = next(a.help for a in compare._actions if a.dest == "objectives")
+    assert all(name in help_text for name in OBJECTIVES), help_text

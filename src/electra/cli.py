@@ -17,7 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from electra import __version__
-from electra.config import DEFAULT_TIMEOUT_S
+from electra.config import (
+    DEFAULT_TIMEOUT_S,
+    MODEL_PRESETS,
+    FinetuneConfig,
+    ModelConfig,
+    ObjectiveConfig,
+    TrainConfig,
+    settings_help,
+)
+from electra.data.tasks import GLUE
 from electra.errors import UserError
 
 
@@ -49,6 +58,14 @@ class Command:
     """What the last line says after Ctrl-C: how to continue."""
 
 
+def section_keys() -> str:
+    """The keys of each pretraining config section (each documented in electra.config)."""
+    from dataclasses import fields
+
+    return "; ".join(f"{c.SECTION}: {', '.join(f.name for f in fields(c))}"
+                     for c in (ModelConfig, ObjectiveConfig, TrainConfig))
+
+
 def _quiet() -> Arg:
     return arg("--quiet", dest="progress", action="store_false", help="no progress bar")
 
@@ -65,8 +82,8 @@ def _dist_timeout() -> Arg:
 
 def _task_args(evaluate: bool = False) -> tuple[Arg, ...]:
     return (
-        arg("--task", required=True, help="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli, "
-            "custom (sentence or pair classification, regression) or tagging (NER, POS)"),
+        arg("--task", required=True, help=f"{', '.join(GLUE)}, custom (sentence or pair "
+            "classification, regression), tagging (NER, POS), squad1 or squad2"),
         arg("--data", help="the GLUE task folder (e.g. glue/SST-2)"),
         *(() if evaluate else (arg("--train", help="custom: training file (.csv, .tsv, "
                                    ".jsonl); tagging: .conllu, CoNLL or .jsonl {tokens, tags}"),)),
@@ -137,7 +154,7 @@ COMMANDS: dict[str, Command] = {
         "and --out. Or check a prepared folder: --verify DATA."),
     "pretrain": Command(
         "pretrain generator + discriminator (ELECTRA)", "electra.pretrain:main", (
-            OneOf((arg("--preset", choices=["tiny", "small", "base", "large"],
+            OneOf((arg("--preset", choices=list(MODEL_PRESETS),
                        help="the paper's model size and pretraining hyperparameters"),
                    arg("--config", metavar="FILE.toml", help="[model] [objective] [train] "
                        "tables; `preset = \"small\"` at the top starts from a preset"))),
@@ -145,7 +162,7 @@ COMMANDS: dict[str, Command] = {
             arg("--out", required=True, help="the run folder"),
             arg("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                 help="override a setting, e.g. --set train.lr=1e-3 --set "
-                "train.max_steps=5000 (repeatable)"),
+                "train.max_steps=5000 (repeatable); " + section_keys()),
             OneOf((arg("--resume", action="store_true", help="continue from the run's latest "
                        "checkpoint (a new run if none)"),
                    arg("--overwrite", action="store_true",
@@ -182,11 +199,7 @@ COMMANDS: dict[str, Command] = {
                 "OUT/results.json and OUT/results.md"),
             arg("--seeds", default="1", help="comma-separated, e.g. 1,2,3"),
             arg("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                help="lr, layer_decay, epochs, batch_size, grad_accum, max_length, "
-                "warmup_fraction, weight_decay, grad_clip, precision, double_pairs, "
-                "max_train_examples, save_every, keep_checkpoints, max_nonfinite_skips, "
-                "eval_every, select; SQuAD: doc_stride, max_query_length, n_best, "
-                "max_answer_length, article_split"),
+                help="a fine-tuning setting (repeatable): " + settings_help(FinetuneConfig)),
             OneOf((arg("--overwrite", action="store_true", help="replace an existing --out"),
                    arg("--resume", action="store_true", help="continue an interrupted "
                        "fine-tune (finished seeds are kept, the one in progress restarts "
@@ -202,8 +215,8 @@ COMMANDS: dict[str, Command] = {
             arg("--data", required=True, help="a folder written by `electra prepare`"),
             OneOf((arg("--config", metavar="BASE.toml", help="the model and training settings "
                        "every objective shares (no objective.kind)"),
-                   arg("--preset", help="instead of --config: a preset (tiny, small, base, "
-                       "large)"))),
+                   arg("--preset", choices=list(MODEL_PRESETS),
+                       help="instead of --config: a preset"))),
             arg("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                 help="override a base setting, e.g. --set train.batch_size=64"),
             arg("--objectives", default="electra,mlm,random", help="objective kinds, "

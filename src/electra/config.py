@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from electra.errors import UserError
-from electra.objectives.registry import OBJECTIVES
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 1800.0
@@ -279,6 +278,10 @@ class ObjectiveConfig:
     discriminator, initialised from it, with the generator frozen (same size, no sharing)."""
 
     def __post_init__(self) -> None:
+        # The objectives' registry (here, not at the top: reading a config, as the CLI's
+        # --help does, needs no torch).
+        from electra.objectives.registry import OBJECTIVES
+
         _check_types(self)
         _check(self.kind in OBJECTIVES,
                f"objective.kind must be one of {', '.join(OBJECTIVES)}, got {self.kind!r}")
@@ -716,6 +719,31 @@ def load_finetune_config(sets: list[str]) -> FinetuneConfig:
     """``--set key=value`` items of `electra finetune` (unknown keys refused)."""
     values = dict(parse_set(item, "lr=1e-4") for item in sets)
     return config_from_dict(FinetuneConfig, values, "fine-tuning settings")
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field of a config dataclass and its docstring (the string under it in the
+    source), which the CLI's help shows: the settings are documented once, here."""
+    import ast
+    import inspect
+    import itertools
+    import textwrap
+
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, after in itertools.pairwise(body):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)):
+            docs[node.target.id] = " ".join(str(after.value.value).split())
+    return docs
+
+
+def settings_help(cls: type) -> str:
+    """``key: its doc's first sentence`` for every field of ``cls``, for a --set help."""
+    def first(doc: str) -> str:
+        return doc.split(". ")[0].rstrip(".")
+
+    return "; ".join(f"{name}: {first(doc)}" for name, doc in field_docs(cls).items())
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

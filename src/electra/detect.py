@@ -27,29 +27,11 @@ _RED, _RESET = "\033[41;97m", "\033[0m"
 def load_detector(source: str | Path) -> tuple[torch.nn.Module, Any]:
     """(discriminator in eval mode, its tokenizer) from a run, discriminator folder,
     checkpoint, or transformers ElectraForPreTraining folder."""
-    from electra.io import folders
-    from electra.io.files import read_json
-    from electra.io.hf import _load_source, _read_hf_folder
+    from electra.io.models import open_model
     from electra.io.tokenizer import load_tokenizer
-    from electra.model import Discriminator
 
-    src = Path(source)
-    if not src.is_dir():
-        raise UserError(f"--model {source}: no such folder; give a pretraining run, its "
-                        f"discriminator/, a checkpoint or a transformers ElectraForPreTraining "
-                        f"folder")
-    if (src / "discriminator" / "config.json").is_file() or (src / "manifest.json").is_file():
-        models, tok_path = _load_source(src)
-        return models["discriminator"].eval(), load_tokenizer(tok_path)
-    config = read_json(src / "config.json", "a model's config") \
-        if (src / "config.json").is_file() else None
-    if isinstance(config, dict) and "model_type" in config:  # a transformers folder
-        cfg, state = _read_hf_folder(src, "discriminator")  # refuses other heads
-        disc = Discriminator(cfg)
-        folders.fit(disc, state, src)
-        return disc.eval(), load_tokenizer(src)
-    model, _ = folders.load(src, "discriminator")  # refuses generators and classifiers
-    return model.eval(), load_tokenizer(src)
+    opened = open_model(source, "discriminator")  # refuses generators and classifiers
+    return opened["discriminator"].eval(), load_tokenizer(opened.tokenizer)
 
 
 @torch.no_grad()

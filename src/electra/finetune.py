@@ -20,24 +20,20 @@ the end of every epoch or every ``save_every`` steps), bitwise as if never stopp
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
 from electra.config import (
     DEFAULT_TIMEOUT_S,
     MAX_SEED,
     FinetuneConfig,
-    ModelConfig,
     config_diffs,
     config_from_dict,
     load_finetune_config,
@@ -46,30 +42,25 @@ from electra.config import (
 from electra.errors import UserError
 from electra.io import folders
 from electra.io.files import disk_errors, publish, read_json, staging_dir, write_json
+from electra.io.models import open_model
 from electra.io.outputs import Claim, claim_out
-from electra.model import Encoder
 from electra.tasks.base import TaskData, head_of
 from electra.tasks.registry import load_task
 from electra.train.checkpoint import latest_checkpoint
-from electra.train.optim import layerwise_groups
+from electra.train.finetuning import (
+    ModelSource,
+    Selection,
+    dev_predictions,
+    evaluate_model,
+    finetune_one,
+)
 from electra.train.runtime import Runtime, start
-from electra.train.trainer import RandomStreams, Settings, Trainer
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """What a fine-tune starts from: a discriminator's encoder, or random weights."""
-
-    init: Path | None  # the folder whose encoder weights are loaded; None: random init
-    config: ModelConfig
-    tokenizer: Path
-    name: str  # for results.json: the --model given, or "random-init"
-    encoder: dict[str, Any] | None = None  # the encoder's weights (read and checked once)
 
 
 def model_source(model: str | None = None, random_init: str | None = None,
                  tokenizer: str | None = None) -> ModelSource:
-    """``--model RUN`` (a pretraining run, its discriminator/, or a fine-tuned model), or
+    """``--model RUN`` (a pretraining run, its discriminator/ or a checkpoint, a fine-tuned
+    model, or a transformers ElectraForPreTraining folder), or
     ``--random-init PRESET --tokenizer PATH`` / ``--random-init RUN`` (that run's shape)."""
     from electra.io.tokenizer import load_tokenizer
 
@@ -86,14 +77,14 @@ def model_source(model: str | None = None, random_init: str | None = None,
                            "random-init")
     if not model:
         raise UserError("give --model RUN (or --random-init PRESET --tokenizer PATH)")
-    folder = folders.resolve(model, "discriminator")
-    kind = read_json(folder / "config.json", "a model folder's config").get("kind")
-    cfg, _ = folders.read_config(folder, "classifier" if kind == "classifier"
-                                 else "discriminator")
-    weights = folders.read_weights(folder / "model.safetensors")
-    encoder = {k[len("encoder."):]: v for k, v in weights.items() if k.startswith("encoder.")}
-    folders.fit(Encoder(cfg), encoder, folder)  # refused now, not after the output exists
-    return ModelSource(folder, cfg, folder, str(model), encoder)
+    meta = read_json(Path(model) / "config.json", "a model folder's config") if (
+        Path(model) / "config.json").is_file() else {}
+    part = "classifier" if isinstance(meta, dict) and meta.get("kind") == "classifier" \
+        else "discriminator"  # a fine-tuned model, or a run's (a checkpoint's) discriminator
+    opened = open_model(model, part)
+    module = opened[part]
+    return ModelSource(opened.tokenizer, module.config, opened.tokenizer, str(model),  # type: ignore[arg-type]
+                       module.encoder.state_dict())  # type: ignore[union-attr]
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -146,200 +137,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     return res
 
 
-# -- one fine-tune ----------------------------------------------------------------------
-
-
-class EpochBatches:
-    """The training examples in a new seeded order every epoch, one global batch per step
-    (a process takes its rows); resumable mid-epoch."""
-
-    def __init__(self, n: int, batch_size: int, steps_per_epoch: int, seed: int) -> None:
-        self.n, self.batch_size, self.steps_per_epoch = n, batch_size, steps_per_epoch
-        self.g = torch.Generator().manual_seed(seed)
-        self.epoch, self.position = 0, 0
-        self._start_epoch()
-
-    def _start_epoch(self) -> None:
-        self.order_state = self.g.get_state()  # to redraw this epoch's order on resume
-        self.order = torch.randperm(self.n, generator=self.g)
-
-    def next(self) -> torch.Tensor:
-        """The next global batch's example indices."""
-        if self.position == self.steps_per_epoch:
-            self.epoch, self.position = self.epoch + 1, 0
-            self._start_epoch()
-        first = self.position * self.batch_size
-        self.position += 1
-        return self.order[first : first + self.batch_size]
-
-    @property
-    def epoch_done(self) -> bool:
-        return self.position == self.steps_per_epoch
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "position": self.position, "order_rng": self.order_state}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.g.set_state(state["order_rng"])
-        self._start_epoch()
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
-
-
-def _training_examples(data: TaskData, cfg: FinetuneConfig) -> list[Any]:
-    """The training set, or its fixed random subset, plus what the head adds (pairs
-    swapped)."""
-    examples = list(data.train)
-    if 0 < cfg.max_train_examples < len(examples):
-        pick = torch.randperm(len(examples), generator=torch.Generator().manual_seed(0))
-        examples = [examples[i] for i in sorted(pick[: cfg.max_train_examples].tolist())]
-    return data.head.augment(examples, cfg)
-
-
-class Selection:
-    """The dev evaluations of a seed, and which one it keeps: the last (``select=last``, the
-    paper's protocol) or the best on the task's first metric (``select=best``; its weights
-    are kept in ``folder/best.safetensors`` as it is found). Part of the resumable state."""
-
-    def __init__(self, mode: str, split: str, metric: str, folder: Path | None) -> None:
-        self.mode, self.split, self.metric, self.folder = mode, split, metric, folder
-        self.history: list[dict[str, Any]] = []  # one per evaluation: step, epoch, loss, dev
-        self.kept: dict[str, Any] | None = None
-        self.skips = 0  # steps skipped for a non-finite loss (the trainer's count)
-
-    def score(self, entry: dict[str, Any]) -> float:
-        value = entry["dev"][self.split][self.metric]
-        return value if math.isfinite(value) else -math.inf
-
-    def offer(self, entry: dict[str, Any], model: nn.Module) -> None:
-        """An evaluation of ``model``: kept if it is the last, or the best so far."""
-        self.history.append(entry)
-        if self.mode == "best" and self.kept is not None and (
-                self.score(entry) <= self.score(self.kept)):
-            return  # the earliest of equal scores stays
-        self.kept = entry
-        if self.mode == "best" and self.folder is not None:
-            from safetensors.torch import save_file
-
-            part = self.folder / "best.safetensors.tmp"
-            save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
-                      str(part))
-            part.replace(self.folder / "best.safetensors")
-
-    def restore(self, model: nn.Module) -> None:
-        """Load the kept evaluation's weights into ``model`` (select=best)."""
-        if self.mode == "best" and self.folder is not None and self.kept is not None:
-            folders.fit(model, folders.read_weights(self.folder / "best.safetensors"),
-                        self.folder)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"history": self.history, "kept": self.kept}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.history, self.kept = list(state["history"]), state["kept"]
-
-
-def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneConfig,
-                 seed: int, rt: Runtime | None = None, folder: Path | None = None,
-                 resume: Path | None = None,
-                 progress: bool = False) -> tuple[nn.Module, Selection]:
-    """Fine-tune one seed from ``source`` (``cfg`` resolved), evaluating on dev at every
-    epoch's end (and every ``eval_every`` steps); returns the kept model and the selection.
-
-    Under torchrun each process trains on its rows of every batch (DDP); rank 0 evaluates.
-    ``folder``: where the seed's checkpoints and metrics go (None: nowhere); ``resume``: a
-    checkpoint of it.
-    """
-    rt = rt or Runtime()
-    cfg = cfg.resolved(source.config, data.name)  # (a no-op on a resolved config)
-    torch.manual_seed(seed)
-    model = data.head.build(source.config, data.labels, data.regression, rt.kernels)
-    if source.encoder is not None:
-        folders.fit(model.encoder, source.encoder, source.init)  # type: ignore[arg-type]
-    examples = _training_examples(data, cfg)
-    train = data.head.encode(tok, examples, data, cfg)
-    n = len(train["input_ids"])  # examples, or QA's windows
-    steps_per_epoch = max(1, n // cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs  # type: ignore[operator]
-    batches = EpochBatches(n, cfg.batch_size, steps_per_epoch, seed)
-    first = next(iter(data.dev))
-    selection = Selection(cfg.select, first, data.metrics[0], folder)
-    settings = Settings(lr=cfg.lr, max_steps=total,  # type: ignore[arg-type]
-                        warmup_steps=int(cfg.warmup_fraction * total),
-                        precision=cfg.precision, grad_accum=cfg.grad_accum,
-                        grad_clip=cfg.grad_clip, max_nonfinite_skips=cfg.max_nonfinite_skips,
-                        keep_checkpoints=cfg.keep_checkpoints, prefix="")
-    trainer = Trainer(
-        model, rt, settings,
-        lambda m: layerwise_groups(m, cfg.lr, cfg.layer_decay, cfg.weight_decay),  # type: ignore[arg-type]
-        out=folder, config={"finetune": cfg.to_dict(), "task": data.name, "seed": seed,
-                            "model": source.name},
-        streams=RandomStreams(rt, seed),  # dropout: each rank its own stream
-        stateful={"batches": batches, "selection": selection}, resume=resume,
-        progress=progress)
-    per_rank = cfg.batch_size // rt.world_size
-    micro = per_rank // cfg.grad_accum
-
-    def log() -> None:  # the training loss so far and the dev scores, one metrics line
-        record = {**trainer.metrics(), "epoch": round(
-            batches.epoch + batches.position / steps_per_epoch, 4)}
-        if rt.is_main:
-            dev = evaluate_model(trainer.model, tok, data, cfg)
-            record.update({f"{split}_{m}": v for split, res in dev.items()
-                           for m, v in res.items()})
-            selection.offer({"step": trainer.step, "epoch": record["epoch"],
-                             "loss": record["loss"], "dev": dev}, trainer.model)
-        trainer.log(record, show=("loss", f"{first}_{data.metrics[0]}"))
-
-    with trainer.running(total=total):
-        if trainer.log_due:  # Ctrl-C came while this step's line was being computed
-            log()
-        while trainer.step < total:
-            index = batches.next()
-            mine = {k: v[index[rt.rank * per_rank : (rt.rank + 1) * per_rank]]
-                    for k, v in train.items()}
-            # the loss is a mean over the global batch: its examples, or its tagged words
-            denom = data.head.denominator(train["labels"][index], cfg.batch_size)
-
-            def micro_step(step_model: nn.Module, j: int, b: dict[str, torch.Tensor] = mine,
-                           denom: int = denom) -> tuple[torch.Tensor, dict]:
-                rows = {k: v[j * micro : (j + 1) * micro] for k, v in b.items()}
-                keep = int(rows["attention_mask"].sum(1).max())  # drop all-pad columns
-                rows = {k: (v[:, :keep] if v.ndim == 2 else v).to(rt.device)
-                        for k, v in rows.items()}
-                logits = step_model(rows["input_ids"], rows["attention_mask"],
-                                    rows["token_type_ids"])
-                return data.head.loss(logits, rows["labels"], data) / denom, {}
-
-            tokens = train["attention_mask"][index].sum()
-            if trainer.train_step(micro_step, tokens) is None:
-                continue  # a non-finite loss: the step was skipped
-            if batches.epoch_done or trainer.every(cfg.eval_every):
-                log()
-            trainer.advance()
-            end = (trainer.every(cfg.save_every) if cfg.save_every else batches.epoch_done)
-            if end and trainer.step < total:
-                trainer.save()
-    if rt.is_main:
-        selection.restore(trainer.model)
-    selection.skips = trainer.skips
-    return trainer.model, selection  # type: ignore[return-value]
-
-
-# -- evaluation and predictions ---------------------------------------------------------
-
-
-def dev_predictions(model: nn.Module, tok: Any, data: TaskData,
-                    cfg: FinetuneConfig) -> dict[str, tuple[Any, Any]]:
-    """(predictions, labels) on each dev split, as the head makes them."""
-    return {split: data.head.predict(model, tok, examples, data, cfg)
-            for split, examples in data.dev.items()}
-
-
-def evaluate_model(model: nn.Module, tok: Any, data: TaskData,
-                   cfg: FinetuneConfig) -> dict[str, Any]:
-    """The task's metrics on each dev split."""
-    return {split: data.head.score(data, p, y)
-            for split, (p, y) in dev_predictions(model, tok, data, cfg).items()}
+# -- a seed's report, the whole command: seeds, resume, results -------------------------
 
 
 def report(data: TaskData, preds: dict[str, tuple[np.ndarray, np.ndarray]],
@@ -363,9 +161,6 @@ def report(data: TaskData, preds: dict[str, tuple[np.ndarray, np.ndarray]],
     kept = selection.kept or {}
     return {"select": selection.mode, "epoch": kept.get("epoch"), "step": kept.get("step"),
             "evaluations": selection.history, "confusion": confusion, "warnings": warnings}
-
-
-# -- the whole command: seeds, resume, results ------------------------------------------
 
 
 def _staging(out: Path, settings: dict[str, Any], claim: Claim, resume: bool) -> Path:

@@ -40,6 +40,7 @@ from electra.data.loader import BatchLoader, ShardDataset
 from electra.errors import UserError
 from electra.io import folders
 from electra.io.files import disk_errors, read_json, write_json
+from electra.io.models import open_model
 from electra.io.outputs import Claim, claim_out
 from electra.io.tokenizer import SIDECAR, SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.model import count_parameters
@@ -358,8 +359,8 @@ def _unigram_counts(data: ShardDataset) -> torch.Tensor:
 
 def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, Any]:
     """(model config, discriminator, generator) to start from; dropout from the run config."""
-    disc = folders.load(folder, "discriminator", flag="--init")[0]
-    gen = folders.load(folder, "generator", flag="--init")[0]
+    disc = open_model(folder, "discriminator", "--init")["discriminator"]
+    gen = open_model(folder, "generator", "--init")["generator"]
     d, g = disc.config, gen.config
     cfg = d.replace(generator_size=g.hidden_size / d.hidden_size,
                     hidden_dropout=run_model.hidden_dropout,

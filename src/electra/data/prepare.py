@@ -16,7 +16,7 @@ On disk (``OUT/``)::
     train/ids.bin        (N, seq_len) uint16 or uint32, [PAD]-filled
     train/segments.bin   (N, 2) uint16: end of segment A (after its [SEP]), total length
     train/word_starts.bin  (N, seq_len / 8) bits: the tokens that begin a word (from the
-                         tokenizer's own word ids, any tokenizer kind), for whole-word masking
+                         tokenizer's own word ids, any tokenizer algorithm), for whole-word masking
     val/...              the same for the validation split, if any
 
 Work is split into chunks of whole documents whose boundaries depend only on the text, and
@@ -419,11 +419,9 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
     val_files = (expand_inputs(opt.val_inputs, "--val-input", split=opt.split)
                  if opt.val_inputs else [])
     tok = load_tokenizer(opt.tokenizer, opt.special_tokens)
-    special = SpecialTokens.of(tok)
-    vocab_size = tok.get_vocab_size()
-    dtype = token_dtype(vocab_size)
     out = Path(opt.out)
-    settings = {"seq_len": opt.seq_len, "special": special, "dtype": dtype.str,
+    settings = {"seq_len": opt.seq_len, "special": SpecialTokens.of(tok),
+                "dtype": token_dtype(tok.get_vocab_size()).str,
                 "seed": opt.seed, "overflow": opt.overflow}
     inputs = [("--input", p) for p in [*opt.inputs, *files]] + [
         ("--val-input", p) for p in [*(opt.val_inputs or []), *val_files]] + [
@@ -448,35 +446,43 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
         if "train" not in writers:
             raise UserError(f"--input {' '.join(opt.inputs)}: no text found (the files are "
                             f"empty or hold only blank lines)")
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "seq_len": opt.seq_len,
-            "dtype": dtype.name,
-            "vocab_size": vocab_size,
-            "tokenizer_sha256": tokenizer_checksum(tok),
-            "special_tokens": special.to_dict(),
-            "special_token_names": special_names(tok),
-            "seed": opt.seed,
-            "overflow": opt.overflow,
-            "splits": {name: {"examples": w.examples, "tokens": w.tokens}
-                       for name, w in sorted(writers.items())},
-            "files": {f"{name}/{file}": {"bytes": (tmp / name / file).stat().st_size,
-                                         "sha256": sha256_file(tmp / name / file)}
-                      for name in sorted(writers) for file in SHARD_FILES},
-            "word_starts": True,
-            "inputs": stats.files,
-            "documents": stats.docs,
-            "bytes": stats.bytes,
-            "bad_bytes_replaced": stats.bad_bytes,
-            "val_fraction": opt.val_fraction,
-            **totals,
-            "seconds": round(seconds, 2),
-        }
+        meta = _meta(opt, tok, writers, stats, totals, tmp, seconds)
         save_tokenizer(tok, tmp)
         write_json(tmp / "meta.json", meta)
     if not opt.quiet:
         _report(meta, out)
     return meta
+
+
+def _meta(opt: PrepareOptions, tok: Any, writers: dict[str, _Writer], stats: ReadStats,
+          totals: dict[str, int], tmp: Path, seconds: float) -> dict[str, Any]:
+    """``meta.json``: the format, the tokenizer, the splits, each file's checksum, and what
+    was read."""
+    vocab_size = tok.get_vocab_size()
+    return {
+        "format_version": FORMAT_VERSION,
+        "seq_len": opt.seq_len,
+        "dtype": token_dtype(vocab_size).name,
+        "vocab_size": vocab_size,
+        "tokenizer_sha256": tokenizer_checksum(tok),
+        "special_tokens": SpecialTokens.of(tok).to_dict(),
+        "special_token_names": special_names(tok),
+        "seed": opt.seed,
+        "overflow": opt.overflow,
+        "splits": {name: {"examples": w.examples, "tokens": w.tokens}
+                   for name, w in sorted(writers.items())},
+        "files": {f"{name}/{file}": {"bytes": (tmp / name / file).stat().st_size,
+                                     "sha256": sha256_file(tmp / name / file)}
+                  for name in sorted(writers) for file in SHARD_FILES},
+        "word_starts": True,
+        "inputs": stats.files,
+        "documents": stats.docs,
+        "bytes": stats.bytes,
+        "bad_bytes_replaced": stats.bad_bytes,
+        "val_fraction": opt.val_fraction,
+        **totals,
+        "seconds": round(seconds, 2),
+    }
 
 
 def verify_data(folder: str) -> dict[str, Any]:

@@ -486,11 +486,11 @@ def _pretrain_objective(plan: Plan, objective: str, data: str, out: Path, rt: An
 def _keep(run: Path, step: int, folder: Path, objective: str, fraction: float) -> None:
     """The discriminator of ``run``'s checkpoint at ``step``, as a model folder."""
     from electra.io import folders
-    from electra.io.hf import _load_source
+    from electra.io.models import open_model
     from electra.io.tokenizer import load_tokenizer
     from electra.train.checkpoint import step_dir
 
-    models, _ = _load_source(step_dir(run / "checkpoints", step))
+    models = open_model(step_dir(run / "checkpoints", step)).parts
     folders.save(models["discriminator"], "discriminator", folder,
                  load_tokenizer(run), step=step, objective=objective,
                  fraction=fraction)

@@ -1,18 +1,19 @@
 """Model folders: what pretraining and fine-tuning leave, and what ``--model`` names.
 
-    RUN/discriminator/, RUN/generator/   written at the end of pretraining (or by import)
+    RUN/discriminator/, RUN/generator/   written at the end of pretraining (or by import);
+                                         each folder holds one part (its "kind" on disk)
     FT/seed-N/                           a fine-tuned classifier
         model.safetensors   the module's weights
-        config.json         {"format_version": 1, "kind": ..., "model": ModelConfig fields,
+        config.json         {"format_version": 1, "kind": PART, "model": ModelConfig fields,
                              ...}  (a classifier adds task, labels, regression, metrics,
                              finetune settings)
         tokenizer.json      the tokenizer the model was trained with
         vocab.txt           the same vocabulary, one token per line (ids in order)
         special_tokens_map.json  which tokens play pad, unk, cls, sep and mask
 
-:func:`resolve` turns what a user names (a run folder, or the kind's folder itself) into the
+:func:`resolve` turns what a user names (a run folder, or the part's own folder) into the
 folder; :func:`load` builds the module from it. Every problem with a folder (missing, not
-that kind, damaged files, weights that do not fit the config) is one UserError naming it.
+that part, damaged files, weights that do not fit the config) is one UserError naming it.
 """
 
 from __future__ import annotations
@@ -26,49 +27,49 @@ from electra.config import ModelConfig, config_from_dict
 from electra.errors import UserError
 from electra.io.files import read_json, staged, write_json
 
-KINDS = ("discriminator", "generator", "classifier")
+PARTS = ("discriminator", "generator", "classifier")
 _HINT = {"classifier": "give OUT/seed-N from `electra finetune`"}
 
 
-def _hint(kind: str) -> str:
-    return _HINT.get(kind, f"give a pretraining run or its {kind}/ folder")
+def _hint(part: str) -> str:
+    return _HINT.get(part, f"give a pretraining run or its {part}/ folder")
 
 
-def resolve(path: str | Path, kind: str = "discriminator", flag: str = "--model") -> Path:
-    """The folder holding ``kind`` weights: ``path`` itself, or ``path/kind`` (a run)."""
+def resolve(path: str | Path, part: str = "discriminator", flag: str = "--model") -> Path:
+    """The folder holding ``part`` weights: ``path`` itself, or ``path/part`` (a run)."""
     folder = Path(path)
-    if (folder / kind / "config.json").is_file():
-        folder = folder / kind
+    if (folder / part / "config.json").is_file():
+        folder = folder / part
     if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
-        raise UserError(f"{flag} {path}: no {kind} weights (config.json and "
-                        f"model.safetensors); {_hint(kind)}")
+        raise UserError(f"{flag} {path}: no {part} weights (config.json and "
+                        f"model.safetensors); {_hint(part)}")
     return folder
 
 
-def read_config(folder: Path, kind: str, flag: str = "--model") -> tuple[ModelConfig,
+def read_config(folder: Path, part: str, flag: str = "--model") -> tuple[ModelConfig,
                                                                           dict[str, Any]]:
-    """(model config, the whole config.json) of a ``kind`` folder; refuses other kinds."""
+    """(model config, the whole config.json) of a ``part`` folder; refuses other parts."""
     meta = read_json(folder / "config.json", "a model folder's config")
     if not isinstance(meta, dict) or "model" not in meta:
         raise UserError(f"{flag} {folder}: config.json is not an electra model config; "
-                        f"{_hint(kind)}")
-    if meta.get("kind") not in KINDS:
+                        f"{_hint(part)}")
+    if meta.get("kind") not in PARTS:
         raise UserError(f"{flag} {folder}: not a model folder (config.json names no model "
-                        f"kind; a checkpoint's weights are read by `electra export`); "
-                        f"{_hint(kind)}")
-    if meta.get("kind") != kind:
-        raise UserError(f"{flag} {folder}: holds a {meta.get('kind')}, not a {kind}")
+                        f"part; a checkpoint's weights are read by `electra export`); "
+                        f"{_hint(part)}")
+    if meta.get("kind") != part:
+        raise UserError(f"{flag} {folder}: holds a {meta.get('kind')}, not a {part}")
     return config_from_dict(ModelConfig, meta["model"], str(folder / "config.json")), meta
 
 
-def build(kind: str, cfg: ModelConfig, meta: dict[str, Any] | None = None) -> nn.Module:
-    """A fresh module of ``kind`` (a classifier: its head's, from ``meta``)."""
+def build(part: str, cfg: ModelConfig, meta: dict[str, Any] | None = None) -> nn.Module:
+    """A fresh module of ``part`` (a classifier: its head's, from ``meta``)."""
     from electra.model import Discriminator, Generator
     from electra.tasks.base import head_of
 
-    if kind == "discriminator":
+    if part == "discriminator":
         return Discriminator(cfg)
-    if kind == "generator":
+    if part == "generator":
         return Generator(cfg)
     meta = meta or {}
     return head_of(meta).build(cfg, meta.get("labels") or {}, bool(meta.get("regression")))
@@ -107,17 +108,17 @@ def fit(module: nn.Module, state: dict[str, Any], where: Path) -> None:
                         f"({detail})") from None
 
 
-def load(path: str | Path, kind: str = "discriminator",
+def load(path: str | Path, part: str = "discriminator",
          flag: str = "--model") -> tuple[nn.Module, dict[str, Any]]:
-    """The module in a ``kind`` folder (or a run's ``kind``/), and its config.json."""
-    folder = resolve(path, kind, flag)
-    cfg, meta = read_config(folder, kind, flag)
-    module = build(kind, cfg, meta)
+    """The module in a ``part`` folder (or a run's ``part``/), and its config.json."""
+    folder = resolve(path, part, flag)
+    cfg, meta = read_config(folder, part, flag)
+    module = build(part, cfg, meta)
     fit(module, read_weights(folder / "model.safetensors"), folder)
     return module, meta
 
 
-def write(folder: Path, module: nn.Module, kind: str, tok: Any, **meta: Any) -> None:
+def write(folder: Path, module: nn.Module, part: str, tok: Any, **meta: Any) -> None:
     """Write ``module`` (its config from ``module.config``) and the tokenizer into ``folder``;
     ``meta`` adds to config.json."""
     from safetensors.torch import save_file
@@ -126,14 +127,14 @@ def write(folder: Path, module: nn.Module, kind: str, tok: Any, **meta: Any) -> 
 
     folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
-    save_file(state, str(folder / "model.safetensors"), metadata={"kind": kind})
+    save_file(state, str(folder / "model.safetensors"), metadata={"kind": part})
     cfg: ModelConfig = module.config  # type: ignore[assignment]
     write_json(folder / "config.json",
-               {"format_version": 1, "kind": kind, "model": cfg.to_dict(), **meta})
+               {"format_version": 1, "kind": part, "model": cfg.to_dict(), **meta})
     save_tokenizer(tok, folder)
 
 
-def save(module: nn.Module, kind: str, folder: Path, tok: Any, **meta: Any) -> None:
+def save(module: nn.Module, part: str, folder: Path, tok: Any, **meta: Any) -> None:
     """:func:`write` into ``folder`` atomically (a staged copy replaces it when complete)."""
     with staged(folder) as tmp:
-        write(tmp, module, kind, tok, **meta)
+        write(tmp, module, part, tok, **meta)

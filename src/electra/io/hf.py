@@ -16,7 +16,6 @@ one ``ElectraForSequenceClassification`` folder with its label names), each with
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -25,167 +24,21 @@ import torch
 from electra.config import ModelConfig
 from electra.errors import UserError
 from electra.io import folders
-from electra.io.files import read_json, staged
+from electra.io.files import staged
+from electra.io.hf_format import (
+    HF_CLASSES,
+    _need_transformers,
+    read_hf_folder,
+    to_hf_config,
+    to_hf_state_dict,
+)
+from electra.io.models import open_model
 from electra.io.outputs import claim_out
 from electra.io.tokenizer import load_tokenizer, save_tokenizer, special_names
-from electra.tasks.base import HEADS, head_of
-
-# (our key pattern, transformers key pattern); "{i}" is a layer index.
-_ENCODER = [
-    ("encoder.embeddings.word_embeddings.weight", "electra.embeddings.word_embeddings.weight"),
-    ("encoder.embeddings.position_embeddings.weight",
-     "electra.embeddings.position_embeddings.weight"),
-    ("encoder.embeddings.token_type_embeddings.weight",
-     "electra.embeddings.token_type_embeddings.weight"),
-    ("encoder.embeddings.layer_norm.weight", "electra.embeddings.LayerNorm.weight"),
-    ("encoder.embeddings.layer_norm.bias", "electra.embeddings.LayerNorm.bias"),
-    ("encoder.embeddings_project.weight", "electra.embeddings_project.weight"),
-    ("encoder.embeddings_project.bias", "electra.embeddings_project.bias"),
-]
-_LAYER = [
-    ("query", "attention.self.query"),
-    ("key", "attention.self.key"),
-    ("value", "attention.self.value"),
-    ("attention_out", "attention.output.dense"),
-    ("attention_norm", "attention.output.LayerNorm"),
-    ("ffn_in", "intermediate.dense"),
-    ("ffn_out", "output.dense"),
-    ("ffn_norm", "output.LayerNorm"),
-]
-for ours, theirs in _LAYER:
-    for p in ("weight", "bias"):
-        _ENCODER.append((f"encoder.layers.{{i}}.{ours}.{p}",
-                         f"electra.encoder.layer.{{i}}.{theirs}.{p}"))
-
-DISCRIMINATOR_KEYS = [*_ENCODER,
-                      ("head_dense.weight", "discriminator_predictions.dense.weight"),
-                      ("head_dense.bias", "discriminator_predictions.dense.bias"),
-                      ("head_out.weight", "discriminator_predictions.dense_prediction.weight"),
-                      ("head_out.bias", "discriminator_predictions.dense_prediction.bias")]
-GENERATOR_KEYS = [*_ENCODER,
-                  ("head_dense.weight", "generator_predictions.dense.weight"),
-                  ("head_dense.bias", "generator_predictions.dense.bias"),
-                  ("head_norm.weight", "generator_predictions.LayerNorm.weight"),
-                  ("head_norm.bias", "generator_predictions.LayerNorm.bias"),
-                  ("output_bias", "generator_lm_head.bias")]
-_TABLES = {"discriminator": DISCRIMINATOR_KEYS, "generator": GENERATOR_KEYS,
-           # each fine-tuning head's, e.g. classifier <-> ElectraForSequenceClassification
-           **{h.hf_part: [*_ENCODER, *h.hf_keys] for h in HEADS.values()}}
-# transformers also stores the tied output layer; it equals the word table.
-TIED_OUTPUT_KEY = "generator_lm_head.weight"
+from electra.tasks.base import head_of
 
 
-def _compile(table: list[tuple[str, str]], reverse: bool) -> list[tuple[re.Pattern[str], str]]:
-    out = []
-    for ours, theirs in table:
-        src, dst = (theirs, ours) if reverse else (ours, theirs)
-        pattern = re.escape(src).replace(re.escape("{i}"), r"(\d+)")
-        out.append((re.compile(f"^{pattern}$"), dst.replace("{i}", r"\1")))
-    return out
-
-
-def _rename(state: dict[str, torch.Tensor], table: list[tuple[str, str]],
-            reverse: bool) -> dict[str, torch.Tensor]:
-    rules = _compile(table, reverse)
-    out = {}
-    for key, value in state.items():
-        for pattern, repl in rules:
-            if pattern.match(key):
-                out[pattern.sub(repl, key)] = value
-                break
-        else:
-            raise KeyError(f"no mapping for parameter {key!r}")
-    return out
-
-
-def to_hf_state_dict(state: dict[str, torch.Tensor], kind: str) -> dict[str, torch.Tensor]:
-    """Our discriminator/generator/classifier state dict -> transformers' key names."""
-    out = _rename(state, _TABLES[kind], reverse=False)
-    if kind != "generator":
-        return out
-    out[TIED_OUTPUT_KEY] = out["electra.embeddings.word_embeddings.weight"]
-    return out
-
-
-def from_hf_state_dict(state: dict[str, torch.Tensor], kind: str) -> dict[str, torch.Tensor]:
-    """transformers' ELECTRA state dict -> our key names (the tied output layer dropped)."""
-    state = {k: v for k, v in state.items() if k != TIED_OUTPUT_KEY}
-    return _rename(state, _TABLES[kind], reverse=True)
-
-
-def to_hf_config(cfg: ModelConfig, **extra: Any) -> Any:
-    """transformers ``ElectraConfig`` with the same shape as ``cfg`` (needs transformers);
-    ``extra`` (labels, problem_type...) passes through."""
-    from transformers import ElectraConfig
-
-    return ElectraConfig(
-        vocab_size=cfg.vocab_size, embedding_size=cfg.embedding_size,
-        hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
-        hidden_act="gelu", hidden_dropout_prob=cfg.hidden_dropout,
-        attention_probs_dropout_prob=cfg.attention_dropout,
-        max_position_embeddings=cfg.max_position_embeddings,
-        type_vocab_size=cfg.type_vocab_size, initializer_range=cfg.initializer_range,
-        layer_norm_eps=cfg.layer_norm_eps, pad_token_id=cfg.pad_token_id, **extra,
-    )
-
-
-def from_hf_config(hf: dict[str, Any], where: str = "config.json") -> ModelConfig:
-    """Our ModelConfig from a transformers ELECTRA ``config.json`` (as a dict)."""
-    try:
-        return ModelConfig(
-            vocab_size=hf["vocab_size"],
-            embedding_size=hf.get("embedding_size", hf["hidden_size"]),
-            hidden_size=hf["hidden_size"], num_layers=hf["num_hidden_layers"],
-            num_heads=hf["num_attention_heads"], intermediate_size=hf["intermediate_size"],
-            max_position_embeddings=hf["max_position_embeddings"],
-            type_vocab_size=hf.get("type_vocab_size", 2),
-            hidden_dropout=hf.get("hidden_dropout_prob", 0.1),
-            attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
-            layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
-            initializer_range=hf.get("initializer_range", 0.02),
-            pad_token_id=hf.get("pad_token_id", 0) or 0)
-    except KeyError as err:
-        raise UserError(f"{where}: an ELECTRA config needs {err.args[0]!r}; the file is "
-                        f"incomplete") from None
-
-
-HF_CLASSES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM",
-              **{h.hf_part: h.hf_class for h in HEADS.values()}}
-
-
-def _need_transformers() -> None:
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        raise UserError("export and import need transformers: pip install 'electra[hf]' "
-                        "(or pip install transformers)") from None
-
-
-def _load_source(src: Path) -> tuple[dict[str, torch.nn.Module], Path]:
-    """The models of a run folder or a checkpoint folder (discriminator, and the generator
-    when the objective has one), and the tokenizer's path."""
-    if (src / "discriminator" / "config.json").is_file():
-        models = {k: folders.load(src, k, flag="export")[0]
-                  for k in ("discriminator", "generator") if (src / k).is_dir()}
-        return models, src / "discriminator"
-    if (src / "manifest.json").is_file():  # a checkpoint: RUN/checkpoints/step-N
-        from electra.config import ObjectiveConfig, config_from_dict
-        from electra.objectives.pretraining import ElectraPretrainingModel
-        from electra.train.checkpoint import load_checkpoint
-
-        saved = read_json(src / "config.json", "a checkpoint's config")
-        where = str(src / "config.json")
-        model = ElectraPretrainingModel(
-            config_from_dict(ModelConfig, saved["model"], where),
-            config_from_dict(ObjectiveConfig, saved.get("objective", {}), where))
-        load_checkpoint(src, model)
-        return model.parts(), src.parent.parent
-    raise UserError(f"{src}: neither a pretraining run (discriminator/ and generator/) nor a "
-                    f"checkpoint folder (manifest.json); give RUN or RUN/checkpoints/step-N")
-
-
-def _write_hf_folder(folder: Path, module: torch.nn.Module, kind: str, tok: Any,
+def _write_hf_folder(folder: Path, module: torch.nn.Module, part: str, tok: Any,
                      **hf_extra: Any) -> None:
     """config.json, model.safetensors and the tokenizer files transformers expects."""
     from safetensors.torch import save_file
@@ -193,16 +46,16 @@ def _write_hf_folder(folder: Path, module: torch.nn.Module, kind: str, tok: Any,
     cfg: ModelConfig = module.config  # type: ignore[assignment]
     folder.mkdir(exist_ok=True)
     hf_cfg = to_hf_config(cfg, **hf_extra)
-    hf_cfg.architectures = [HF_CLASSES[kind]]
+    hf_cfg.architectures = [HF_CLASSES[part]]
     hf_cfg.save_pretrained(folder)
     # safetensors refuses tensors that share memory: the tied output layer is a copy.
     state = {k: v.detach().cpu().contiguous().clone()
-             for k, v in to_hf_state_dict(module.state_dict(), kind).items()}
+             for k, v in to_hf_state_dict(module.state_dict(), part).items()}
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     save_tokenizer(tok, folder)  # tokenizer.json, vocab.txt, special_tokens_map.json
     spec = json.loads(tok.to_str())
     specials = {f"{role}_token": name for role, name in special_names(tok).items()}
-    # BERT's WordPiece loads as transformers' ElectraTokenizer; any other kind (BPE,
+    # BERT's WordPiece loads as transformers' ElectraTokenizer; any other algorithm (BPE,
     # Unigram) as the generic fast tokenizer over tokenizer.json, with the same roles.
     wordpiece = (spec.get("model") or {}).get("type") == "WordPiece"
     (folder / "tokenizer_config.json").write_text(json.dumps(
@@ -214,14 +67,6 @@ def _write_hf_folder(folder: Path, module: torch.nn.Module, kind: str, tok: Any,
          **specials}, indent=2))
 
 
-def _is_classifier(src: Path) -> bool:
-    path = src / "config.json"
-    if not path.is_file() or (src / "manifest.json").is_file():
-        return False
-    meta = read_json(path, "a model folder's config")
-    return isinstance(meta, dict) and meta.get("kind") == "classifier"
-
-
 def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> Path:
     """Write transformers folders for a run's (or checkpoint's) discriminator and generator,
     or one ``ElectraForSequenceClassification`` folder for a fine-tuned model."""
@@ -229,51 +74,25 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
     src, out = Path(source), Path(out)
     with claim_out(out, "export", "export", overwrite=overwrite,
                    inputs=[("the source", src)]) as claim:
-        if _is_classifier(src):
-            model, meta = folders.load(src, "classifier", flag="export")
+        opened = open_model(src, flag="export")
+        if "classifier" in opened.parts:
+            model, meta = opened["classifier"], opened.meta
             head = head_of(meta)
-            labels, kind = head.hf_labels(meta), head.hf_part
+            labels, part = head.hf_labels(meta), head.hf_part
             with staged(out) as tmp:
                 claim.mark(tmp)
-                _write_hf_folder(tmp, model, kind, load_tokenizer(src),
+                _write_hf_folder(tmp, model, part, load_tokenizer(src),
                                  finetuning_task=meta["task"], **labels)
-            print(f"wrote {out} ({HF_CLASSES[kind]}, task {meta['task']}"
+            print(f"wrote {out} ({HF_CLASSES[part]}, task {meta['task']}"
                   + (f", labels {list(labels['label2id'])})" if labels else ")"))
             return out
-        models, tok_path = _load_source(src)
-        tok = load_tokenizer(tok_path)
+        models, tok = opened.parts, load_tokenizer(opened.tokenizer)
         with staged(out) as tmp:
             claim.mark(tmp)
-            for kind, module in models.items():
-                _write_hf_folder(tmp / kind, module, kind, tok)
-    print("wrote " + " and ".join(f"{out}/{kind} ({HF_CLASSES[kind]})" for kind in models))
+            for part, module in models.items():
+                _write_hf_folder(tmp / part, module, part, tok)
+    print("wrote " + " and ".join(f"{out}/{part} ({HF_CLASSES[part]})" for part in models))
     return out
-
-
-def _read_hf_folder(folder: Path, kind: str) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    cfg_path = folder / "config.json"
-    if not cfg_path.is_file():
-        raise UserError(f"{folder}: no config.json, so not a transformers model folder")
-    hf = read_json(cfg_path, "a transformers config")
-    if not isinstance(hf, dict) or hf.get("model_type") != "electra":
-        got = hf.get("model_type") if isinstance(hf, dict) else None
-        raise UserError(f"{folder}: model_type is {got!r}, not 'electra'")
-    weights = next((folder / n for n in ("model.safetensors", "pytorch_model.bin")
-                    if (folder / n).is_file()), None)
-    if weights is None:
-        raise UserError(f"{folder}: no model.safetensors or pytorch_model.bin")
-    state = folders.read_weights(weights)
-    found = sorted({k.split(".")[0] for k in state})
-    head = "discriminator_predictions" if kind == "discriminator" else "generator_predictions"
-    if not any(k.startswith(head) for k in state):
-        raise UserError(f"{folder}: not an ELECTRA {kind} (expected {head}.* weights; "
-                        f"found {', '.join(found)})")
-    try:
-        ours = from_hf_state_dict({k: v for k, v in state.items()
-                                   if not k.endswith("position_ids")}, kind)
-    except KeyError as err:
-        raise UserError(f"{folder}: unexpected weight {err}; not an ELECTRA {kind}") from None
-    return from_hf_config(hf, str(cfg_path)), ours
 
 
 def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None = None,
@@ -288,11 +107,11 @@ def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None 
     disc_dir, out = Path(hf_dir), Path(out)
     inputs = [("the transformers folder", disc_dir), ("--generator", generator)]
     with claim_out(out, "run", "import", overwrite=overwrite, inputs=inputs) as claim:
-        d_cfg, d_state = _read_hf_folder(disc_dir, "discriminator")
+        d_cfg, d_state = read_hf_folder(disc_dir, "discriminator")
         disc = Discriminator(d_cfg)
         folders.fit(disc, d_state, disc_dir)
         if generator is not None:
-            g_cfg, g_state = _read_hf_folder(Path(generator), "generator")
+            g_cfg, g_state = read_hf_folder(Path(generator), "generator")
             if (g_cfg.vocab_size, g_cfg.embedding_size) != (d_cfg.vocab_size,
                                                              d_cfg.embedding_size):
                 raise UserError(f"generator {generator} has vocabulary {g_cfg.vocab_size} "

@@ -49,7 +49,7 @@ from electra.errors import UserError
 MARK = ".electra.json"
 
 # kind -> how a message names it
-KINDS = {"tokenizer": "a tokenizer", "data": "prepared data", "run": "a pretraining run",
+OUTPUTS = {"tokenizer": "a tokenizer", "data": "prepared data", "run": "a pretraining run",
          "finetune": "a fine-tuning output", "export": "a transformers export",
          "comparison": "a comparison", "demo": "a demo"}
 
@@ -60,7 +60,7 @@ _HELD: set[str] = set()  # lock files this process holds (fcntl locks do not con
 def describe(kind: str, command: str) -> str:
     if kind == "run" and command == "import":
         return "an imported run (electra import)"
-    return f"{KINDS.get(kind, kind)} (electra {command})"
+    return f"{OUTPUTS.get(kind, kind)} (electra {command})"
 
 
 def _json_dict(path: Path) -> dict[str, Any]:

@@ -265,10 +265,10 @@ def save_tokenizer(tok: Tokenizer, out: Path) -> None:
                                            special_names(tok).items()}, indent=2) + "\n")
 
 
-KINDS = ("wordpiece", "bpe", "unigram")
-# Each kind's special tokens, in id order: BERT's for WordPiece, RoBERTa's for byte-level
+ALGORITHMS = ("wordpiece", "bpe", "unigram")
+# Each algorithm's special tokens, in id order: BERT's for WordPiece, RoBERTa's for byte-level
 # BPE, ALBERT's (SentencePiece) for Unigram.
-KIND_SPECIALS = {
+ALGORITHM_SPECIALS = {
     "wordpiece": dict(zip(ROLES, SPECIAL_TOKENS, strict=True)),
     "bpe": {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"},
     "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]",
@@ -276,20 +276,20 @@ KIND_SPECIALS = {
 }
 
 
-def _new_tokenizer(kind: str, vocab_size: int, min_frequency: int, lowercase: bool,
+def _new_tokenizer(algorithm: str, vocab_size: int, min_frequency: int, lowercase: bool,
                    extra_specials: list[str] | None = None) -> tuple[Tokenizer, Any]:
-    """An untrained tokenizer of ``kind`` and its trainer."""
+    """An untrained tokenizer of ``algorithm`` and its trainer."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-    specials = list(KIND_SPECIALS[kind].values()) + (extra_specials or [])
-    if kind == "wordpiece":
+    specials = list(ALGORITHM_SPECIALS[algorithm].values()) + (extra_specials or [])
+    if algorithm == "wordpiece":
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
         _bert_pipeline(tok, lowercase)
         return tok, trainers.WordPieceTrainer(
             vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
             continuing_subword_prefix="##", show_progress=False)
     norm = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
-    if kind == "bpe":
+    if algorithm == "bpe":
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
         tok.normalizer = normalizers.Sequence(norm)
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
@@ -307,7 +307,7 @@ def _new_tokenizer(kind: str, vocab_size: int, min_frequency: int, lowercase: bo
 
 def _train(model: str, vocab_size: int, min_frequency: int, lowercase: bool,
            lines: Callable[[], Iterator[list[str]]]) -> Tokenizer:
-    """Train a tokenizer of kind ``model`` on ``lines()``, the same one on every run.
+    """Train a tokenizer of algorithm ``model`` on ``lines()``, the same one on every run.
 
     The WordPiece trainer of tokenizers numbers the continuing pieces (``##e``) in a hash
     order that changes from process to process, and breaks ties between equally frequent
@@ -326,7 +326,7 @@ def _train(model: str, vocab_size: int, min_frequency: int, lowercase: bool,
         tok, trainer = _new_tokenizer(model, vocab_size, min_frequency, lowercase)
         tok.train_from_iterator(lines(), trainer=trainer)
         return tok
-    specials = list(KIND_SPECIALS["wordpiece"].values())
+    specials = list(ALGORITHM_SPECIALS["wordpiece"].values())
     tok, trainer = _new_tokenizer(model, len(specials), min_frequency, lowercase)
     tok.train_from_iterator(lines(), trainer=trainer)  # the alphabet alone
     pieces = sorted(t for t in tok.get_vocab() if t.startswith("##") and len(t) > 2)
@@ -346,15 +346,15 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
                     lowercase: bool = True, overwrite: bool = False,
                     min_frequency: int = 2, model: str = "wordpiece", text_field: str = "text",
                     split: str | None = None) -> Tokenizer:
-    """Train a tokenizer of kind ``model`` (wordpiece, bpe, unigram) on raw text and write it
-    to ``out``. The special tokens come first (ids 0-4), named as in ``KIND_SPECIALS``."""
+    """Train a tokenizer of algorithm ``model`` (wordpiece, bpe, unigram) on raw text and write it
+    to ``out``. The special tokens come first (ids 0-4), named as in ``ALGORITHM_SPECIALS``."""
     from electra.data.text import expand_inputs, read_chunks
     from electra.io.files import staged
     from electra.io.outputs import claim_out
 
-    if model not in KINDS:
-        raise UserError(f"--model {model!r} is not a tokenizer kind; use one of "
-                        f"{', '.join(KINDS)}")
+    if model not in ALGORITHMS:
+        raise UserError(f"--model {model!r} is not a tokenizer algorithm; use one of "
+                        f"{', '.join(ALGORITHMS)}")
     if not 64 <= vocab_size <= 1 << 20:
         raise UserError(f"--vocab-size {vocab_size} is out of range; use 64 to 1048576 "
                         f"(BERT uses 30522)")
@@ -371,7 +371,7 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
         if tok.get_vocab_size() <= len(ROLES):
             raise UserError(f"--input {' '.join(inputs)}: no text to train on (the files are "
                             f"empty)")
-        names = KIND_SPECIALS[model]
+        names = ALGORITHM_SPECIALS[model]
         _electra_template(tok, names)
         tok.electra_roles = dict(names)  # type: ignore[attr-defined]
         with staged(out) as tmp:

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from electra.train.runtime import optimizer_options
+
 
 def no_decay(name: str, p: torch.Tensor) -> bool:
     """Biases and LayerNorm weights (every 1-d tensor) take no weight decay."""
@@ -59,9 +61,7 @@ def adamw(groups: list[dict[str, Any]], lr: float, betas: tuple[float, float] = 
           eps: float = 1e-6) -> torch.optim.AdamW:
     """torch's AdamW, fused on GPU and foreach on CPU; ``lr`` for groups without their own."""
     device = groups[0]["params"][0].device if groups and groups[0]["params"] else None
-    kwargs = {"fused": True} if device is not None and device.type == "cuda" else {
-        "foreach": True}
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **kwargs)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **optimizer_options(device))
 
 
 def warmup_linear(warmup_steps: int, max_steps: int) -> Callable[[int], float]:

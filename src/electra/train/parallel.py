@@ -37,7 +37,7 @@ def wrap(model: nn.Module, rt: Runtime, parallel: str = "ddp",
     from torch.nn.parallel import DistributedDataParallel
 
     return DistributedDataParallel(
-        model, device_ids=[rt.device] if rt.device.type == "cuda" else None,
+        model, device_ids=rt.device_ids,
         gradient_as_bucket_view=True, find_unused_parameters=find_unused)
 
 

@@ -71,6 +71,12 @@ def resolve_device(name: str = "auto") -> torch.device:
     return device
 
 
+def optimizer_options(device: torch.device | None) -> dict[str, bool]:
+    """How torch's optimizers run on ``device``: fused kernels on a GPU, foreach on a CPU."""
+    return {"fused": True} if device is not None and device.type == "cuda" else {
+        "foreach": True}
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for ``device``'s queued work (a GPU's); a CPU has none."""
     if device.type == "cuda":
@@ -155,6 +161,22 @@ class Runtime:
         """The model's dropout and attention for this device, chosen once: what every model
         this process trains is built with (``electra.model.kernels``)."""
         return self.chosen_kernels or kernels_for(self.device)
+
+    @property
+    def device_ids(self) -> list[torch.device] | None:
+        """What DDP is given as ``device_ids``: this process's GPU (None on a CPU)."""
+        return [self.device] if self.device.type == "cuda" else None
+
+    def device_rng_state(self) -> dict[str, torch.Tensor]:
+        """The device's own random state where it has one (a GPU's), by device type."""
+        if self.device.type == "cuda":
+            return {"cuda": torch.cuda.get_rng_state(self.device)}
+        return {}
+
+    def set_device_rng_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`device_rng_state` saved (on the same kind of device)."""
+        if "cuda" in state and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda"], self.device)
 
     @property
     def enabled(self) -> bool:

@@ -146,11 +146,9 @@ class RandomStreams:
         return self.shared[name] if name in self.shared else self.local[name]
 
     def local_state(self) -> dict[str, Any]:
-        state = {"torch": torch.get_rng_state(),
-                 **{name: g.get_state() for name, g in self.local.items()}}
-        if self.rt.device.type == "cuda":
-            state["cuda"] = torch.cuda.get_rng_state(self.rt.device)
-        return state
+        return {"torch": torch.get_rng_state(),
+                **{name: g.get_state() for name, g in self.local.items()},
+                **self.rt.device_rng_state()}
 
     def shared_state(self) -> dict[str, Any]:
         return {name: g.get_state() for name, g in self.shared.items()}
@@ -172,8 +170,7 @@ class RandomStreams:
         for name, g in self.local.items():
             if name in mine:
                 g.set_state(mine[name])
-        if "cuda" in mine and self.rt.device.type == "cuda":
-            torch.cuda.set_rng_state(mine["cuda"], self.rt.device)
+        self.rt.set_device_rng_state(mine)
         return len(ranks)
 
 

@@ -1,0 +1,98 @@
+"""Opening a model folder: the one function every command that reads a model calls.
+
+    RUN/                      a pretraining run (or one `electra import` wrote):
+                              discriminator/ and generator/
+    RUN/discriminator/, RUN/generator/, FT/seed-N/
+                              one model (``electra.io.folders``): config.json names its kind
+    RUN/checkpoints/step-N/   a checkpoint (manifest.json): the run's models at that step
+    a transformers folder     ElectraForPreTraining / ElectraForMaskedLM (model_type electra)
+
+Every problem (not that kind, damaged files, weights that do not fit) is one UserError naming
+the folder and the flag it came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from electra.errors import UserError
+from electra.io import folders
+from electra.io.files import read_json
+
+RUN_PARTS = ("discriminator", "generator")
+
+
+@dataclass
+class Opened:
+    """A model folder, opened: its modules by part, where its tokenizer is, and (one model)
+    its config.json."""
+
+    parts: dict[str, nn.Module]
+    tokenizer: Path
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, part: str) -> nn.Module:
+        return self.parts[part]
+
+
+def open_model(path: str | Path, part: str | None = None, flag: str = "--model") -> Opened:
+    """The model(s) in ``path``. ``part`` ("discriminator", "generator", "classifier"): that
+    one module, from a run, a checkpoint, a transformers folder or its own folder; None: every
+    part of a run or checkpoint, or a fine-tuned classifier."""
+    src = Path(path)
+    if not src.is_dir():
+        raise UserError(f"{flag} {path}: no such folder; give a pretraining run, one of its "
+                        f"models or checkpoints, a fine-tuned model or a transformers folder")
+    if (src / "manifest.json").is_file():  # a checkpoint: RUN/checkpoints/step-N
+        return _pick(Opened(_checkpoint_parts(src), src.parent.parent), part, src, flag)
+    meta = read_json(src / "config.json", "a model's config") if (
+        src / "config.json").is_file() else {}
+    if isinstance(meta, dict) and "model_type" in meta:  # a transformers folder
+        from electra.io.hf_format import read_hf_folder
+        from electra.model import Discriminator, Generator
+
+        kind = part or "discriminator"
+        cfg, state = read_hf_folder(src, kind)  # refuses other heads
+        module = Discriminator(cfg) if kind == "discriminator" else Generator(cfg)
+        folders.fit(module, state, src)
+        return Opened({kind: module}, src)
+    if part is not None:  # one model: a run's part, or the part's own folder
+        module, meta = folders.load(src, part, flag)
+        return Opened({part: module}, folders.resolve(src, part, flag), meta)
+    if (src / "discriminator" / "config.json").is_file():
+        return Opened({k: folders.load(src, k, flag)[0] for k in RUN_PARTS
+                       if (src / k).is_dir()}, src / "discriminator")
+    if isinstance(meta, dict) and meta.get("kind") == "classifier":
+        module, meta = folders.load(src, "classifier", flag)
+        return Opened({"classifier": module}, src, meta)
+    raise UserError(f"{src}: neither a pretraining run (discriminator/ and generator/), a "
+                    f"checkpoint folder (manifest.json) nor a fine-tuned model; give RUN, "
+                    f"RUN/checkpoints/step-N or FT/seed-N")
+
+
+def _pick(opened: Opened, part: str | None, src: Path, flag: str) -> Opened:
+    if part is None:
+        return opened
+    if part not in opened.parts:
+        raise UserError(f"{flag} {src}: has no {part} (it holds "
+                        f"{', '.join(opened.parts)})")
+    return Opened({part: opened.parts[part]}, opened.tokenizer, opened.meta)
+
+
+def _checkpoint_parts(src: Path) -> dict[str, nn.Module]:
+    """A checkpoint's models as a finished run would keep them."""
+    from electra.config import ModelConfig, ObjectiveConfig, config_from_dict
+    from electra.objectives.pretraining import ElectraPretrainingModel
+    from electra.train.checkpoint import load_checkpoint
+
+    saved = read_json(src / "config.json", "a checkpoint's config")
+    where = str(src / "config.json")
+    model = ElectraPretrainingModel(
+        config_from_dict(ModelConfig, saved["model"], where),
+        config_from_dict(ObjectiveConfig, saved.get("objective", {}), where))
+    load_checkpoint(src, model)
+    return model.parts()
