@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import write_corpus
 from safetensors.torch import load_file
-from test_data import write_corpus
 
 from electra.train.metrics import TIMING_KEYS, iter_metrics
 

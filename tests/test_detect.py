@@ -7,8 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import cli_error
-from test_interop import make_run
+from helpers import cli_error, make_run
 
 from electra.cli import main
 from electra.detect import load_detector, score

@@ -9,7 +9,6 @@ each); every case runs `electra ...` in-process against it.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import pickle
@@ -20,9 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA
-from test_data import write_corpus
-from test_finetune import write_sentiment
+from helpers import SHARED_DATA, sha, snapshot, write_corpus, write_sentiment
 
 from electra.cli import main
 
@@ -39,15 +36,6 @@ class Payload:
 
 def malicious_pickle(path: Path, marker: Path) -> None:
     path.write_bytes(pickle.dumps({"optimizer": Payload(marker)}, protocol=2))
-
-
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): sha(p) if p.is_file() else "dir"
-            for p in sorted(root.rglob("*"))}
 
 
 def truncate(path: Path, keep: float = 0.5) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import cli_error
+from helpers import cli_error, write_sentiment
 from safetensors.torch import load_file
 
 from electra.cli import main
@@ -18,42 +18,6 @@ from electra.io import folders
 from electra.io.tokenizer import train_tokenizer
 from electra.model import Discriminator
 from electra.tasks.sequence import SequenceClassifier
-from electra.train.optim import layer_depth, layerwise_groups
-
-
-def test_layerwise_learning_rates_follow_the_formula():
-    cfg = model_preset("tiny", vocab_size=100, num_layers=4)
-    model = SequenceClassifier(cfg, 3)
-    lr, d, L = 1e-3, 0.8, 4
-    groups = layerwise_groups(model, lr, d, 0.01)
-    rate = {id(p): g["lr"] for g in groups for p in g["params"]}
-    for name, p in model.named_parameters():
-        if name.startswith("head_"):
-            expected = lr  # the task head: full rate
-        elif name.startswith("encoder.layers."):
-            i = int(name.split(".")[2])
-            expected = lr * d ** (L - 1 - i)  # top layer (i = 3) full, each below x0.8
-        else:
-            assert name.startswith("encoder.embeddings"), name
-            expected = lr * d**L  # one step below layer 0
-        assert rate[id(p)] == pytest.approx(expected), name
-    assert layer_depth("encoder.layers.3.query.weight", L) == 4
-    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
-
-
-def write_sentiment(path: Path, n: int, seed: int) -> None:
-    rng = random.Random(seed)
-    filler = ["the", "a", "movie", "film", "plot", "actors", "story", "was", "is", "quite",
-              "really", "very"]
-    rows = ["text,label"]
-    for _ in range(n):
-        label = rng.choice(["pos", "neg"])
-        cue = rng.choice(["good", "great", "lovely"] if label == "pos" else
-                         ["bad", "awful", "boring"])
-        words = [rng.choice(filler) for _ in range(rng.randint(3, 8))]
-        words.insert(rng.randrange(len(words) + 1), cue)
-        rows.append(f"{' '.join(words)},{label}")
-    path.write_text("\n".join(rows) + "\n")
 
 
 @pytest.fixture

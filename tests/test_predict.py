@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from test_finetune import write_sentiment
+from helpers import write_sentiment
 
 from electra.cli import main
 from electra.config import model_preset

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import cli_error
+from helpers import cli_error, small_model, write_corpus
 from safetensors.torch import load_file
-from test_data import write_corpus
 
 from electra.cli import main
-from electra.config import ObjectiveConfig, RunConfig, TrainConfig, load_run_config, model_preset
+from electra.config import ObjectiveConfig, RunConfig, TrainConfig
 from electra.data.prepare import PrepareOptions, prepare
 from electra.errors import UserError
 from electra.experiments.demo import python_docs_corpus
@@ -22,16 +21,7 @@ from electra.io.tokenizer import train_tokenizer
 from electra.objectives import pretraining as objectives
 from electra.pretrain import PretrainOptions, pretrain
 from electra.train.metrics import TIMING_KEYS, iter_metrics
-from electra.train.optim import param_groups, warmup_linear
 from electra.train.trainer import TrainingDiverged
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def small_model(vocab_size: int = 30522, **kw):
-    base = dict(vocab_size=vocab_size, embedding_size=32, hidden_size=32, num_layers=2,
-                num_heads=2, intermediate_size=64, max_position_embeddings=64)
-    return model_preset("tiny", **{**base, **kw})
 
 
 @pytest.fixture
@@ -238,42 +228,6 @@ def test_learns_on_real_text(tmp_path):
     assert last["val_disc_acc"] > last["val_baseline_acc"] + 0.002
     assert last["val_disc_auc"] > 0.7
     assert last["val_gen_acc"] > 50 / 2000  # chance is 1/2000
-
-
-def test_every_shipped_config_loads():
-    files = sorted((ROOT / "configs").glob("*.toml"))
-    assert len(files) >= 4
-    for f in files:
-        cfg = load_run_config(config_file=str(f))
-        assert cfg.model.hidden_size % cfg.model.num_heads == 0
-    assert load_run_config(config_file=str(ROOT / "configs/small.toml")) == load_run_config(
-        "small")
-
-
-def test_set_overrides_and_unknown_keys():
-    cfg = load_run_config("small", sets=["train.lr=1e-3", "num_layers=4", "precision=fp32",
-                                         "objective.sampling=inverse_cdf"])
-    assert (cfg.train.lr, cfg.model.num_layers, cfg.train.precision) == (1e-3, 4, "fp32")
-    assert cfg.objective.sampling == "inverse_cdf"
-    with pytest.raises(UserError, match=r"unknown key 'lrr' in \[train\]; valid keys: lr"):
-        load_run_config("small", sets=["train.lrr=1"])
-    with pytest.raises(UserError, match="batch_size=10 is not divisible"):
-        load_run_config("small", sets=["batch_size=10", "grad_accum=4"])
-
-
-def test_schedule_and_weight_decay_groups():
-    f = warmup_linear(10, 110)
-    assert [f(0), f(5), f(10), f(60), f(110), f(200)] == [0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
-    from electra.objectives.pretraining import ElectraPretrainingModel
-
-    m = ElectraPretrainingModel(small_model(vocab_size=50))
-    decay, plain = param_groups(m, 0.01)
-    names = {id(p): n for n, p in m.named_parameters()}
-    assert all(p.ndim == 2 for p in decay["params"])
-    assert all(n.endswith(("bias", "norm.weight")) for n in (names[id(p)] for p in
-                                                              plain["params"]))
-    n_all = sum(p.numel() for p in m.parameters())
-    assert n_all == sum(p.numel() for p in decay["params"] + plain["params"])
 
 
 def cli(*args) -> int:

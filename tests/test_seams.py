@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from conftest import SPECIAL, make_batch, tiny_config
+from helpers import SPECIAL, make_batch, tiny_config
 from tokenizers import Tokenizer, models
 
 from electra.config import FinetuneConfig, ObjectiveConfig

@@ -365,8 +365,11 @@ class TrainConfig:
     weight_decay: float = 0.01
     """AdamW weight decay (none on LayerNorm weights and biases)."""
     adam_beta1: float = 0.9
+    """AdamW's first-moment decay (the original's 0.9)."""
     adam_beta2: float = 0.999
+    """AdamW's second-moment decay (the original's 0.999)."""
     adam_eps: float = 1e-6
+    """AdamW's epsilon (the original's 1e-6)."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this (0 turns clipping off)."""
     precision: str = "auto"

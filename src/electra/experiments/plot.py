@@ -19,7 +19,7 @@ def main(run: str, out: str | None = None) -> None:
     print(f"wrote {plot_run(run, out)}")
 
 
-def _pyplot():
+def pyplot():
     try:
         import matplotlib
 
@@ -37,7 +37,7 @@ def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
     seeds = sorted(Path(run).glob("seed-*/metrics.jsonl"))
     if seeds and not (Path(run) / "metrics.jsonl").is_file():
         return _plot_finetune(Path(run), seeds, out)
-    plt = _pyplot()
+    plt = pyplot()
     records = list(iter_metrics(run))
     if not records:
         raise UserError(f"{run}/metrics.jsonl is empty; nothing to plot yet")
@@ -80,7 +80,7 @@ def _save(fig, out: Path) -> None:
 
 def _plot_finetune(run: Path, seeds: list[Path], out: Path) -> Path:
     """Training loss and every dev metric against epochs, one line per seed."""
-    plt = _pyplot()
+    plt = pyplot()
     runs = {path.parent.name: list(iter_metrics(path.parent)) for path in seeds}
     metrics = sorted({k for records in runs.values() for r in records for k in r
                       if k not in ("step", "tokens", "lr", "loss", "grad_norm", "epoch",

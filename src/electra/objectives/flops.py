@@ -7,8 +7,8 @@ layer counts the rows it is computed on: the P = min(max_predictions, T) predict
 each sequence (every slot, used or not), or every token for All-Tokens MLM. Embedding lookups,
 LayerNorm, softmax and sampling are not counted (a few % of a step).
 
-The count equals torch's ``FlopCounterMode`` on a real step (``tests/test_compare.py``) when
-attention runs as plain matrix products.
+The count equals torch's ``FlopCounterMode`` on a real step
+(``tests/experiments/test_compare.py``) when attention runs as plain matrix products.
 """
 
 from __future__ import annotations

@@ -6,33 +6,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import cli_error, make_batch
+from helpers import cli_error, make_batch, make_run
 from safetensors.torch import load_file
-from test_data import write_corpus
 
 from electra.cli import main
 from electra.config import model_preset
 from electra.io import folders
-from electra.io.tokenizer import load_tokenizer, train_tokenizer
-from electra.objectives.pretraining import ElectraPretrainingModel
+from electra.io.tokenizer import load_tokenizer
 
 transformers = pytest.importorskip("transformers")
-
-
-def make_run(tmp_path: Path, preset: str) -> tuple[Path, ElectraPretrainingModel]:
-    """A run folder with trained-looking (random, non-zero) weights and a real tokenizer."""
-    text = tmp_path / "c.txt"
-    write_corpus(text)
-    tok = train_tokenizer([str(text)], 120, tmp_path / "tok")
-    torch.manual_seed(0)
-    model = ElectraPretrainingModel(model_preset(preset, vocab_size=tok.get_vocab_size()))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.02)  # biases and LayerNorms away from their init
-    run = tmp_path / "run"
-    for kind in ("discriminator", "generator"):
-        folders.save(getattr(model, kind), kind, run / kind, tok)
-    return run, model.eval()
 
 
 @pytest.mark.parametrize("preset", ["tiny", "small"])

@@ -11,7 +11,7 @@ import string
 
 import numpy as np
 import pytest
-from conftest import shared_data
+from helpers import shared_data
 
 from electra.data.squad import (
     QAExample,

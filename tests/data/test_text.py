@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cli_error
-from test_data import write_corpus
+from helpers import cli_error, write_corpus
 
 from electra.cli import main
 from electra.data.loader import ShardDataset

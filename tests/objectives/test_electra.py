@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import SPECIAL, make_batch, tiny_config
+from helpers import SPECIAL, make_batch, tiny_config
 
 from electra.config import ObjectiveConfig
 from electra.objectives.losses import discriminator_loss, generator_loss

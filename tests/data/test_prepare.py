@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import random
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import write_corpus
 
 from electra.cli import main
 from electra.data import prepare as prep
@@ -16,21 +16,6 @@ from electra.data.loader import BatchLoader, ShardDataset
 from electra.data.prepare import PrepareOptions, prepare
 from electra.errors import UserError
 from electra.io.tokenizer import load_tokenizer, tokenizer_checksum, train_tokenizer
-
-LETTERS = "abcdefghij"
-
-
-def write_corpus(path: Path, n_docs: int = 40, seed: int = 0) -> list[list[str]]:
-    """Documents whose words use one letter each (doc k: letter k % 10), BERT format."""
-    rng = random.Random(seed)
-    docs = []
-    for k in range(n_docs):
-        c = LETTERS[k % len(LETTERS)]
-        lines = [" ".join(c * rng.randint(1, 6) for _ in range(rng.randint(3, 30)))
-                 for _ in range(rng.randint(1, 12))]
-        docs.append(lines)
-    path.write_text("\n\n".join("\n".join(d) for d in docs) + "\n", encoding="utf-8")
-    return docs
 
 
 @pytest.fixture(scope="module")
@@ -257,7 +242,7 @@ def test_tokenizer_cli_trains_and_refuses_existing_folder(corpus, tmp_path, caps
 
 
 def test_real_corpus_with_bert_vocab_round_trips(tmp_path):
-    from conftest import shared_data
+    from helpers import shared_data
 
     text = shared_data("corpus/heldout/news.txt")
     vocab = shared_data("vocab/bert-base-uncased-vocab.txt")

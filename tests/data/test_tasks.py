@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from conftest import shared_data
+from helpers import shared_data
 
 from electra.data.tasks import (
     compute_metrics,

@@ -14,9 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_data import write_corpus
-from test_faults import sha, snapshot
-from test_finetune import write_sentiment
+from helpers import sha, snapshot, write_corpus, write_sentiment
 
 from electra.cli import main
 from electra.io.outputs import MARK, claim, describe, owns_file, release, what_is

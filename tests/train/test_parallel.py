@@ -9,13 +9,12 @@ losses are averaged over the global batch, so only float summation order differs
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import launch
 from safetensors.torch import load_file
 
 from electra.io.tokenizer import train_tokenizer
@@ -57,16 +56,6 @@ def setup(letters_data, tmp_path_factory) -> tuple[Path, Path]:
     config = tmp_path_factory.mktemp("dist") / "tiny.toml"
     config.write_text(CONFIG)
     return letters_data, config
-
-
-def launch(nproc: int, *args, timeout: float = 240, prefix: list[str] | None = None,
-           ) -> subprocess.CompletedProcess:
-    """`torchrun --standalone --nproc-per-node N -m electra ARGS` (one thread per process)."""
-    # faulthandler: a rank that dies in native code still shows where its Python was.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={nproc}", *(prefix or ["-m", "electra"]), *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def pretrain(nproc: int, data: Path, config: Path, out: Path, *extra) -> None:
@@ -195,7 +184,7 @@ def test_fsdp_trains_like_ddp_and_resumes(setup, tmp_path):
 
 
 def test_finetune_on_two_processes_equals_one(tmp_path):
-    from test_finetune import write_sentiment
+    from helpers import write_sentiment
 
     from electra.config import model_preset
     from electra.io import folders

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_batch, tiny_config
+from helpers import make_batch, tiny_config
 
-from electra.config import ModelConfig, ObjectiveConfig, model_preset
+from electra.config import ObjectiveConfig, model_preset
 from electra.errors import UserError
 from electra.io.hf_format import from_hf_state_dict, to_hf_config, to_hf_state_dict
 from electra.io.tokenizer import SpecialTokens
@@ -117,89 +117,6 @@ def test_padding_does_not_change_real_token_outputs():
         torch.testing.assert_close(d(ids, mask), d(padded, pmask)[:, :20])
 
 
-def test_cpu_training_attention_equals_sdpa_and_its_dropout_is_unbiased():
-    """CPU training with attention dropout runs `written_attention` (lane masks on the
-    probabilities) instead of SDPA's math kernel: without dropout the two agree; with it the
-    mean output over many draws is the no-dropout output, and gradients reach q, k and v."""
-    import torch.nn.functional as F
-
-    from electra.model import Dropout
-    from electra.model.kernels import written_attention
-
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 3, 10, 8) for _ in range(3))
-    mask = torch.ones(2, 1, 1, 10, dtype=torch.bool)
-    mask[1, ..., 6:] = False
-    plain = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    torch.testing.assert_close(written_attention(q, k, v, mask, torch.nn.Identity()), plain)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        half = written_attention(q, k, v, mask, torch.nn.Identity())
-    assert half.dtype == torch.bfloat16
-    torch.testing.assert_close(half.float(), plain, rtol=0.05, atol=0.05)
-
-    drop = Dropout(0.3).train()
-    mean = torch.stack([written_attention(q, k, v, mask, drop) for _ in range(4000)]).mean(0)
-    torch.testing.assert_close(mean, plain, rtol=0, atol=0.03)
-    leaf = [t.clone().requires_grad_() for t in (q, k, v)]
-    written_attention(*leaf, mask, drop).sum().backward()
-    assert all(t.grad is not None and t.grad.abs().sum() > 0 for t in leaf)
-
-
-def test_block_uses_sdpa_outside_cpu_training_with_attention_dropout(monkeypatch):
-    """The fast CPU kernels write attention out only in training with attention dropout;
-    the reference kernels never do (SDPA with its own dropout)."""
-    from electra.model import kernels
-
-    calls = []
-    monkeypatch.setattr(kernels, "written_attention", lambda *a: calls.append(1) or a[2])
-    d = Discriminator(tiny_config(attention_dropout=0.1))
-    ids, mask, _ = make_batch([12, 9], 12)
-    d.eval()(ids, mask)
-    assert calls == []  # evaluation: SDPA, no dropout
-    d.train()(ids, mask)
-    assert len(calls) == tiny_config().num_layers
-    calls.clear()
-    Discriminator(tiny_config(attention_dropout=0.0)).train()(ids, mask)
-    assert calls == []
-    Discriminator(tiny_config(attention_dropout=0.1), kernels=kernels.REFERENCE).train()(
-        ids, mask)
-    assert calls == []
-    assert kernels.kernels_for("cpu") is kernels.FAST_CPU
-    assert kernels.kernels_for("meta") is kernels.REFERENCE  # any other device: torch's
-
-
-@pytest.mark.parametrize("kwargs, words", [
-    ({"hidden_sise": 3}, ["hidden_sise", "valid keys", "hidden_size"]),
-    ({"hidden_size": 100, "num_heads": 3}, ["hidden_size=100", "num_heads=3"]),
-    ({"hidden_dropout": 1.5}, ["hidden_dropout", "1.5"]),
-])
-def test_bad_model_config_names_the_value(kwargs, words):
-    with pytest.raises(ValueError) as err:
-        model_preset("tiny", **kwargs)
-    assert all(w in str(err.value) for w in words), str(err.value)
-
-
-@pytest.mark.parametrize("kwargs, words", [
-    ({"mask_prob": 0.0}, ["mask_prob", "(0, 1)"]),
-    ({"mask_prob": 1.2}, ["mask_prob", "1.2"]),
-    ({"disc_weight": -1.0}, ["disc_weight", "-1.0"]),
-    ({"sampling": "beam"}, ["sampling", "gumbel", "beam"]),
-])
-def test_bad_objective_config_names_the_value(kwargs, words):
-    with pytest.raises(ValueError) as err:
-        ObjectiveConfig(**kwargs)
-    assert all(w in str(err.value) for w in words), str(err.value)
-
-
 def test_vocab_without_special_tokens_is_refused():
     with pytest.raises(UserError, match=r"\[MASK\].*electra tokenizer train"):
         SpecialTokens.from_vocab({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "a": 4})
-
-
-def test_unknown_preset_lists_valid_ones():
-    with pytest.raises(UserError, match="tiny, small, base, large"):
-        model_preset("huge")
-
-
-def test_default_config_is_small():
-    assert ModelConfig() == model_preset("small")

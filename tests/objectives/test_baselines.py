@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import SPECIAL, tiny_config
+from helpers import SPECIAL, tiny_config
 from safetensors.torch import load_file
 
 from electra.config import ObjectiveConfig, RunConfig, TrainConfig, load_run_config
@@ -253,7 +253,7 @@ VARIANTS = {
 
 
 def config(objective: dict, generator_size: float = 0.5, **train) -> RunConfig:
-    from test_pretrain import small_model
+    from helpers import small_model
 
     t = dict(lr=1e-3, batch_size=8, warmup_steps=3, max_steps=10, log_every=1, eval_every=5,
              eval_batches=2, save_every=5, precision="fp32", seed=7)

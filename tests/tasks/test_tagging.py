@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import shared_data
+from helpers import shared_data
 
 from electra.cli import main
 from electra.config import model_preset

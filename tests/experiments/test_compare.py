@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_finetune import write_sentiment
+from helpers import write_sentiment
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from electra.cli import main
 from electra.config import ModelConfig, ObjectiveConfig
-from electra.experiments import compare
+from electra.experiments import compare_plan, compare_spec
 from electra.io.tokenizer import SpecialTokens
 from electra.objectives.flops import step_flops_per_sequence
 from electra.objectives.pretraining import ElectraPretrainingModel
@@ -79,7 +79,7 @@ def test_a_budget_buys_each_objective_the_steps_its_flops_imply():
            "objective": {"max_predictions": P},
            "train": {"batch_size": 4, "max_steps": 100, "warmup_steps": 10}}
     budget = 5e8
-    plan = compare.make_plan(meta, raw, ["electra", "mlm", "random"], ("flops", budget),
+    plan = compare_plan.make_plan(meta, raw, ["electra", "mlm", "random"], ("flops", budget),
                              [0.25, 0.5, 1.0], [], [1], [])
     for kind in ("electra", "mlm", "random"):
         per_step = 4 * HAND[kind]
@@ -92,17 +92,17 @@ def test_a_budget_buys_each_objective_the_steps_its_flops_imply():
     # BERT's corruption for mlm, ELECTRA's for the others, unless the config sets them
     assert plan.objectives["mlm"].objective.mask_token_prob == 0.8
     assert plan.objectives["electra"].objective.mask_token_prob == 0.85
-    with pytest.raises(compare.UserError, match="is too small"):
-        compare.make_plan(meta, raw, ["electra"], ("flops", 3 * 4 * HAND["electra"]),
+    with pytest.raises(compare_spec.UserError, match="is too small"):
+        compare_plan.make_plan(meta, raw, ["electra"], ("flops", 3 * 4 * HAND["electra"]),
                           [0.25, 1.0], [], [1], [])
 
 
 def test_budget_and_task_parsing():
-    assert compare.parse_budget("30m") == ("seconds", 1800)
-    assert compare.parse_budget("1h30m") == ("seconds", 5400)
-    assert compare.parse_budget("3e15") == ("flops", 3e15)
-    assert compare.parse_budget("demo")[0] == "demo"
-    tasks = compare.parse_tasks("custom:name=r:train=a.csv:dev=b.csv:text=x+y:regression=true:"
+    assert compare_spec.parse_budget("30m") == ("seconds", 1800)
+    assert compare_spec.parse_budget("1h30m") == ("seconds", 5400)
+    assert compare_spec.parse_budget("3e15") == ("flops", 3e15)
+    assert compare_spec.parse_budget("demo")[0] == "demo"
+    tasks = compare_spec.parse_tasks("custom:name=r:train=a.csv:dev=b.csv:text=x+y:regression=true:"
                                 "epochs=2", None)
     assert tasks[0].text_columns == "x,y" and tasks[0].regression
     assert tasks[0].sets == ("epochs=2",) and tasks[0].metric == "spearman"
@@ -199,8 +199,8 @@ def test_other_seeds_reuse_the_pretraining_and_another_budget_is_refused(compare
 def test_two_processes_compare_like_one(compared):
     """Under torchrun, through the same scaffold: the same steps and discriminators (up to
     float summation order), and the same fine-tuned scores."""
+    from helpers import launch
     from safetensors.torch import load_file
-    from test_distributed import launch
 
     out, args = compared
     two = out.parent / "two"

@@ -1,0 +1,147 @@
+"""`electra compare`'s settings: ``--tasks`` (a small task language), ``--objectives``,
+``--fractions`` and ``--budget`` (FLOPs, a duration of this machine's compute, or demo)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from electra.config import (
+    FinetuneConfig,
+    config_from_dict,
+    parse_bool,
+    parse_set,
+)
+from electra.data.tasks import GLUE
+from electra.errors import UserError
+from electra.objectives.registry import OBJECTIVES
+
+RANDOM_INIT = "random-init"  # the models fine-tuned from random weights
+FRACTIONS = (0.25, 0.5, 1.0)
+
+GLUE_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B",
+                "qqp": "QQP", "mnli": "MNLI", "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
+
+# The paper's dev metric per task (section 3.1): Spearman for STS-B, Matthews correlation for
+# CoLA, accuracy for the others; a custom regression task: Spearman.
+PAPER_METRIC = {"cola": "mcc", "stsb": "spearman"}
+
+DEMO_FLOPS = 2.0e13
+"""--budget demo: training FLOPs per objective for the tiny model: ~600 ELECTRA steps of 32
+examples at an 8k vocabulary (the demo's run, about 1.5 minutes of a 2-core CPU)."""
+
+DEMO_TASKS = "sst2:max_train_examples=2000"
+
+DEFAULT_TASKS = "sst2,mrpc,stsb,rte"
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+@dataclass(frozen=True)
+class Task:
+    """One task of the comparison: a GLUE task or a custom file pair, with its settings."""
+
+    name: str  # how results name it: sst2, or a custom task's name
+    task: str  # the GLUE task, or "custom"
+    folder: str | None = None  # GLUE: the task's folder
+    train: str | None = None
+    dev: str | None = None
+    text_columns: str = "text"
+    label_column: str = "label"
+    regression: bool = False
+    sets: tuple[str, ...] = ()  # fine-tuning settings for this task (key=value)
+
+    @property
+    def metric(self) -> str:
+        if self.task == "custom":
+            return "spearman" if self.regression else "accuracy"
+        return PAPER_METRIC.get(self.task, "accuracy")
+
+def parse_tasks(text: str, glue: str | None) -> list[Task]:
+    """``--tasks``: comma-separated ``TASK[:key=value...]``. TASK is a GLUE task (read from
+    ``--glue DIR``, e.g. DIR/SST-2) or ``custom`` with ``name=``, ``train=FILE``,
+    ``dev=FILE``, and optionally ``text=COL[+COL]``, ``label=COL``, ``regression=true``;
+    any other key=value is a fine-tuning setting for that task (e.g.
+    ``sst2:max_train_examples=10000``)."""
+    tasks: list[Task] = []
+    for spec in [s.strip() for s in text.split(",") if s.strip()]:
+        head, *items = spec.split(":")
+        key = head.lower().replace("-", "")
+        if key not in GLUE and key != "custom":
+            raise UserError(f"--tasks {head}: unknown task; valid tasks: {', '.join(GLUE)}, or "
+                            f"custom:name=N:train=FILE:dev=FILE")
+        opts = dict(parse_set(i, "max_train_examples=10000") for i in items)
+        own = {k: opts.pop(k) for k in ("name", "train", "dev", "text", "label", "regression")
+               if k in opts}
+        sets = tuple(f"{k}={v}" for k, v in opts.items())
+        config_from_dict(FinetuneConfig, dict(opts), f"--tasks {spec}")  # refuse bad keys now
+        if key == "custom":
+            missing = [k for k in ("name", "train", "dev") if k not in own]
+            if missing:
+                raise UserError(f"--tasks {spec}: a custom task needs {', '.join(missing)}, "
+                                f"e.g. custom:name=reviews:train=train.csv:dev=dev.csv")
+            tasks.append(Task(str(own["name"]), "custom", None, str(own["train"]),
+                              str(own["dev"]), str(own.get("text", "text")).replace("+", ","),
+                              str(own.get("label", "label")),
+                              parse_bool(own.get("regression", False),
+                                         f"--tasks {spec}: regression"),
+                              sets))
+            continue
+        if own:
+            raise UserError(f"--tasks {spec}: {', '.join(own)} belong to custom tasks; a GLUE "
+                            f"task is read from --glue DIR")
+        if glue is None:
+            raise UserError(f"--tasks {head} is a GLUE task: give --glue DIR, the folder "
+                            f"holding {GLUE_FOLDERS[key]}/ (train.tsv, dev.tsv)")
+        folder = Path(glue) / GLUE_FOLDERS[key]
+        if not folder.is_dir() and (Path(glue) / key).is_dir():
+            folder = Path(glue) / key
+        if not folder.is_dir():
+            raise UserError(f"--glue {glue}: no {GLUE_FOLDERS[key]}/ folder for task {key}; "
+                            f"give the folder that holds GLUE's task folders")
+        tasks.append(Task(key, key, str(folder), sets=sets))
+    names = [t.name for t in tasks]
+    if not tasks or len(set(names)) != len(names):
+        raise UserError(f"--tasks {text}: give distinct tasks separated by commas, e.g. "
+                        f"sst2,mrpc,stsb,rte")
+    return tasks
+
+def parse_objectives(text: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [n for n in names if n not in OBJECTIVES]
+    if unknown or not names or len(set(names)) != len(names):
+        what = f"unknown objective {unknown[0]!r}" if unknown else "give distinct objectives"
+        raise UserError(f"--objectives {text}: {what}; valid: {', '.join(OBJECTIVES)}")
+    return names
+
+def parse_fractions(text: str) -> list[float]:
+    try:
+        values = sorted({float(s) for s in text.split(",") if s.strip()})
+    except ValueError:
+        values = []
+    if not values or not all(0 < v <= 1 for v in values) or values[-1] != 1.0:
+        raise UserError(f"--fractions {text}: give fractions of the budget in (0, 1], ending "
+                        f"with 1, e.g. 0.25,0.5,1")
+    return values
+
+def parse_budget(text: str) -> tuple[str, float]:
+    """``--budget``: ("flops", N), ("seconds", S) for a duration such as 30m, 1h or 90s, or
+    ("demo", DEMO_FLOPS)."""
+    text = text.strip().lower()
+    if text == "demo":
+        return "demo", DEMO_FLOPS
+    try:
+        value = float(text)
+        if math.isfinite(value) and value > 0:
+            return "flops", value
+    except ValueError:
+        pass
+    m = _DURATION.match(text)
+    if text and m and any(m.groups()):
+        h, mi, s = (float(g or 0) for g in m.groups())
+        seconds = 3600 * h + 60 * mi + s
+        if seconds > 0:
+            return "seconds", seconds
+    raise UserError(f"--budget {text}: give training FLOPs per objective (e.g. 3e15), a "
+                    f"duration of this machine's compute (e.g. 30m, 1h, 90s), or demo")

@@ -1,0 +1,126 @@
+"""Helpers the tests share (one place): tiny configs and batches, corpora and task files the
+tests write, a run with random weights, file snapshots, the CLI's error line, torchrun.
+
+Fixtures are in conftest.py; everything here is a plain function, imported as
+``from helpers import ...``."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from electra.config import ModelConfig, model_preset
+from electra.io import folders
+from electra.io.tokenizer import SpecialTokens, train_tokenizer
+from electra.objectives.pretraining import ElectraPretrainingModel
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+SPECIAL = SpecialTokens(pad=0, unk=1, cls=2, sep=3, mask=4)
+
+def tiny_config(**overrides) -> ModelConfig:
+    """A very small model: 2 layers, width 32, vocabulary 101."""
+    base = dict(vocab_size=101, embedding_size=24, hidden_size=32, num_layers=2, num_heads=4,
+                intermediate_size=64, max_position_embeddings=64, hidden_dropout=0.0,
+                attention_dropout=0.0)
+    return model_preset("tiny", **{**base, **overrides})
+
+def make_batch(lengths: list[int], T: int, vocab_size: int = 101, seed: int = 0):
+    """[CLS] w... [SEP] rows of the given lengths, padded to T; returns ids, mask, types."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.full((len(lengths), T), SPECIAL.pad, dtype=torch.long)
+    for r, n in enumerate(lengths):
+        ids[r, 0] = SPECIAL.cls
+        ids[r, 1 : n - 1] = torch.randint(5, vocab_size, (n - 2,), generator=g)
+        ids[r, n - 1] = SPECIAL.sep
+    mask = (ids != SPECIAL.pad).long()
+    types = torch.zeros_like(ids)
+    return ids, mask, types
+
+def cli_error(capsys, *args) -> str:
+    """Run `electra ARGS`; assert exit code 2 and a one-line error; return that line."""
+    from electra.cli import main
+
+    assert main([str(a) for a in args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    return err
+
+def shared_data(sub: str) -> Path:
+    """A path under ../shared/data, or skip the test with the reason."""
+    path = SHARED_DATA / sub
+    if not path.exists():
+        pytest.skip(f"{path} is absent (the shared real-data folder is not beside the checkout)")
+    return path
+
+def small_model(vocab_size: int = 30522, **kw):
+    base = dict(vocab_size=vocab_size, embedding_size=32, hidden_size=32, num_layers=2,
+                num_heads=2, intermediate_size=64, max_position_embeddings=64)
+    return model_preset("tiny", **{**base, **kw})
+
+LETTERS = "abcdefghij"
+
+def write_corpus(path: Path, n_docs: int = 40, seed: int = 0) -> list[list[str]]:
+    """Documents whose words use one letter each (doc k: letter k % 10), BERT format."""
+    rng = random.Random(seed)
+    docs = []
+    for k in range(n_docs):
+        c = LETTERS[k % len(LETTERS)]
+        lines = [" ".join(c * rng.randint(1, 6) for _ in range(rng.randint(3, 30)))
+                 for _ in range(rng.randint(1, 12))]
+        docs.append(lines)
+    path.write_text("\n\n".join("\n".join(d) for d in docs) + "\n", encoding="utf-8")
+    return docs
+
+def write_sentiment(path: Path, n: int, seed: int) -> None:
+    rng = random.Random(seed)
+    filler = ["the", "a", "movie", "film", "plot", "actors", "story", "was", "is", "quite",
+              "really", "very"]
+    rows = ["text,label"]
+    for _ in range(n):
+        label = rng.choice(["pos", "neg"])
+        cue = rng.choice(["good", "great", "lovely"] if label == "pos" else
+                         ["bad", "awful", "boring"])
+        words = [rng.choice(filler) for _ in range(rng.randint(3, 8))]
+        words.insert(rng.randrange(len(words) + 1), cue)
+        rows.append(f"{' '.join(words)},{label}")
+    path.write_text("\n".join(rows) + "\n")
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): sha(p) if p.is_file() else "dir"
+            for p in sorted(root.rglob("*"))}
+
+def launch(nproc: int, *args, timeout: float = 240, prefix: list[str] | None = None,
+           ) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc-per-node N -m electra ARGS` (one thread per process)."""
+    # faulthandler: a rank that dies in native code still shows where its Python was.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={nproc}", *(prefix or ["-m", "electra"]), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+def make_run(tmp_path: Path, preset: str) -> tuple[Path, ElectraPretrainingModel]:
+    """A run folder with trained-looking (random, non-zero) weights and a real tokenizer."""
+    text = tmp_path / "c.txt"
+    write_corpus(text)
+    tok = train_tokenizer([str(text)], 120, tmp_path / "tok")
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(model_preset(preset, vocab_size=tok.get_vocab_size()))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)  # biases and LayerNorms away from their init
+    run = tmp_path / "run"
+    for kind in ("discriminator", "generator"):
+        folders.save(getattr(model, kind), kind, run / kind, tok)
+    return run, model.eval()
