@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -q --disable-pip-version-check
 
-.PHONY: setup demo test lint bench
+.PHONY: setup demo test test-fast lint bench
 setup: $(VENV)/.installed
 
 # torch first, pinned to the CPU wheel on this machine's disk; `torch>=2.4` in pyproject
@@ -23,6 +23,11 @@ demo: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
+
+# Everything but the tests marked slow (a quick check while working; `make test` is the suite).
+test-fast: setup
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -m "not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check .

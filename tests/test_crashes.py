@@ -96,6 +96,7 @@ def metrics(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in iter_metrics(run)]
 
 
+@pytest.mark.slow
 def test_pretraining_killed_at_random_moments_resumes_bitwise(world, tmp_path):
     """Killed mid-forward, mid-checkpoint and at a random time, resumed after each: the final
     weights and every metrics line equal an uninterrupted run's, bit for bit."""
@@ -154,6 +155,7 @@ def test_prepare_and_tokenizer_killed_leave_old_or_nothing(world, tmp_path):
                    tmp_path / "tok").returncode == 0
 
 
+@pytest.mark.slow
 def test_finetune_export_import_killed_leave_nothing_accepted(world, tmp_path):
     run = tmp_path / "run"
     assert electra("pretrain", "--config", world / "tiny.toml", "--data", world / "data",

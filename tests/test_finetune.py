@@ -87,7 +87,7 @@ def test_bad_input(task, capsys):
 @pytest.mark.parametrize("task,folder,file,rows", [("wnli", "WNLI", "WNLI.tsv", 146),
                                                    ("stsb", "STS-B", "STS-B.tsv", 1379)])
 def test_predict_test_writes_glue_submission_files(tmp_path, task, folder, file, rows):
-    from conftest import shared_data
+    from helpers import shared_data
 
     glue = shared_data(f"glue/{folder}")
     train_tokenizer([str(glue / "train.tsv")], 300, tmp_path / "tok")
@@ -208,6 +208,7 @@ def test_fp16_scales_the_loss_and_unscales_before_clipping():
     assert norms["fp16"] == pytest.approx(norms["fp32"], rel=0.05), norms
 
 
+@pytest.mark.slow
 def test_fp16_finetuning_learns_a_separable_task(task):
     assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(task / "tok"),
                  *custom_args(task), "--out", str(task / "ft"), "--quiet", "--set", "epochs=4",

@@ -173,6 +173,7 @@ def docs_data(tmp_path: Path, vocab: int = 2000) -> Path:
     return tmp_path / "data"
 
 
+@pytest.mark.slow
 def test_fast_path_trains_like_the_reference_path(tmp_path):
     """bf16 + inverse-CDF sampling + lane dropout (what `electra pretrain` runs) against
     fp32 + Gumbel-max + torch's Bernoulli dropout: over 200 steps on real text the losses
@@ -205,6 +206,7 @@ def test_fast_path_trains_like_the_reference_path(tmp_path):
             name, fast[i], reference[i], other_seed[i])
 
 
+@pytest.mark.slow
 def test_learns_on_real_text(tmp_path):
     """Python's own docs, 250 steps of a tiny model: the generator is far above chance on
     masked tokens and the discriminator beats the all-original guess.

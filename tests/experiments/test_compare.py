@@ -196,6 +196,7 @@ def test_other_seeds_reuse_the_pretraining_and_another_budget_is_refused(compare
     assert "compare: fine-tuning" not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_two_processes_compare_like_one(compared):
     """Under torchrun, through the same scaffold: the same steps and discriminators (up to
     float summation order), and the same fine-tuned scores."""

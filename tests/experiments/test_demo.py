@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
+
 from electra.cli import main
 from electra.io.outputs import what_is
 
@@ -17,6 +19,7 @@ def digests(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "meta.json"}
 
 
+@pytest.mark.slow
 def test_the_demo_runs_reruns_identically_and_keeps_to_its_own_folder(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--steps", "2", "--quiet"]) == 0

@@ -207,6 +207,7 @@ def test_whole_word_masking_never_splits_a_word_and_keeps_the_budget():
     assert sum(used) / len(used) > 0.8  # it stops short by less than one word, on average
 
 
+@pytest.mark.slow
 def test_span_lengths_are_geometric_with_the_mean_asked():
     """Spans of whole single-token words: their lengths (in words) follow a geometric law
     with mean span_mean (chi-square over lengths 1-7); chosen spans are never split."""

@@ -92,6 +92,7 @@ def assert_same_run(a: Path, b: Path, exact: bool) -> None:
             torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
 
 
+@pytest.mark.slow
 def test_two_processes_train_like_one(setup, tmp_path):
     data, config = setup
     pretrain(1, data, config, tmp_path / "one")
@@ -108,6 +109,7 @@ def test_two_processes_train_like_one(setup, tmp_path):
     assert state["world_size"] == 2 and len(state["rng"]["ranks"]) == 2
 
 
+@pytest.mark.slow
 def test_two_process_resume_equals_an_uninterrupted_run(setup, tmp_path):
     data, config = setup
     pretrain(2, data, config, tmp_path / "a")
@@ -118,6 +120,7 @@ def test_two_process_resume_equals_an_uninterrupted_run(setup, tmp_path):
     assert_same_run(tmp_path / "a", tmp_path / "b", exact=True)
 
 
+@pytest.mark.slow
 def test_resume_with_another_world_size_continues_from_the_same_step(setup, tmp_path):
     data, config = setup
     pretrain(2, data, config, tmp_path / "a")
@@ -170,6 +173,7 @@ def test_a_dying_rank_stops_the_others(setup, tmp_path):
     assert json.loads((tmp_path / "r/config.json").read_text())["train"]["max_steps"] == 10
 
 
+@pytest.mark.slow
 def test_fsdp_trains_like_ddp_and_resumes(setup, tmp_path):
     """train.parallel = "fsdp" shards the model (FSDP2 fully_shard); its checkpoints hold the
     whole model and optimizer state (gathered tensor by tensor), laid out as in any other run,
@@ -183,6 +187,7 @@ def test_fsdp_trains_like_ddp_and_resumes(setup, tmp_path):
     assert_same_run(tmp_path / "ddp", tmp_path / "fsdp", exact=False)
 
 
+@pytest.mark.slow
 def test_finetune_on_two_processes_equals_one(tmp_path):
     from helpers import write_sentiment
 
