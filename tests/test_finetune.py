@@ -63,6 +63,33 @@ def test_finetune_from_a_pretrained_discriminator(task):
     assert json.loads((task / "ft0/results.json").read_text())["model"] == "random-init"
 
 
+def test_any_model_folder_is_a_starting_point(task):
+    """--model reads through the one opener: a transformers ElectraForPreTraining folder
+    made from a run fine-tunes exactly as the run does (the export is bitwise)."""
+    pytest.importorskip("transformers")
+    from electra.io.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(task / "tok")
+    torch.manual_seed(0)
+    disc = Discriminator(model_preset("tiny", vocab_size=tok.get_vocab_size()))
+    folders.save(disc, "discriminator", task / "run/discriminator", tok)
+    assert main(["export", str(task / "run"), "--out", str(task / "hf")]) == 0
+    common = ["--task", "custom", "--train", str(task / "train.csv"), "--dev",
+              str(task / "dev.csv"), "--set", "epochs=1", "--set", "max_train_examples=64",
+              "--set", "precision=fp32", "--quiet"]
+    weights = {}
+    for name, model in (("run", ["--model", task / "run"]),
+                        ("hf", ["--model", task / "hf/discriminator"]),
+                        ("random", ["--random-init", task / "run"])):
+        assert main(["finetune", *map(str, model), *common, "--out",
+                     str(task / f"ft-{name}")]) == 0
+        weights[name] = load_file(task / f"ft-{name}/seed-1/model.safetensors")
+    assert weights["hf"].keys() == weights["run"].keys()
+    assert all(torch.equal(weights["hf"][k], weights["run"][k]) for k in weights["run"])
+    assert not torch.equal(weights["random"]["encoder.layers.0.query.weight"],
+                           weights["run"]["encoder.layers.0.query.weight"])
+
+
 def test_bad_input(task, capsys):
     def err(*args) -> str:
         return cli_error(capsys, *args)

@@ -312,3 +312,24 @@ def test_resume_between_log_lines_writes_the_same_metrics(data, tmp_path):
     b = without_timing(list(iter_metrics(tmp_path / "b")))
     assert [r["step"] for r in a] == [3, 6, 9, 12]
     assert a == b
+
+
+def test_a_checkpoint_fine_tunes_as_the_run_it_ends(data, tmp_path):
+    """`finetune --model RUN/checkpoints/step-N` opens the checkpoint's discriminator: at the
+    last step it is the run's own, so the two fine-tunes agree exactly."""
+    from helpers import write_sentiment
+
+    run(data, tmp_path / "r", config(max_steps=4, save_every=2, keep_checkpoints=2))
+    write_sentiment(tmp_path / "train.csv", 64, 0)
+    write_sentiment(tmp_path / "dev.csv", 16, 1)
+    common = ["--task", "custom", "--train", tmp_path / "train.csv", "--dev",
+              tmp_path / "dev.csv", "--set", "epochs=1", "--set", "precision=fp32",
+              "--set", "max_length=32", "--quiet"]
+    weights = {}
+    for name, model in (("run", tmp_path / "r"), ("early", tmp_path / "r/checkpoints/step-0000002"),
+                        ("ckpt", tmp_path / "r/checkpoints/step-0000004")):
+        assert cli("finetune", "--model", model, *common, "--out", tmp_path / name) == 0
+        weights[name] = load_file(tmp_path / name / "seed-1/model.safetensors")
+    assert all(torch.equal(weights["ckpt"][k], weights["run"][k]) for k in weights["run"])
+    key = "encoder.layers.0.query.weight"  # an earlier checkpoint is another start
+    assert not torch.equal(weights["early"][key], weights["run"][key])

@@ -190,7 +190,8 @@ COMMANDS: dict[str, Command] = {
             _quiet()), interrupted="run `electra demo` again to start it over"),
     "finetune": Command(
         "fine-tune the discriminator on GLUE or a custom task", "electra.finetune:main", (
-            arg("--model", help="a pretraining run (or its discriminator/ folder)"),
+            arg("--model", help="a pretraining run (its discriminator/ or a checkpoint), a "
+                "fine-tuned model, or a transformers ElectraForPreTraining folder"),
             arg("--random-init", metavar="PRESET|RUN", help="instead of --model: random "
                 "weights, in a preset's shape (needs --tokenizer) or a run's own shape"),
             arg("--tokenizer", help="with --random-init: vocab.txt or tokenizer.json"),
