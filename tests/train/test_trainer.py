@@ -1,0 +1,76 @@
+"""The scaffold both loops share, on a toy model: accumulation is one big batch, a
+non-finite step is skipped (and counted) or stops the run naming how to go on."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from electra.train.runtime import Runtime
+from electra.train.trainer import RandomStreams, Settings, Trainer, TrainingDiverged
+
+
+def trainer(model: nn.Module, **settings) -> Trainer:
+    rt = Runtime()
+    s = Settings(**{"lr": 0.1, "max_steps": 10, "warmup_steps": 0, "precision": "fp32",
+                    "grad_clip": 0.0, **settings})
+    return Trainer(model, rt, s, lambda m: [{"params": list(m.parameters())}],
+                   streams=RandomStreams(rt, 0))
+
+
+def regression():
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 4), torch.randn(8)
+
+    def micro_step(model: nn.Module, j: int, accum: int = 1):
+        part = slice(j * 8 // accum, (j + 1) * 8 // accum)
+        loss = ((model(x[part]).squeeze(-1) - y[part]) ** 2).sum() / 8  # the global mean
+        return loss, {}
+
+    return micro_step
+
+
+@pytest.mark.parametrize("accum", [2, 4])
+def test_accumulated_micro_batches_step_like_one_batch(accum):
+    step = regression()
+    weights = {}
+    for n in (1, accum):
+        torch.manual_seed(1)
+        # eps far above sqrt(v): AdamW's step is ~ lr * m / eps, linear in the gradient, so a
+        # wrongly scaled accumulation shows (Adam itself would hide a constant scale)
+        t = trainer(nn.Linear(4, 1), grad_accum=n, lr=100.0, eps=100.0)
+        for _ in range(3):
+            assert t.train_step(lambda m, j, n=n: step(m, j, n), tokens=8) is not None
+        weights[n] = [p.detach().clone() for p in t.model.parameters()]
+        assert t.step == 3 and t.tokens == 24
+    for a, b in zip(weights[1], weights[accum], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_nonfinite_step_is_skipped_then_stops_the_run():
+    torch.manual_seed(1)
+    t = trainer(nn.Linear(4, 1), max_nonfinite_skips=1)
+    before = [p.detach().clone() for p in t.model.parameters()]
+
+    def poisoned(model: nn.Module, j: int):
+        return model(torch.ones(2, 4)).sum() * float("nan"), {}
+
+    assert t.train_step(poisoned) is None  # skipped: no update, no step
+    assert (t.step, t.skips) == (0, 1)
+    assert all(torch.equal(a, b) for a, b in zip(before, t.model.parameters(), strict=True))
+    assert all(p.grad is None for p in t.model.parameters())  # nothing carried over
+    with pytest.raises(TrainingDiverged, match=r"not finite at step 1 .*max_nonfinite_skips"):
+        t.train_step(poisoned)
+
+
+def test_every_counts_the_steps_taken():
+    t = trainer(nn.Linear(4, 1))
+    step = regression()
+    seen = []
+    for _ in range(6):
+        t.train_step(step, tokens=8)
+        seen.append((t.every(2), t.every(3), t.every(0)))
+    assert [s[0] for s in seen] == [False, True, False, True, False, True]
+    assert [s[1] for s in seen] == [False, False, True, False, False, True]
+    assert not any(s[2] for s in seen)
