@@ -349,9 +349,12 @@ def test_ctrl_c_during_prepare_with_workers_is_one_quiet_line(outs, tmp_path):
                              "2", "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
     deadline = time.time() + 120
-    while not (tmp_path / "data.partial" / "train").exists() and proc.poll() is None:
+    while not (tmp_path / "data.partial").exists() and proc.poll() is None:
         assert time.time() < deadline
         time.sleep(0.05)
+    # The whole input is one chunk, written only at the end (~5 s here): interrupt while the
+    # spawned workers start and tokenize, not when the output is nearly done.
+    time.sleep(1.0)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C reaches the whole group
     _, err = proc.communicate(timeout=120)
     if proc.returncode == 0:
