@@ -335,6 +335,8 @@ CASES = [
     ("config", (*FINETUNE, "--set", "select=maybe"),
      "select must be one of last, best, got 'maybe'"),
     ("config", (*FINETUNE, "--set", "eval_every=-1"), "eval_every must be >= 0, got -1"),
+    ("config", (*FINETUNE, "--set", "group_by_length=maybe"),
+     "group_by_length must be true or false (or yes/no, 1/0), got 'maybe'"),
     ("config", (*FINETUNE, "--seeds", "abc"), "--seeds abc"),
     ("config", (*FINETUNE, "--seeds", "1,1"), "--seeds 1,1"),
     ("config", (*FINETUNE, "--set", "max_length=1024"), "exceeds the model's 64 positions"),

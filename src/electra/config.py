@@ -640,6 +640,10 @@ class FinetuneConfig:
     bf16 where the device multiplies it natively, else fp32 on a CPU and fp16 on a GPU."""
     double_pairs: bool = False
     """MRPC/STS-B: also train on each pair swapped (b, a), as the original code can."""
+    group_by_length: bool = False
+    """Batches of examples of similar length (each group of 50 random batches sorted by
+    length, its batches shuffled; transformers' group_by_length), so less padding is
+    computed; off: the paper's uniformly random batches."""
     max_train_examples: int = 0
     """>0: a fixed random subset of the training set (the same for every seed)."""
     save_every: int = 0

@@ -348,13 +348,18 @@ def test_ctrl_c_during_prepare_with_workers_is_one_quiet_line(outs, tmp_path):
                              "--tokenizer", str(outs / "tok"), "--seq-len", "32", "--workers",
                              "2", "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+    # The whole input is one chunk, written only at the end (~5 s here): interrupt once the
+    # workers exist (they take a second or more to import and tokenize), not when the output
+    # is nearly done.
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    if not children.parent.is_dir():
+        proc.kill()
+        pytest.skip("needs Linux's /proc to see the workers start")
     deadline = time.time() + 120
-    while not (tmp_path / "data.partial").exists() and proc.poll() is None:
+    while proc.poll() is None and len(children.read_text().split()) < 2:
         assert time.time() < deadline
-        time.sleep(0.05)
-    # The whole input is one chunk, written only at the end (~5 s here): interrupt while the
-    # spawned workers start and tokenize, not when the output is nearly done.
-    time.sleep(1.0)
+        time.sleep(0.02)
+    time.sleep(0.1)  # past Pool()'s start of its processes (tens of ms)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C reaches the whole group
     _, err = proc.communicate(timeout=120)
     if proc.returncode == 0:

@@ -36,10 +36,19 @@ class ModelSource:
 
 class EpochBatches:
     """The training examples in a new seeded order every epoch, one global batch per step
-    (a process takes its rows); resumable mid-epoch."""
+    (a process takes its rows); resumable mid-epoch.
 
-    def __init__(self, n: int, batch_size: int, steps_per_epoch: int, seed: int) -> None:
+    ``lengths`` (each example's tokens) groups batches by length, as transformers'
+    ``LengthGroupedSampler`` does: the epoch's random order is cut into groups of
+    ``GROUP`` batches, each group sorted by length and its batches shuffled, so a batch holds
+    examples of similar length (less padding to compute) and the order stays random."""
+
+    GROUP = 50  # batches per group (transformers' megabatch)
+
+    def __init__(self, n: int, batch_size: int, steps_per_epoch: int, seed: int,
+                 lengths: torch.Tensor | None = None) -> None:
         self.n, self.batch_size, self.steps_per_epoch = n, batch_size, steps_per_epoch
+        self.lengths = lengths
         self.g = torch.Generator().manual_seed(seed)
         self.epoch, self.position = 0, 0
         self._start_epoch()
@@ -47,6 +56,22 @@ class EpochBatches:
     def _start_epoch(self) -> None:
         self.order_state = self.g.get_state()  # to redraw this epoch's order on resume
         self.order = torch.randperm(self.n, generator=self.g)
+        if self.lengths is not None:
+            self.order = self._grouped(self.order)
+
+    def _grouped(self, order: torch.Tensor) -> torch.Tensor:
+        """``order`` with each group of batches sorted by length (longest first, ties in
+        random order) and its batches in a random order. The examples that fill no whole
+        batch stay last, where every epoch leaves them out, as without grouping."""
+        whole = self.n // self.batch_size * self.batch_size
+        size, out = self.GROUP * self.batch_size, []
+        for first in range(0, whole, size):
+            group = order[first : min(first + size, whole)]
+            group = group[torch.sort(self.lengths[group], descending=True,  # type: ignore[index]
+                                     stable=True).indices]
+            batches = group.split(self.batch_size)
+            out += [batches[i] for i in torch.randperm(len(batches), generator=self.g)]
+        return torch.cat([*out, order[whole:]])
 
     def next(self) -> torch.Tensor:
         """The next global batch's example indices."""
@@ -148,7 +173,8 @@ def setup(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneConfig, se
     n = len(train["input_ids"])  # examples, or QA's windows
     steps_per_epoch = max(1, n // cfg.batch_size)
     total = steps_per_epoch * cfg.epochs  # type: ignore[operator]
-    batches = EpochBatches(n, cfg.batch_size, steps_per_epoch, seed)
+    batches = EpochBatches(n, cfg.batch_size, steps_per_epoch, seed,
+                           train["attention_mask"].sum(1) if cfg.group_by_length else None)
     selection = Selection(cfg.select, next(iter(data.dev)), data.metrics[0], folder)
     settings = Settings(lr=cfg.lr, max_steps=total,  # type: ignore[arg-type]
                         warmup_steps=int(cfg.warmup_fraction * total),
