@@ -340,6 +340,12 @@ def test_ctrl_c_while_a_metrics_line_is_computed_keeps_that_line(outs, tmp_path,
     assert lines(tmp_path / "a") == lines(tmp_path / "b")
 
 
+def default_sigint() -> None:
+    """Ctrl-C's default action in the child, as a terminal's foreground command has it (a
+    suite run as a background job, `cmd &`, ignores SIGINT, and children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_prepare_with_workers_is_one_quiet_line(outs, tmp_path):
     big = tmp_path / "big.txt"
     big.write_text((outs / "c.txt").read_text() * 400)
@@ -347,7 +353,8 @@ def test_ctrl_c_during_prepare_with_workers_is_one_quiet_line(outs, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "electra", "prepare", "--input", str(big),
                              "--tokenizer", str(outs / "tok"), "--seq-len", "32", "--workers",
                              "2", "--out", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True,
+                            preexec_fn=default_sigint)
     # The whole input is one chunk, written only at the end (~5 s here): interrupt once the
     # workers exist (they take a second or more to import and tokenize), not when the output
     # is nearly done.
