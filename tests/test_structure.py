@@ -25,13 +25,13 @@ def module_name(path: Path) -> str:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Each module of the package -> the package modules it imports (anywhere in the file,
-    function-level imports included)."""
+    """Each module of the package -> the package modules it imports (anywhere in the file:
+    function-level imports and those for annotations only, under TYPE_CHECKING, included)."""
     files = {module_name(f): f for f in (SRC / "electra").rglob("*.py")}
     graph: dict[str, set[str]] = {m: set() for m in files}
     for mod, path in files.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        for node in runtime_nodes(ast.parse(path.read_text())):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -48,20 +48,6 @@ def import_graph() -> dict[str, set[str]]:
                 if t and t != mod:
                     graph[mod].add(t)
     return graph
-
-
-def runtime_nodes(tree: ast.AST):
-    """Every node that can run: all of them but what sits under ``if TYPE_CHECKING:``
-    (imports for annotations only, which never execute)."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
-                                                                   "typing.TYPE_CHECKING"):
-            stack.extend(node.orelse)
-            continue
-        stack.extend(ast.iter_child_nodes(node))
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -3,10 +3,7 @@ adds up into a step's training FLOPs): matrix multiplies only."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # read for its fields only: no import of the config (which names the
-    from electra.config import ModelConfig  # objectives, which count with this)
+from electra.config import ModelConfig
 
 
 def encoder_macs_per_token(cfg: ModelConfig, seq_len: int) -> int:

@@ -19,7 +19,7 @@ generator), ``electra15``, ``replace_mlm``, ``all_tokens_mlm``, each its own mod
     masking.py       steps 1-2: positions (chosen once per step) and x_masked
     sampling.py      step 3: inverse-CDF / Gumbel sampling, unigram draws, x_corrupt
     losses.py        the fused MLM cross-entropy, BCE, the copy loss, the statistics
-    base.py          what an objective is (traits, forward, FLOPs) and the shared steps
+    base.py          what an objective is (traits, forward) and the shared steps
     registry.py      every objective by name: config validation, FLOPs, compare, export
     pretraining.py   the modules trained together, and the one forward DDP/FSDP wrap
     flops.py         training FLOPs of a step, per objective

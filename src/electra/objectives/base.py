@@ -1,24 +1,22 @@
-"""What every objective is: its parts, its forward over a masked batch, its FLOPs.
+"""What every objective is: its parts, its forward over a masked batch, its traits.
 
-An objective is a class with the traits the model builder, the config and the FLOP count read
-(:class:`Objective`), and a ``forward`` made of the shared steps below: the generator's MLM
-loss and its samples (:func:`generate`), x_corrupt and its labels (:func:`corrupt_with`), and
-the discriminator's loss on them (:func:`detect`). ``electra.objectives.registry`` names each.
+An objective is a class with the traits the model builder, the config and the FLOP count
+(``electra.objectives.flops``) read (:class:`Objective`), and a ``forward`` made of the
+shared steps below: the generator's MLM loss and its samples (:func:`generate`), x_corrupt
+and its labels (:func:`corrupt_with`), and the discriminator's loss on them
+(:func:`detect`). ``electra.objectives.registry`` names each.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from electra.objectives.losses import discriminator_loss, mlm_accuracy, mlm_loss, pair, rtd_counts
-from electra.objectives.masking import Masked, Noise, Norm
+from electra.objectives.masking import Masked, Noise, Norm, ObjectiveSettings
 from electra.objectives.sampling import corrupt, locate, sample_fp32
-
-if TYPE_CHECKING:
-    from electra.config import ModelConfig, ObjectiveConfig
 
 
 @dataclass
@@ -30,7 +28,7 @@ class Step:
     token_type_ids: torch.Tensor | None
     masked: Masked  # the chosen positions and x_masked
     noise: Noise  # the rows' uniform draws
-    cfg: ObjectiveConfig
+    cfg: ObjectiveSettings
     norm: Norm | None = None  # the global batch's denominators (else this batch's own)
     rng: torch.Generator | None = None  # Gumbel noise
     temperature: float = 1.0
@@ -97,25 +95,12 @@ class Objective:
     def forward(self, model: Any, step: Step) -> ElectraOutput:
         raise NotImplementedError
 
-    def macs(self, cfg: ModelConfig, seq_len: int, predictions: int) -> int:
-        """Multiply-accumulates of one sequence's forward: the discriminator-sized encoder,
-        this objective's heads on it, and the generator where it has one."""
-        from electra.model.macs import encoder_macs, mlm_head_macs, rtd_head_macs
-
-        T, P = seq_len, predictions
-        macs = encoder_macs(cfg, T)
-        macs += rtd_head_macs(cfg, T) if self.detects else 0
-        macs += mlm_head_macs(cfg, self.mlm_rows(T, P)) if self.main_mlm else 0
-        if self.generator:
-            gen = cfg.generator_config()
-            macs += encoder_macs(gen, T) + mlm_head_macs(gen, P)
-        return macs
-
     def mlm_rows(self, seq_len: int, predictions: int) -> int:
-        """Rows the full-size MLM head runs on: the prediction slots."""
+        """Rows the full-size MLM head runs on: the prediction slots (what
+        ``electra.objectives.flops`` counts, with the traits)."""
         return predictions
 
-    def needs_unigram(self, cfg: ObjectiveConfig) -> bool:
+    def needs_unigram(self, cfg: ObjectiveSettings) -> bool:
         """Whether replacements are drawn by the training data's token frequencies."""
         return False
 

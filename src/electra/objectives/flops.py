@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from electra.model.macs import encoder_macs, mlm_head_macs, rtd_head_macs
+from electra.objectives.base import Objective
 from electra.objectives.registry import OBJECTIVES
 
 if TYPE_CHECKING:
@@ -23,9 +25,23 @@ if TYPE_CHECKING:
 
 def step_flops_per_sequence(cfg: ModelConfig, objective: ObjectiveConfig, seq_len: int) -> int:
     """Training FLOPs (forward and backward) of one sequence of ``seq_len`` tokens under
-    ``objective.kind``: what that objective runs (``Objective.macs``)."""
+    ``objective.kind``: what that objective runs (:func:`objective_macs`)."""
     if objective.two_stage_steps:
         raise ValueError("two-stage training changes its cost at the stage boundary; count "
                          "each stage's objective separately")
     P = min(objective.max_predictions, seq_len)
-    return 6 * OBJECTIVES[objective.kind].macs(cfg, seq_len, P)
+    return 6 * objective_macs(OBJECTIVES[objective.kind], cfg, seq_len, P)
+
+
+def objective_macs(method: Objective, cfg: ModelConfig, seq_len: int, predictions: int) -> int:
+    """Multiply-accumulates of one sequence's forward, from the objective's traits: the
+    discriminator-sized encoder, the heads it trains on it, and the generator where it has
+    one (an MLM at the ``predictions`` slots)."""
+    T, P = seq_len, predictions
+    macs = encoder_macs(cfg, T)
+    macs += rtd_head_macs(cfg, T) if method.detects else 0
+    macs += mlm_head_macs(cfg, method.mlm_rows(T, P)) if method.main_mlm else 0
+    if method.generator:
+        gen = cfg.generator_config()
+        macs += encoder_macs(gen, T) + mlm_head_macs(gen, P)
+    return macs

@@ -10,15 +10,29 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
 from electra.io.tokenizer import SpecialTokens
 
-if TYPE_CHECKING:
-    from electra.config import ObjectiveConfig
+
+class ObjectiveSettings(Protocol):
+    """What the objectives read of ``electra.config.ObjectiveConfig``. They do not import it:
+    the config validates ``objective.kind`` against their registry, so the import would
+    point back."""
+
+    kind: str
+    mask_prob: float
+    max_predictions: int
+    mask_token_prob: float | None
+    random_token_prob: float | None
+    replacement: str
+    disc_weight: float
+    sampling: str
+    unit: str
+    span_mean: float
 
 
 @dataclass
@@ -43,7 +57,7 @@ class Noise:
     chosen: tuple[torch.Tensor, torch.Tensor] | None = None  # (positions, weights), once chosen
 
     @staticmethod
-    def draw(batch: int, seq_len: int, vocab_size: int, cfg: ObjectiveConfig,
+    def draw(batch: int, seq_len: int, vocab_size: int, cfg: ObjectiveSettings,
              rng: torch.Generator | None = None,
              device: torch.device | str = "cpu") -> Noise:
         P = min(cfg.max_predictions, seq_len)
@@ -80,7 +94,7 @@ def candidate_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return ok
 
 
-def chosen_count(candidates: torch.Tensor, cfg: ObjectiveConfig) -> torch.Tensor:
+def chosen_count(candidates: torch.Tensor, cfg: ObjectiveSettings) -> torch.Tensor:
     """(B,) the budget of each row, in tokens: ``max(1, min(max_predictions, round(mask_prob
     * n)))``, never more than the row's n candidates (exactly what unit token chooses)."""
     P = min(cfg.max_predictions, candidates.shape[1])
@@ -89,7 +103,7 @@ def chosen_count(candidates: torch.Tensor, cfg: ObjectiveConfig) -> torch.Tensor
     return torch.round(n.to(torch.float64) * cfg.mask_prob).long().clamp(1, P).minimum(n)
 
 
-def unit_starts(candidates: torch.Tensor, cfg: ObjectiveConfig,
+def unit_starts(candidates: torch.Tensor, cfg: ObjectiveSettings,
                 word_starts: torch.Tensor | None,
                 span_u: torch.Tensor | None = None) -> torch.Tensor:
     """(B, T) bool: where a unit that masking chooses whole begins. Word: at every word's
@@ -106,7 +120,7 @@ def unit_starts(candidates: torch.Tensor, cfg: ObjectiveConfig,
     return starts
 
 
-def choose_positions(candidates: torch.Tensor, cfg: ObjectiveConfig,
+def choose_positions(candidates: torch.Tensor, cfg: ObjectiveSettings,
                      rng: torch.Generator | None = None,
                      scores: torch.Tensor | None = None,
                      word_starts: torch.Tensor | None = None,
@@ -149,7 +163,7 @@ def choose_positions(candidates: torch.Tensor, cfg: ObjectiveConfig,
 
 
 def choose(noise: Noise, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-           special: SpecialTokens, cfg: ObjectiveConfig,
+           special: SpecialTokens, cfg: ObjectiveSettings,
            word_starts: torch.Tensor | None = None) -> Noise:
     """``noise`` (of these rows) with the positions chosen from it: the one choice a step
     makes, which masking then reads (and the loss denominators count)."""
@@ -160,7 +174,7 @@ def choose(noise: Noise, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
 
 def mask_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, special: SpecialTokens,
-                vocab_size: int, cfg: ObjectiveConfig,
+                vocab_size: int, cfg: ObjectiveSettings,
                 rng: torch.Generator | None = None, noise: Noise | None = None,
                 word_starts: torch.Tensor | None = None) -> Masked:
     """Steps 1-2: choose positions and build the generator's input x_masked."""
