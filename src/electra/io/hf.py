@@ -27,7 +27,7 @@ from electra.io import folders
 from electra.io.files import staged
 from electra.io.hf_format import (
     HF_CLASSES,
-    _need_transformers,
+    need_transformers,
     read_hf_folder,
     to_hf_config,
     to_hf_state_dict,
@@ -70,7 +70,7 @@ def _write_hf_folder(folder: Path, module: torch.nn.Module, part: str, tok: Any,
 def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> Path:
     """Write transformers folders for a run's (or checkpoint's) discriminator and generator,
     or one ``ElectraForSequenceClassification`` folder for a fine-tuned model."""
-    _need_transformers()
+    need_transformers()
     src, out = Path(source), Path(out)
     with claim_out(out, "export", "export", overwrite=overwrite,
                    inputs=[("the source", src)]) as claim:

@@ -144,7 +144,7 @@ HF_CLASSES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraFor
               **{h.hf_part: h.hf_class for h in HEADS.values()}}
 
 
-def _need_transformers() -> None:
+def need_transformers() -> None:
     try:
         import transformers  # noqa: F401
     except ImportError:

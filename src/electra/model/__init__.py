@@ -36,7 +36,7 @@ class Dropout(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:
             return x
-        return self.kernels.dropout(x, self.p)  # type: ignore[operator]
+        return self.kernels.dropout(x, self.p)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, {self.kernels.name}"

@@ -16,6 +16,7 @@ evaluation, both entries run SDPA and agree.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -56,7 +57,7 @@ class Kernels:
     training runs :func:`written_attention` with the block's own dropout (else SDPA)."""
 
     name: str
-    dropout: object  # (x, p) -> x dropped out, in training mode
+    dropout: Callable[[torch.Tensor, float], torch.Tensor]  # training-mode dropout of x at p
     written_attention: bool
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

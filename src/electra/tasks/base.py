@@ -103,8 +103,9 @@ class Head:
         """The summed loss of a micro-batch (fp32)."""
         raise NotImplementedError
 
-    def denominator(self, labels: torch.Tensor, batch_size: int) -> int:
-        """What a step's loss is averaged over: the global batch's examples by default."""
+    def denominator(self, labels: torch.Tensor, index: torch.Tensor, batch_size: int) -> int:
+        """What a step's loss is averaged over (``index``: the global batch's rows of the
+        training ``labels``): the global batch's examples by default."""
         return batch_size
 
     # -- evaluating -------------------------------------------------------------------

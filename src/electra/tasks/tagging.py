@@ -104,9 +104,9 @@ class Tagging(Head):
         """Cross-entropy over the words' first pieces: (B, T, tags) against (B, T)."""
         return cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
 
-    def denominator(self, labels: torch.Tensor, batch_size: int) -> int:
+    def denominator(self, labels: torch.Tensor, index: torch.Tensor, batch_size: int) -> int:
         """The global batch's tagged words."""
-        return max(1, int((labels != IGNORE).sum()))
+        return max(1, int((labels[index] != IGNORE).sum()))
 
     def predict(self, model: nn.Module, tok: Any, examples: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> tuple[Any, Any]:

@@ -221,7 +221,7 @@ def fit(state: Fit, tok: Any, data: TaskData, cfg: FinetuneConfig) -> None:
             index = batches.next()
             mine = {k: v[index[rt.rank * per_rank : (rt.rank + 1) * per_rank]]
                     for k, v in train.items()}
-            denom = data.head.denominator(train["labels"][index], cfg.batch_size)
+            denom = data.head.denominator(train["labels"], index, cfg.batch_size)
 
             def micro_step(step_model: nn.Module, j: int, b: dict[str, torch.Tensor] = mine,
                            denom: int = denom) -> tuple[torch.Tensor, dict]:
