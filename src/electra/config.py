@@ -241,8 +241,9 @@ class ObjectiveConfig:
     predicting every token, with a copy probability (the paper's All-Tokens MLM)."""
     mask_prob: float = 0.15
     """Fraction of candidate tokens chosen per sequence (the budget, counted in tokens)."""
-    max_predictions: int = 19
-    """Most positions chosen per sequence (the original uses int((0.15+0.005)*128) = 19)."""
+    max_predictions: int | None = None
+    """Most positions chosen per sequence; unset: int((mask_prob + 0.005) * seq_len), the
+    original's rule (19 at 128 tokens, 79 at 512)."""
     mask_token_prob: float | None = None
     """Of the chosen positions, the fraction replaced by [MASK] in the (generator's) input;
     unset: 0.85 (ELECTRA), 0.8 for kind mlm (BERT)."""
@@ -291,9 +292,10 @@ class ObjectiveConfig:
                 object.__setattr__(self, name, getattr(method, name))
         _check(0.0 < self.mask_prob < 1.0,
                f"objective.mask_prob must be in (0, 1), got {self.mask_prob!r}")
-        _check(isinstance(self.max_predictions, int) and self.max_predictions >= 1,
+        _check(self.max_predictions is None or (isinstance(self.max_predictions, int)
+                                                 and self.max_predictions >= 1),
                f"objective.max_predictions must be a positive integer, got "
-               f"{self.max_predictions!r}")
+               f"{self.max_predictions!r} (or leave it unset: int((mask_prob + 0.005) * seq_len))")
         m, r = self.mask_token_prob, self.random_token_prob
         _check(0.0 <= m <= 1.0 and 0.0 <= r <= 1.0 and m + r <= 1.0 + 1e-9,  # type: ignore[operator]
                f"objective.mask_token_prob={m} and objective.random_token_prob={r} must be in "

@@ -70,6 +70,22 @@ def test_chosen_count_follows_formula(lengths):
             assert cand[r, chosen].all()  # never padding, never a special token
 
 
+@pytest.mark.parametrize(("seq_len", "mask_prob", "slots"),
+                         [(128, 0.15, 19), (512, 0.15, 79), (512, 0.25, 130), (8, 0.15, 1)])
+def test_unset_max_predictions_follows_the_sequence_length(seq_len, mask_prob, slots):
+    # The original's rule, int((mask_prob + 0.005) * seq_len): a fixed 19 would mask 3.7% of
+    # a 512-token row instead of 15%.
+    cfg = ObjectiveConfig(mask_prob=mask_prob)
+    assert cfg.max_predictions is None
+    ids, mask, _ = make_batch([seq_len] * 4, seq_len)
+    positions, weights = choose_positions(candidate_mask(ids, mask, SPECIAL), cfg,
+                                          torch.Generator().manual_seed(0))
+    assert positions.shape == (4, slots)
+    fraction = weights.sum(1).double() / seq_len
+    assert fraction.min() >= mask_prob - 0.01 or seq_len < 16  # ~15% (25%) of every row
+    assert fraction.max() <= mask_prob + 0.005 or seq_len < 16
+
+
 def test_padding_never_chosen_nor_scored():
     torch.manual_seed(0)
     model = ElectraPretrainingModel(tiny_config())

@@ -3,7 +3,7 @@
 Counts matrix multiplies only, at 6 FLOPs per multiply-accumulate and parameter-token
 (2 forward + 4 backward), the convention of Kaplan et al. and nanoGPT's MFU. Attention's score
 and value products count 2·T·H multiply-accumulates per token and layer. A V-way MLM output
-layer counts the rows it is computed on: the P = min(max_predictions, T) prediction slots of
+layer counts the rows it is computed on: the P = masking.slots(objective, T) prediction slots of
 each sequence (every slot, used or not), or every token for All-Tokens MLM. Embedding lookups,
 LayerNorm, softmax and sampling are not counted (a few % of a step).
 
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from electra.model.macs import encoder_macs, mlm_head_macs, rtd_head_macs
 from electra.objectives.base import Objective
+from electra.objectives.masking import slots
 from electra.objectives.registry import OBJECTIVES
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def step_flops_per_sequence(cfg: ModelConfig, objective: ObjectiveConfig, seq_le
     if objective.two_stage_steps:
         raise ValueError("two-stage training changes its cost at the stage boundary; count "
                          "each stage's objective separately")
-    P = min(objective.max_predictions, seq_len)
+    P = slots(objective, seq_len)
     return 6 * objective_macs(OBJECTIVES[objective.kind], cfg, seq_len, P)
 
 

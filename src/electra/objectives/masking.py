@@ -25,7 +25,7 @@ class ObjectiveSettings(Protocol):
 
     kind: str
     mask_prob: float
-    max_predictions: int
+    max_predictions: int | None
     mask_token_prob: float | None
     random_token_prob: float | None
     replacement: str
@@ -60,7 +60,7 @@ class Noise:
     def draw(batch: int, seq_len: int, vocab_size: int, cfg: ObjectiveSettings,
              rng: torch.Generator | None = None,
              device: torch.device | str = "cpu") -> Noise:
-        P = min(cfg.max_predictions, seq_len)
+        P = slots(cfg, seq_len)
         return Noise(
             scores=torch.rand(batch, seq_len, generator=rng, device=device),
             mask_u=torch.rand(batch, P, generator=rng, device=device),
@@ -85,6 +85,14 @@ class Norm:
     tokens: torch.Tensor  # 0-d
 
 
+def slots(cfg: ObjectiveSettings, seq_len: int) -> int:
+    """P, the prediction slots of a ``seq_len``-token row: ``max_predictions``, or when it
+    is unset the original's ``int((mask_prob + 0.005) * seq_len)`` (19 at 128, 79 at 512),
+    at least 1 and at most ``seq_len``."""
+    P = cfg.max_predictions or int((cfg.mask_prob + 0.005) * seq_len)
+    return max(1, min(P, seq_len))
+
+
 def candidate_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    special: SpecialTokens) -> torch.Tensor:
     """(B, T) bool: tokens that may be chosen (not padding, not a special token)."""
@@ -97,7 +105,7 @@ def candidate_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor,
 def chosen_count(candidates: torch.Tensor, cfg: ObjectiveSettings) -> torch.Tensor:
     """(B,) the budget of each row, in tokens: ``max(1, min(max_predictions, round(mask_prob
     * n)))``, never more than the row's n candidates (exactly what unit token chooses)."""
-    P = min(cfg.max_predictions, candidates.shape[1])
+    P = slots(cfg, candidates.shape[1])
     n = candidates.sum(1)
     # torch.round rounds half to even, like Python's round() in the original data code.
     return torch.round(n.to(torch.float64) * cfg.mask_prob).long().clamp(1, P).minimum(n)
@@ -138,7 +146,7 @@ def choose_positions(candidates: torch.Tensor, cfg: ObjectiveSettings,
         chosen slots, which come first. Unused slots point at other positions of the row.
     """
     B, T = candidates.shape
-    P = min(cfg.max_predictions, T)
+    P = slots(cfg, T)
     k = chosen_count(candidates, cfg)  # (B,) the budget, in tokens
     if scores is None:
         scores = torch.rand(B, T, generator=rng, device=candidates.device)
