@@ -29,3 +29,11 @@ def letters_data(tmp_path_factory) -> Path:
     prepare(PrepareOptions(inputs=[str(text)], tokenizer=str(root / "tok"), out=str(
         root / "data"), seq_len=32, val_fraction=0.2, quiet=True))
     return root / "data"
+
+
+@pytest.fixture
+def fused(monkeypatch):
+    """AdamW fused, as on a GPU: the trainer's sync-free step (fused AdamW runs on a CPU)."""
+    from electra.train import optim
+
+    monkeypatch.setattr(optim, "optimizer_options", lambda device: {"fused": True})

@@ -6,6 +6,7 @@ Fixtures are in conftest.py; everything here is a plain function, imported as
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
@@ -124,3 +125,17 @@ def make_run(tmp_path: Path, preset: str) -> tuple[Path, ElectraPretrainingModel
     for kind in ("discriminator", "generator"):
         folders.save(getattr(model, kind), kind, run / kind, tok)
     return run, model.eval()
+
+
+SYNCS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
+
+
+@contextlib.contextmanager
+def no_syncs(monkeypatch):
+    """Any read of a tensor's value on the host (a device sync on a GPU) raises."""
+    with monkeypatch.context() as m:
+        for name in SYNCS:
+            def refuse(self, *a, _name=name, **k):
+                raise AssertionError(f"the step called Tensor.{_name}")
+            m.setattr(torch.Tensor, name, refuse)
+        yield

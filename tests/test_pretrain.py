@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import cli_error, small_model, write_corpus
+from helpers import cli_error, no_syncs, small_model, write_corpus
 from safetensors.torch import load_file
 
 from electra.cli import main
@@ -135,6 +135,42 @@ def test_full_disk_keeps_the_previous_checkpoint(data, tmp_path, monkeypatch):
     monkeypatch.undo()
     assert not list((tmp_path / "r/checkpoints").glob("*.partial"))
     ck.verify_checkpoint(tmp_path / "r/checkpoints/step-0000004")  # still whole
+
+
+def test_the_sync_free_step_reads_nothing_on_the_host_and_trains_bitwise_as_before(
+        data, tmp_path, monkeypatch, fused):
+    # A GPU's path (fused AdamW) on the CPU: no step between two metrics lines waits for the
+    # device, and the run's every metrics line and weight equal the host-checked step's.
+    import electra.pretrain as command
+    from electra.train.trainer import Trainer
+
+    real_step, steps = command.train_step, []
+
+    def checked(*args, **kw):
+        with no_syncs(monkeypatch):
+            out = real_step(*args, **kw)
+        steps.append(args[0].sync_free)
+        return out
+
+    monkeypatch.setattr(command, "train_step", checked)
+    cfg = config(grad_accum=2, eval_every=0)
+    run(data, tmp_path / "free", cfg)
+    assert len(steps) == 12 and all(steps)
+    monkeypatch.setattr(command, "train_step", real_step)
+    real_init = Trainer.__init__
+
+    def host_checked(self, *a, **k):
+        real_init(self, *a, **k)
+        self.sync_free = False
+
+    monkeypatch.setattr(Trainer, "__init__", host_checked)
+    run(data, tmp_path / "host", cfg)
+    assert (without_timing(list(iter_metrics(tmp_path / "free")))
+            == without_timing(list(iter_metrics(tmp_path / "host"))))
+    for kind in ("discriminator", "generator"):
+        a = load_file(tmp_path / "free" / kind / "model.safetensors")
+        b = load_file(tmp_path / "host" / kind / "model.safetensors")
+        assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_nonfinite_loss_stops_with_the_step_or_is_skipped(data, tmp_path, monkeypatch):

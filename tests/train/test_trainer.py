@@ -3,8 +3,11 @@ non-finite step is skipped (and counted) or stops the run naming how to go on.""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
+from helpers import no_syncs
 from torch import nn
 
 from electra.train.runtime import Runtime
@@ -74,3 +77,45 @@ def test_every_counts_the_steps_taken():
     assert [s[0] for s in seen] == [False, True, False, True, False, True]
     assert [s[1] for s in seen] == [False, False, True, False, False, True]
     assert not any(s[2] for s in seen)
+
+
+def test_the_fused_step_never_reads_the_device_and_trains_as_the_host_checked_one(
+        fused, monkeypatch):
+    step = regression()
+    weights = []
+    for sync_free in (True, False):
+        torch.manual_seed(1)
+        t = trainer(nn.Linear(4, 1), grad_clip=1.0)
+        assert t.sync_free
+        t.sync_free = sync_free
+        for _ in range(4):
+            with no_syncs(monkeypatch) if sync_free else contextlib.nullcontext():
+                t.train_step(step, tokens=torch.tensor(8.0))
+        assert (t.step, t.tokens) == (4, 32)
+        weights.append([p.detach().clone() for p in t.model.parameters()])
+        assert t.metrics()["loss"] > 0
+    for a, b in zip(*weights, strict=True):
+        assert torch.equal(a, b)  # bitwise
+
+
+def test_the_fused_step_skips_a_nonfinite_step_on_the_device_and_stops_at_the_line(fused):
+    torch.manual_seed(1)
+    t = trainer(nn.Linear(4, 1), max_nonfinite_skips=1)
+    good = regression()
+    t.train_step(good, tokens=8)
+    before = [p.detach().clone() for p in t.model.parameters()]
+    moments = {k: v.clone() for k, v in t.optimizer.state[t.params[0]].items()}
+
+    def poisoned(model: nn.Module, j: int):
+        return model(torch.ones(2, 4)).sum() * float("nan"), {}
+
+    assert t.train_step(poisoned, tokens=8) is not None  # counted as a step, read later
+    assert all(torch.equal(a, b) for a, b in zip(before, t.model.parameters(), strict=True))
+    for k, v in t.optimizer.state[t.params[0]].items():
+        assert torch.equal(v, moments[k]), k  # Adam's moments and step count untouched
+    record = t.metrics()
+    assert (record["step"], record["tokens"], t.skips) == (2, 8, 1)  # the skipped step's
+    assert record["loss"] == pytest.approx(good(t.model, 0)[0].item(), rel=0.5)  # not NaN
+    t.train_step(poisoned, tokens=8)
+    with pytest.raises(TrainingDiverged, match=r"in 1 of the 1 steps up to step 3;.*skips"):
+        t.metrics()

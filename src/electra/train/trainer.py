@@ -11,9 +11,17 @@
                 trainer.save()                     # everything resumable, in one call
 
 One optimizer step: ``grad_accum`` micro-batches, each a forward under autocast (DDP's
-gradient all-reduce only on the last) and a backward (loss-scaled in fp16); then one sync to
-see whether the loss is finite on every rank (a non-finite step is skipped, or stops the run
-naming the last good checkpoint); unscaling, clipping, AdamW, the schedule.
+gradient all-reduce only on the last) and a backward (loss-scaled in fp16); whether the loss
+is finite on every rank (a non-finite step is skipped, or stops the run naming the last good
+checkpoint); unscaling, clipping, AdamW, the schedule.
+
+With a fused AdamW (a GPU's) the step never waits for the device: the non-finite flag goes to
+the optimizer as its ``found_inf`` (the kernel leaves the weights and moments of a flagged
+step as they were, as a grad scaler's skipped step), token counts and statistics stay on the
+device, and all of it is read when a metrics line is made. A skipped step then still counts
+as a step, and a run that exceeds ``max_nonfinite_skips`` stops at that line. Elsewhere
+(foreach AdamW, a CPU's, where reading a value costs nothing; or fp16's grad scaler) the flag
+is read at once and a skipped step is not counted.
 
 What a checkpoint holds, and ``resume`` restores, is the whole state: weights, optimizer,
 schedule, scaler, step and token counts, every random stream (shared ones once, each rank's
@@ -104,23 +112,41 @@ class Window:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.sums: dict[str, torch.Tensor] = {}
-        self.steps = self.tokens = 0
+        self.steps = 0
+        self.tokens: torch.Tensor | int = 0  # a device tensor until read
+        self.skipped: torch.Tensor | int = 0  # steps skipped on the device, not yet counted
         self.grad_norm = torch.zeros((), dtype=torch.float64, device=device)
         self.clock = time.perf_counter()
 
-    def add(self, stats: dict[str, torch.Tensor], grad_norm: torch.Tensor, tokens: int) -> None:
+    def add(self, stats: dict[str, torch.Tensor], grad_norm: torch.Tensor,
+            tokens: torch.Tensor | int, skipped: torch.Tensor | None = None) -> None:
+        """A step's statistics; ``skipped`` (a 0-d device flag): the step was skipped, its
+        statistics and tokens count as nothing."""
+        grad_norm = grad_norm.detach().double()
+        if skipped is not None:
+            stats = {k: torch.where(skipped, 0.0, v) for k, v in stats.items()}
+            grad_norm = torch.where(skipped, 0.0, grad_norm)
+            tokens = torch.where(skipped, 0, tokens)
+            self.skipped = self.skipped + skipped.long()
         add_into(self.sums, stats)
-        self.grad_norm = self.grad_norm + grad_norm.detach().double()
+        self.grad_norm = self.grad_norm + grad_norm
         self.steps += 1
-        self.tokens += tokens
+        self.tokens = self.tokens + tokens
+
+    def read(self) -> tuple[int, int]:
+        """(tokens, skipped steps) of the window, read from the device (a sync)."""
+        self.tokens, self.skipped = int(self.tokens), int(self.skipped)
+        return self.tokens, self.skipped
 
     def state_dict(self) -> dict[str, Any]:
-        return {"sums": dict(self.sums), "steps": self.steps, "tokens": self.tokens,
-                "grad_norm": self.grad_norm}
+        tokens, skipped = self.read()
+        return {"sums": dict(self.sums), "steps": self.steps, "tokens": tokens,
+                "skipped": skipped, "grad_norm": self.grad_norm}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sums = {k: v.to(self.device) for k, v in state["sums"].items()}
         self.steps, self.tokens = int(state["steps"]), int(state["tokens"])
+        self.skipped = int(state.get("skipped", 0))
         self.grad_norm = state["grad_norm"].to(self.device)
 
 
@@ -204,7 +230,8 @@ class Trainer:
         self.stateful = dict(stateful or {})
         self.rebuild = rebuild
         self.progress = progress
-        self.step = self.tokens = self.skips = 0
+        self.step = self.skips = 0
+        self.counted_tokens = 0  # the tokens of the steps before the window's
         self.log_due = False  # resumed from a Ctrl-C that cut this step's metrics line short
         state = None
         if resume is not None:
@@ -218,6 +245,8 @@ class Trainer:
             self.optimizer, warmup_linear(settings.warmup_steps, settings.max_steps))
         self.precision = resolve_precision(rt.device, settings.precision)  # once, not per step
         self.scaler = grad_scaler(rt.device, self.precision)
+        # Skip a non-finite step on the device (found_inf) where the optimizer can.
+        self.sync_free = bool(self.optimizer.defaults.get("fused")) and self.scaler is None
         self.window = Window(rt.device)
         self.saved_world_size = rt.world_size  # of the checkpoint resumed from
         if state is not None:
@@ -244,7 +273,7 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         for name, part in self.stateful.items():
             part.load_state_dict(state[name])
-        self.step, self.tokens = int(state["step"]), int(state["tokens"])
+        self.step, self.counted_tokens = int(state["step"]), int(state["tokens"])
         self.skips = int(state.get("skips", 0))
         self.log_due = bool(state.get("log_due", False))
         self.saved_world_size = self.streams.load(state["rng"], self.step)
@@ -258,6 +287,7 @@ class Trainer:
             mine["sums"] = ({k: sum(w["sums"][k] for w in windows) for k in mine["sums"]}
                             if self.rt.is_main else {})
             self.window.load_state_dict(mine)
+        self.counted_tokens -= int(self.window.tokens)  # "tokens" counts the window's too
 
     def save(self, interrupted: bool = False) -> None:
         """A checkpoint of the last completed step under ``out/checkpoints`` (rank 0 writes).
@@ -271,6 +301,7 @@ class Trainer:
         b = self.boundary
         alone = interrupted and self.rt.enabled
         due = interrupted and self.unlogged is not None and self.unlogged[0] == self.step
+        tokens = self.tokens
         if due:  # the line of this step was being computed: the resumed run writes it
             self.window = self.unlogged[1]  # type: ignore[index]
         ranks = [b["local"]] if alone else self.rt.gather(b["local"])
@@ -282,12 +313,12 @@ class Trainer:
             return
         state = {"optimizer": optim_state, "scheduler": self.scheduler.state_dict(),
                  **b["parts"], "rng": {**b["shared"], "ranks": ranks}, "window": windows,
-                 "step": self.step, "tokens": self.tokens, "skips": self.skips,
+                 "step": self.step, "tokens": tokens, "skips": self.skips,
                  "world_size": self.rt.world_size, "log_due": due}
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
         save_checkpoint(self.out / "checkpoints", self.step, weights, state,
-                        {**self.config, "step": self.step, "tokens": self.tokens},
+                        {**self.config, "step": self.step, "tokens": tokens},
                         self.settings.keep_checkpoints)
 
     def whole_model(self) -> nn.Module:
@@ -313,8 +344,10 @@ class Trainer:
                 scaled = loss * rt.world_size
                 (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
             add_into(stats, {"loss": loss.detach().double(), **micro_stats})
-        bad = rt.all_sum((~torch.isfinite(stats["loss"])).float())
-        if bad:  # the one host sync of a step; every rank takes the same branch
+        bad = rt.all_sum((~torch.isfinite(stats["loss"])).float()) > 0  # any rank's
+        if self.sync_free:  # the optimizer skips the step (no sync; read at the next line)
+            self.optimizer.found_inf = bad.float()  # type: ignore[attr-defined]
+        elif bad:  # the step's one host sync; every rank takes the same branch
             self._skip(stats)
             return None
         if self.scaler is not None:
@@ -331,24 +364,32 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        tokens = int(tokens)  # exact below 2**24 when a float; in sync already
-        self.tokens += tokens
-        self.window.add(stats, grad_norm, tokens)
+        tokens = tokens.round().long() if isinstance(tokens, torch.Tensor) else tokens
+        self.window.add(stats, grad_norm, tokens, bad if self.sync_free else None)
         self.boundary = self._snapshot()
         return stats
+
+    @property
+    def tokens(self) -> int:
+        """Real tokens trained on so far (reads the device's count: a sync)."""
+        return self.counted_tokens + self.window.read()[0]
 
     def _skip(self, stats: dict[str, torch.Tensor]) -> None:
         self.skips += 1
         self.optimizer.zero_grad(set_to_none=True)
+        losses = ", ".join(f"{k} {float(v):.4g}" for k, v in stats.items() if v.dim() == 0)
+        self._check_skips(f"at step {self.step + 1} ({losses})")
+
+    def _check_skips(self, where: str) -> None:
+        """Stop the run when more steps were skipped than allowed."""
         if self.skips <= self.settings.max_nonfinite_skips:
             return
         good = latest_checkpoint(self.out / "checkpoints") if self.out else None
-        losses = ", ".join(f"{k} {float(v):.4g}" for k, v in stats.items() if v.dim() == 0)
         p = self.settings.prefix
         raise TrainingDiverged(
-            f"the loss is not finite at step {self.step + 1} ({losses}); stopped. Last good "
-            f"checkpoint: {good or 'none'}. Lower {p}lr, try --set {p}precision=fp32, or "
-            f"allow skips with --set {p}max_nonfinite_skips=N")
+            f"the loss is not finite {where}; stopped. Last good checkpoint: "
+            f"{good or 'none'}. Lower {p}lr, try --set {p}precision=fp32, or allow skips "
+            f"with --set {p}max_nonfinite_skips=N")
 
     # -- bookkeeping ----------------------------------------------------------------------
 
@@ -364,11 +405,18 @@ class Trainer:
         """The window since the last line, pooled over ranks (a collective), then reset:
         step, tokens, lr, each statistic, grad_norm, tokens_per_s."""
         w = self.window
-        record: dict[str, Any] = {"step": self.step, "tokens": self.tokens, "lr": self.lr}
-        record.update(pool(self.rt, w.sums, max(w.steps, 1)))
-        record["grad_norm"] = float(w.grad_norm) / max(w.steps, 1)
-        record["tokens_per_s"] = w.tokens / max(time.perf_counter() - w.clock, 1e-9)
+        tokens, skipped = w.read()  # the window's one sync
+        if skipped:
+            self.skips += skipped
+            self._check_skips(f"in {skipped} of the {w.steps} steps up to step {self.step}")
+        steps = max(w.steps - skipped, 1)
+        record: dict[str, Any] = {"step": self.step, "tokens": self.counted_tokens + tokens,
+                                  "lr": self.lr}
+        record.update(pool(self.rt, w.sums, steps))
+        record["grad_norm"] = float(w.grad_norm) / steps
+        record["tokens_per_s"] = tokens / max(time.perf_counter() - w.clock, 1e-9)
         self.unlogged = (self.step, w)
+        self.counted_tokens += tokens
         self.window = Window(self.rt.device)
         return record
 
