@@ -41,7 +41,9 @@ def run(checkout: Path, work: Path, text: Path, vocab: Path) -> dict:
                     *[a for kv in ("train.max_steps=12", "train.batch_size=16",
                                    "train.precision=fp32", "train.log_every=3",
                                    "train.eval_every=6", "train.save_every=6",
-                                   "train.warmup_steps=4")
+                                   "train.warmup_steps=4",
+                                   # the slots older checkouts used at every length
+                                   "objective.max_predictions=19")
                       for a in ("--set", kv)]],
                    check=True, env=env, capture_output=True)
     from safetensors.torch import load_file

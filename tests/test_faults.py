@@ -337,6 +337,14 @@ CASES = [
     ("config", (*FINETUNE, "--set", "eval_every=-1"), "eval_every must be >= 0, got -1"),
     ("config", (*FINETUNE, "--set", "group_by_length=maybe"),
      "group_by_length must be true or false (or yes/no, 1/0), got 'maybe'"),
+    ("config", (*FINETUNE, "--set", "unpad=maybe"),
+     "unpad must be true or false (or yes/no, 1/0), got 'maybe'"),
+    ("config", (*FINETUNE, "--set", "compile=2"),
+     "compile must be true or false (or yes/no, 1/0), got 2"),
+    ("config", (*PRETRAIN, "--set", "train.compile=sometimes"),
+     "train.compile must be true or false (or yes/no, 1/0), got 'sometimes'"),
+    ("config", (*PRETRAIN, "--set", "objective.max_predictions=0"),
+     "objective.max_predictions must be a positive integer, got 0 (or leave it unset"),
     ("config", (*FINETUNE, "--seeds", "abc"), "--seeds abc"),
     ("config", (*FINETUNE, "--seeds", "1,1"), "--seeds 1,1"),
     ("config", (*FINETUNE, "--set", "max_length=1024"), "exceeds the model's 64 positions"),
@@ -734,6 +742,23 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(world, capsys, case):
     assert words in err, (words, err)
     assert snapshot(world) == before, "files changed"
     assert not (world / "PWNED").exists()
+
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune"])
+def test_compile_where_torch_cannot_is_one_line_naming_the_fallback(world, capsys, monkeypatch,
+                                                                    command):
+    from electra.train import runtime
+
+    monkeypatch.setattr(runtime, "compile_missing", lambda device: "no C++ compiler found")
+    args, key = (PRETRAIN, "train.compile") if command == "pretrain" else (FINETUNE, "compile")
+    argv = resolve((*args, "--set", f"{key}=true"), world, 1000)
+    before = snapshot(world)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"electra: error: {key}=true: no C++ compiler found; run without it "
+                   f"(--set {key}=false)"), err
+    assert snapshot(world) == before
 
 
 def test_the_matrix_covers_every_command_and_category():

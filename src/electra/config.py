@@ -397,6 +397,12 @@ class TrainConfig:
     parallel: str = "ddp"
     """Under torchrun: ddp (each process holds the whole model) or fsdp (parameters,
     gradients and optimizer state sharded over processes, for models too big for one)."""
+    unpad: bool = False
+    """Compute only the real tokens of a padded batch (packed after the embeddings,
+    variable-length attention, repadded for the heads). Off: pretraining rows are ~7%
+    padding, and on a CPU packing them costs more than it saves (bench/RESULTS.md)."""
+    compile: bool = False
+    """torch.compile the model (the first steps compile it; a GPU's win, off by default)."""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -646,6 +652,11 @@ class FinetuneConfig:
     """Batches of examples of similar length (each group of 50 random batches sorted by
     length, its batches shuffled; transformers' group_by_length), so less padding is
     computed; off: the paper's uniformly random batches."""
+    unpad: bool = True
+    """Compute only the real tokens of a padded batch (packed after the embeddings,
+    variable-length attention, repadded for the head); off: every position of the batch."""
+    compile: bool = False
+    """torch.compile the model (the first steps compile it; a GPU's win, off by default)."""
     max_train_examples: int = 0
     """>0: a fixed random subset of the training set (the same for every seed)."""
     save_every: int = 0

@@ -54,7 +54,7 @@ from electra.train.finetuning import (
     evaluate_model,
     finetune_one,
 )
-from electra.train.runtime import Runtime, start
+from electra.train.runtime import Runtime, check_compile, start
 
 
 def model_source(model: str | None = None, random_init: str | None = None,
@@ -196,6 +196,7 @@ def run_finetune(source: ModelSource, data: TaskData, out: str | Path, cfg: Fine
     read, which the output may not overwrite (the model's folders are added).
     """
     rt = rt or Runtime()
+    check_compile(cfg.compile, rt.device, "compile")
     out = Path(out)
     inputs = [*(inputs or []), ("--model", source.init), ("--tokenizer", source.tokenizer)]
     with claim_out(out, "finetune", "finetune", overwrite=overwrite, resume=resume,

@@ -20,6 +20,7 @@ from a stream of each rank's own. Rank 0 writes everything.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +45,18 @@ from electra.io.models import open_model
 from electra.io.outputs import Claim, claim_out
 from electra.io.tokenizer import SIDECAR, SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.model import count_parameters
-from electra.objectives.masking import Noise, Norm, choose
+from electra.objectives.masking import Noise, Norm, choose, slots
 from electra.objectives.pretraining import ElectraPretrainingModel, begin_step, stage_at
 from electra.train.checkpoint import latest_checkpoint
 from electra.train.optim import param_groups
-from electra.train.runtime import Runtime, autocast, resolve_device, resolve_precision, start
+from electra.train.runtime import (
+    Runtime,
+    autocast,
+    check_compile,
+    resolve_device,
+    resolve_precision,
+    start,
+)
 from electra.train.trainer import RandomStreams, Settings, Trainer, add_into, pool
 
 # Settings that may change when a run is resumed; all others must match the saved run.
@@ -102,6 +110,7 @@ class Pretraining:
 def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
     """Run (or resume) pretraining; returns the last logged metrics."""
     rt = rt or Runtime(device=resolve_device(opt.device))
+    check_compile(opt.config.train.compile, rt.device, "train.compile")
     inputs = [("--data", opt.data), ("--init", opt.init)]
     with claim_out(opt.out, "run", "pretrain", overwrite=opt.overwrite, resume=opt.resume,
                    inputs=inputs, rt=rt) as claim:
@@ -264,7 +273,8 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
                              "preparing the run folder")
 
     torch.manual_seed(tc.seed)  # the same initial weights on every rank
-    model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special, rt.kernels)
+    kernels = rt.model_kernels(tc.unpad)
+    model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special, kernels)
     if model.method.needs_unigram(cfg.objective):
         model.set_unigram(_unigram_counts(data))
     if init is not None and resume_from is None:
@@ -276,7 +286,7 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
         model, cfg, rt, out=Path(opt.out), config=run_config, progress=opt.progress,
         stateful={"loader": loader}, resume=resume_from,
         rebuild=lambda: ElectraPretrainingModel(cfg.model, cfg.objective, data.special,
-                                                rt.kernels))
+                                                kernels))
     if trainer.saved_world_size != rt.world_size:
         trainer.say(f"electra: resuming a {trainer.saved_world_size}-process run with "
                     f"{rt.world_size}: same step and data position; dropout streams restart, "
@@ -302,7 +312,7 @@ def make_trainer(model: ElectraPretrainingModel, cfg: RunConfig, rt: Runtime,
                         grad_clip=tc.grad_clip, betas=(tc.adam_beta1, tc.adam_beta2),
                         eps=tc.adam_eps, max_nonfinite_skips=tc.max_nonfinite_skips,
                         keep_checkpoints=tc.keep_checkpoints, parallel=tc.parallel,
-                        prefix="train.",
+                        compile=tc.compile, prefix="train.",
                         # two-stage: one part of the model gets no gradient in each stage
                         find_unused=bool(cfg.objective.two_stage_steps))
     # Masking and sampling draw from one stream shared by all ranks (each takes its rows of
@@ -343,7 +353,10 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
                         f"{rt.world_size} process(es) x train.grad_accum={tc.grad_accum} "
                         f"equal micro-batches; choose a batch divisible by both")
     loader = BatchLoader(data, per_rank, seed=tc.seed, rank=rt.rank, world_size=rt.world_size)
-    cfg = RunConfig(model=model_cfg, objective=cfg.objective, train=tc)
+    # The run's config names its slots (unset: derived from the data's sequence length).
+    objective = dataclasses.replace(cfg.objective,
+                                    max_predictions=slots(cfg.objective, data.seq_len))
+    cfg = RunConfig(model=model_cfg, objective=objective, train=tc)
     return data, val, init, cfg, loader, per_rank // tc.grad_accum
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from helpers import make_batch, tiny_config
 
@@ -57,3 +58,35 @@ def test_block_uses_sdpa_outside_cpu_training_with_attention_dropout(monkeypatch
     assert calls == []
     assert kernels.kernels_for("cpu") is kernels.FAST_CPU
     assert kernels.kernels_for("meta") is kernels.REFERENCE  # any other device: torch's
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("padded", [True, False])
+def test_a_compiled_block_equals_the_eager_one(padded):
+    """``train.compile`` compiles each block (``compile_unit``): its outputs and gradients
+    equal eager's (1e-5), padded and unpadded."""
+    import copy
+
+    from electra.model import Block
+    from electra.model.kernels import FAST_CPU
+
+    torch.manual_seed(0)
+    cfg = tiny_config(hidden_dropout=0.0, attention_dropout=0.0)
+    eager = Block(cfg)
+    compiled = copy.deepcopy(eager)
+    compiled.compile()
+    _, mask, _ = make_batch([12, 7, 3], 12)
+    layout = FAST_CPU.layout(None if padded else mask)
+    x = torch.randn(3, 12, cfg.hidden_size)
+    x = layout.tokens(x)
+    results = []
+    for block in (eager, compiled):
+        inp = x.clone().requires_grad_()
+        out = block(inp, layout)
+        (out.pow(2).mean()).backward()
+        results.append((out.detach(), inp.grad, [p.grad for p in block.parameters()]))
+    (a, ga, pa), (b, gb, pb) = results
+    torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gb, ga, rtol=1e-5, atol=1e-5)
+    for p, q in zip(pa, pb, strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-5)

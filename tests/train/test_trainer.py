@@ -119,3 +119,13 @@ def test_the_fused_step_skips_a_nonfinite_step_on_the_device_and_stops_at_the_li
     t.train_step(poisoned, tokens=8)
     with pytest.raises(TrainingDiverged, match=r"in 1 of the 1 steps up to step 3;.*skips"):
         t.metrics()
+
+
+def test_compile_compiles_each_compile_unit_of_the_model():
+    class Unit(nn.Linear):
+        compile_unit = True
+
+    model = nn.Sequential(Unit(4, 4), nn.Linear(4, 1), Unit(1, 1))
+    t = trainer(model, compile=True)
+    compiled = [m._compiled_call_impl is not None for m in t.model]
+    assert compiled == [True, False, True]

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from electra.config import ModelConfig
-from electra.model.kernels import FAST_CPU, Kernels
+from electra.model.kernels import FAST_CPU, Kernels, Layout
 
 
 class Dropout(nn.Module):
@@ -94,6 +94,8 @@ class GDESEmbeddings(Embeddings):
 class Block(nn.Module):
     """Post-LN transformer block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), as in BERT."""
 
+    compile_unit = True  # what ``train.compile`` compiles (electra.train.trainer)
+
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
         super().__init__()
         self.kernels = kernels = kernels or FAST_CPU
@@ -111,21 +113,16 @@ class Block(nn.Module):
         self.dropout = Dropout(cfg.hidden_dropout, kernels)
         self.probs_dropout = Dropout(cfg.attention_dropout, kernels)  # written attention
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
-        B, T, H = x.shape
-        nh = self.num_heads
-
-        def heads(t: torch.Tensor) -> torch.Tensor:
-            return t.view(B, T, nh, H // nh).transpose(1, 2)  # (B, nh, T, hs)
-
-        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
-        a = self.kernels.attention(q, k, v, attn_mask,
-                                   self.attention_dropout if self.training else 0.0,
-                                   self.probs_dropout)  # (B, nh, T, hs)
-        a = a.transpose(1, 2).reshape(B, T, H)
+    def forward(self, x: torch.Tensor, layout: Layout) -> torch.Tensor:
+        """(B, T, H), or (N, H) under an unpadded layout, to the same shape."""
+        # Q, K and V in one matrix multiply; the three modules stay (transformers' keys).
+        qkv = F.linear(x, torch.cat([self.query.weight, self.key.weight, self.value.weight]),
+                       torch.cat([self.query.bias, self.key.bias, self.value.bias]))
+        a = layout.attend(self.kernels, qkv, self.num_heads,
+                          self.attention_dropout if self.training else 0.0, self.probs_dropout)
         x = self.attention_norm(x + self.dropout(self.attention_out(a)))
         h = self.ffn_out(F.gelu(self.ffn_in(x)))
-        return self.ffn_norm(x + self.dropout(h))  # (B, T, H)
+        return self.ffn_norm(x + self.dropout(h))
 
 
 class Encoder(nn.Module):
@@ -135,6 +132,7 @@ class Encoder(nn.Module):
                  kernels: Kernels | None = None) -> None:
         super().__init__()
         self.config = cfg
+        self.kernels = kernels or FAST_CPU
         self.embeddings = embeddings if embeddings is not None else Embeddings(cfg, kernels)
         E = self.embeddings.word_embeddings.embedding_dim
         # The projection exists exactly when transformers' ElectraModel has `embeddings_project`.
@@ -150,15 +148,13 @@ class Encoder(nn.Module):
         """Hidden states (B, T, H). ``attention_mask`` (B, T) is 1/True on real tokens."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        x = self.embeddings(input_ids, token_type_ids)
+        layout = self.kernels.layout(attention_mask)
+        x = layout.tokens(self.embeddings(input_ids, token_type_ids))
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        attn_mask = None
-        if attention_mask is not None:
-            attn_mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T): keys to attend
         for layer in self.layers:
-            x = layer(x, attn_mask)
-        return x
+            x = layer(x, layout)
+        return layout.repad(x)  # (B, T, H), zeros at padding when unpadded
 
 
 def init_weights(module: nn.Module, std: float, skip: nn.Module | None = None) -> None:

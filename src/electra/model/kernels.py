@@ -51,14 +51,120 @@ def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return probs.to(v.dtype) @ v
 
 
+def _varlen_attn() -> Callable[..., torch.Tensor] | None:
+    """torch's FlashAttention over packed sequences (``torch.nn.attention.varlen``, CUDA, 16-bit
+    inputs), where this torch has it."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
+class Layout:
+    """Which tokens of a (B, T) batch the blocks compute, and how they attend. Built once per
+    forward by :meth:`Kernels.layout`; the blocks run on ``tokens(x)``, the heads read
+    ``repad(x)``."""
+
+    def tokens(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def repad(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def attend(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
+               dropout: torch.nn.Module) -> torch.Tensor:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Padded(Layout):
+    """Every position computed; ``mask`` (B, 1, 1, T) bool marks the keys to attend, None:
+    every one (no padding: SDPA without a mask, FlashAttention's case on a GPU)."""
+
+    mask: torch.Tensor | None
+
+    def attend(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
+               dropout: torch.nn.Module) -> torch.Tensor:
+        """Fused projections (B, T, 3H) -> attention (B, T, H)."""
+        B, T, three_h = qkv.shape
+        H = three_h // 3
+        q, k, v = qkv.view(B, T, 3, num_heads, H // num_heads).permute(2, 0, 3, 1, 4)
+        a = kernels.attention(q, k, v, self.mask, p, dropout)  # (B, nh, T, hs)
+        return a.transpose(1, 2).reshape(B, T, H)
+
+
+@dataclass(frozen=True)
+class Unpadded(Layout):
+    """Only the N real tokens computed (ModernBERT's and MosaicBERT's unpadding): rows packed
+    after the embeddings, attention over each sequence, repadded (zeros) for the heads.
+    Attention runs FlashAttention's variable-length kernel where :attr:`Kernels.varlen` and
+    the inputs allow it (16-bit, no attention dropout), else over the repadded rows with the
+    mask: the projections and the feed-forward layers, most of a step, cost N rows, not B·T."""
+
+    index: torch.Tensor  # (N,) the real tokens' positions in the flattened (B·T) batch
+    cu_seqlens: torch.Tensor  # (B + 1,) int32, where each sequence starts among the N
+    max_len: int
+    shape: tuple[int, int]  # (B, T)
+    padded: Padded  # the same batch padded, with its mask: the fallback's attention
+
+    @staticmethod
+    def of(mask: torch.Tensor) -> Unpadded:
+        """The layout of a (B, T) bool mask, real tokens first in each row (reads it: a sync
+        on a GPU)."""
+        B, T = mask.shape
+        lengths = mask.sum(1, dtype=torch.int32)
+        return Unpadded(mask.reshape(-1).nonzero().squeeze(1),
+                        F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0)),
+                        int(lengths.max()), (B, T), Padded(mask[:, None, None, :]))
+
+    def tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) -> (N, ...)."""
+        return x.flatten(0, 1).index_select(0, self.index)
+
+    def repad(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, ...) -> (B, T, ...), zeros at the padding."""
+        B, T = self.shape
+        out = x.new_zeros(B * T, *x.shape[1:]).index_copy(0, self.index, x)
+        return out.view(B, T, *x.shape[1:])
+
+    def attend(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
+               dropout: torch.nn.Module) -> torch.Tensor:
+        """Fused projections (N, 3H) -> attention (N, H)."""
+        N, three_h = qkv.shape
+        varlen = _varlen_attn() if kernels.varlen and p == 0 else None
+        if varlen is None or qkv.dtype not in (torch.float16, torch.bfloat16):
+            return self.tokens(self.padded.attend(kernels, self.repad(qkv), num_heads, p,
+                                                  dropout))
+        q, k, v = qkv.view(N, 3, num_heads, three_h // 3 // num_heads).unbind(1)
+        a = varlen(q, k, v, self.cu_seqlens, self.cu_seqlens, self.max_len, self.max_len)
+        return a.reshape(N, three_h // 3)
+
+
 @dataclass(frozen=True)
 class Kernels:
     """How the model drops out and attends. ``written_attention``: attention with dropout in
-    training runs :func:`written_attention` with the block's own dropout (else SDPA)."""
+    training runs :func:`written_attention` with the block's own dropout (else SDPA).
+    ``unpad``: a padded batch computes only its real tokens (:class:`Unpadded`); ``varlen``:
+    their attention may run FlashAttention's variable-length kernel."""
 
     name: str
     dropout: Callable[[torch.Tensor, float], torch.Tensor]  # training-mode dropout of x at p
     written_attention: bool
+    unpad: bool = True
+    varlen: bool = False
+
+    def layout(self, attention_mask: torch.Tensor | None) -> Layout:
+        """The layout of a batch with this (B, T) mask (1/True on real tokens; None: no
+        padding)."""
+        if attention_mask is None:
+            return Padded(None)
+        mask = attention_mask.bool()
+        if not self.unpad:
+            return Padded(mask[:, None, None, :])
+        if mask.all():  # no padding: attention without a mask (FlashAttention on a GPU)
+            return Padded(None)
+        return Unpadded.of(mask)
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   attn_mask: torch.Tensor | None, p: float,
@@ -70,7 +176,7 @@ class Kernels:
 
 
 FAST_CPU = Kernels("fast-cpu", lane_dropout, written_attention=True)
-REFERENCE = Kernels("reference", torch_dropout, written_attention=False)
+REFERENCE = Kernels("reference", torch_dropout, written_attention=False, varlen=True)
 KERNELS = {k.name: k for k in (FAST_CPU, REFERENCE)}
 
 

@@ -42,6 +42,16 @@ class QuestionAnswerer(EncoderWithHead):
         self.head_out = nn.Linear(cfg.hidden_size, 2)
         init_weights(self, cfg.initializer_range)
 
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Start and end logits (B, T, 2); padding's are the dtype's lowest, so an answer's
+        softmax is over the real tokens alone (how much padding a batch has changes
+        nothing)."""
+        out = super().forward(input_ids, attention_mask, token_type_ids)
+        if attention_mask is None:
+            return out
+        return out.masked_fill(~attention_mask.bool()[..., None], torch.finfo(out.dtype).min)
+
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Hidden states (B, T, H) -> start and end logits (B, T, 2)."""
         return self.head_out(h)

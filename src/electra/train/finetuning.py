@@ -166,7 +166,8 @@ def setup(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneConfig, se
     """The task's head on the source's encoder (seeded), the training set encoded, and the
     trainer with the paper's optimizer (AdamW, layer-wise decay) and schedule."""
     torch.manual_seed(seed)
-    model = data.head.build(source.config, data.labels, data.regression, rt.kernels)
+    model = data.head.build(source.config, data.labels, data.regression,
+                            rt.model_kernels(cfg.unpad))
     if source.encoder is not None:
         folders.fit(model.encoder, source.encoder, source.init)  # type: ignore[arg-type]
     train = data.head.encode(tok, _training_examples(data, cfg), data, cfg)
@@ -180,7 +181,8 @@ def setup(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneConfig, se
                         warmup_steps=int(cfg.warmup_fraction * total),
                         precision=cfg.precision, grad_accum=cfg.grad_accum,
                         grad_clip=cfg.grad_clip, max_nonfinite_skips=cfg.max_nonfinite_skips,
-                        keep_checkpoints=cfg.keep_checkpoints, prefix="")
+                        keep_checkpoints=cfg.keep_checkpoints, compile=cfg.compile,
+                        prefix="")
     trainer = Trainer(
         model, rt, settings,
         lambda m: layerwise_groups(m, cfg.lr, cfg.layer_decay, cfg.weight_decay),  # type: ignore[arg-type]

@@ -29,6 +29,7 @@ jemalloc is left alone.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -114,6 +115,39 @@ def resolve_precision(device: torch.device, precision: str) -> str:
     return "fp32"
 
 
+def fast_fp32(device: torch.device, precision: str) -> None:
+    """fp32 on a GPU multiplies in TF32 (tensor cores; 10-bit mantissa products, fp32
+    accumulation), as transformers' ``tf32`` and most training code do; a CPU has nothing
+    alike."""
+    if device.type == "cuda" and precision == "fp32":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def compile_missing(device: torch.device) -> str | None:
+    """Why ``torch.compile`` cannot run on ``device`` here (None: it can): it needs dynamo's
+    support of this Python, and inductor a C++ compiler (CPU) or Triton (GPU)."""
+    import shutil
+
+    if not hasattr(torch, "compile") or not torch._dynamo.is_dynamo_supported():
+        return f"torch {torch.__version__} cannot compile on this Python"
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        return None if has_triton() else "Triton is not installed (pip install triton)"
+    if not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "c++", "clang++")):
+        return "no C++ compiler found (inductor needs g++ or clang++ on a CPU)"
+    return None
+
+
+def check_compile(enabled: bool, device: torch.device, key: str) -> None:
+    """``key=true`` (``train.compile``...) where torch cannot compile: a UserError naming
+    the fallback, before anything is written."""
+    missing = compile_missing(device) if enabled else None
+    if missing:
+        raise UserError(f"{key}=true: {missing}; run without it (--set {key}=false)")
+
+
 def _cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively (AMX tiles or AVX512-BF16)."""
     cpu = torch.cpu
@@ -161,6 +195,10 @@ class Runtime:
         """The model's dropout and attention for this device, chosen once: what every model
         this process trains is built with (``electra.model.kernels``)."""
         return self.chosen_kernels or kernels_for(self.device)
+
+    def model_kernels(self, unpad: bool) -> Kernels:
+        """:attr:`kernels`, unpadding padded batches or not."""
+        return dataclasses.replace(self.kernels, unpad=unpad)
 
     @property
     def device_ids(self) -> list[torch.device] | None:

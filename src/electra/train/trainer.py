@@ -47,7 +47,14 @@ from electra.train import parallel
 from electra.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from electra.train.metrics import MetricsLog
 from electra.train.optim import adamw, warmup_linear
-from electra.train.runtime import Runtime, autocast, grad_scaler, rank_seed, resolve_precision
+from electra.train.runtime import (
+    Runtime,
+    autocast,
+    fast_fp32,
+    grad_scaler,
+    rank_seed,
+    resolve_precision,
+)
 
 # A micro-batch: (loss, statistics) from the step model and the micro-batch's index. The loss
 # is this rank's share of the global batch's mean loss; each statistic is detached float64,
@@ -82,6 +89,9 @@ class Settings:
     parallel: str = "ddp"
     find_unused: bool = False
     """DDP: parameters that get no gradient in some steps (two-stage training)."""
+    compile: bool = False
+    """torch.compile the model's repeated blocks (modules with ``compile_unit``): one graph
+    serves every layer, and what lies between (sampling, losses) stays eager."""
     prefix: str = "train."
     """How the user names these settings in ``--set`` (``train.lr`` or ``lr``), for messages."""
 
@@ -239,11 +249,16 @@ class Trainer:
         self.model = model.to(rt.device)
         self.step_model = parallel.wrap(self.model, rt, settings.parallel,
                                         settings.find_unused)
+        if settings.compile:  # the command checked that torch can (check_compile)
+            for m in self.model.modules():  # each block, compiled once for all of them
+                if getattr(m, "compile_unit", False):
+                    m.compile()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = adamw(groups(self.model), settings.lr, settings.betas, settings.eps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, warmup_linear(settings.warmup_steps, settings.max_steps))
         self.precision = resolve_precision(rt.device, settings.precision)  # once, not per step
+        fast_fp32(rt.device, self.precision)
         self.scaler = grad_scaler(rt.device, self.precision)
         # Skip a non-finite step on the device (found_inf) where the optimizer can.
         self.sync_free = bool(self.optimizer.defaults.get("fused")) and self.scaler is None

@@ -1,0 +1,167 @@
+"""`electra finetune` against a plain transformers fine-tuning loop, the whole command of each
+timed interleaved in one run (one repeat: every side once, in turn).
+
+    python bench/finetune_vs_transformers.py [--tasks SST-2,MRPC,RTE] [--rows 2000]
+        [--repeats 3] [--before /tmp/electra-before] [--sides ours,ours-fp32,hf-fp32,...]
+
+ELECTRA-Small from random init (BERT's vocabulary), the same ``--rows`` training rows of a
+GLUE task from ../shared/data/glue (our ``max_train_examples`` subset), one epoch, batch 32,
+seed ``repeat + 1`` on every side; the dev set scored at the end. Sides:
+
+- ``ours``: `electra finetune` as a user runs it (default precision: bf16 autocast where the
+  CPU multiplies bf16 natively), which unpads; ``ours-grouped`` adds
+  ``--set group_by_length=true``; ``ours-fp32``: ``--set precision=fp32``.
+- ``before`` / ``before-fp32``: the same command from another checkout (``--before``, e.g. a
+  worktree of the commit before unpadding).
+- ``hf-fp32`` / ``hf-bf16``: transformers' ``ElectraForSequenceClassification`` built from
+  an ``ElectraConfig`` of the same shape, ``BertTokenizerFast`` on the same vocabulary,
+  ``DataCollatorWithPadding`` (dynamic padding, what ``Trainer`` does) over shuffled batches,
+  torch's AdamW (lr 3e-4, weight decay 0.01, eps 1e-6), linear warmup (10%) and decay, clipping
+  at 1.0; ``hf-bf16`` under CPU bf16 autocast. The script (this file, ``--worker``) is timed
+  from its start, imports included, as ours is.
+
+Prints each side's seconds (min/median/max), its dev scores by seed, and every side's paired
+ratio against ``hf-fp32``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GLUE = ROOT.parent / "shared" / "data" / "glue"
+VOCAB = ROOT.parent / "shared" / "data" / "vocab" / "bert-base-uncased-vocab.txt"
+SMALL = dict(vocab_size=30522, embedding_size=128, hidden_size=256, num_hidden_layers=12,
+             num_attention_heads=4, intermediate_size=1024, max_position_embeddings=512)
+
+
+def hf_worker(task: Path, rows: int, seed: int, precision: str) -> dict:
+    """One epoch of a plain transformers loop; returns the dev accuracy."""
+    import torch
+    from torch.utils.data import DataLoader
+    from transformers import (
+        BertTokenizerFast,
+        DataCollatorWithPadding,
+        ElectraConfig,
+        ElectraForSequenceClassification,
+        get_linear_schedule_with_warmup,
+    )
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from electra.data.tasks import glue_task, read_glue
+
+    spec = glue_task(task.name.lower().replace("-", ""))
+    train, dev = read_glue(spec, task, "train"), read_glue(spec, task, spec.dev[0])
+    pick = torch.randperm(len(train), generator=torch.Generator().manual_seed(0))
+    train = [train[i] for i in sorted(pick[:rows].tolist())]  # ours: max_train_examples
+    label = {name: i for i, name in enumerate(spec.labels)}
+    tok = BertTokenizerFast(vocab_file=str(VOCAB), do_lower_case=True)
+
+    def encode(examples):
+        pairs = examples[0].text_b is not None
+        enc = tok([e.text_a for e in examples], [e.text_b for e in examples] if pairs else None,
+                  truncation=True, max_length=128)
+        return [{**{k: v[i] for k, v in enc.items()}, "labels": label[e.label]}
+                for i, e in enumerate(examples)]
+
+    torch.manual_seed(seed)
+    model = ElectraForSequenceClassification(ElectraConfig(**SMALL, num_labels=len(label)))
+    collate = DataCollatorWithPadding(tok)
+    loader = DataLoader(encode(train), batch_size=32, shuffle=True, collate_fn=collate,
+                        drop_last=True)
+    steps = len(loader)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01, eps=1e-6)
+    schedule = get_linear_schedule_with_warmup(opt, int(0.1 * steps), steps)
+    half = precision == "bf16"
+    model.train()
+    for batch in loader:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=half):
+            loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        schedule.step()
+        opt.zero_grad(set_to_none=True)
+    model.eval()
+    right = 0
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=half):
+        for batch in DataLoader(encode(dev), batch_size=128, collate_fn=collate):
+            right += int((model(**batch).logits.argmax(-1) == batch["labels"]).sum())
+    return {"accuracy": right / len(dev)}
+
+
+def run(side: str, task: Path, out: Path, rows: int, seed: int,
+        before: Path | None) -> tuple[float, float]:
+    """(seconds, dev accuracy) of one side's whole command."""
+    if side.startswith("hf"):
+        cmd = [sys.executable, __file__, "--worker", str(task), str(rows), str(seed),
+               side.split("-")[1]]
+        env_src = ROOT
+    else:
+        cmd = [sys.executable, "-m", "electra", "finetune", "--random-init", "small",
+               "--tokenizer", str(VOCAB), "--task", task.name.lower().replace("-", ""),
+               "--data", str(task), "--out", str(out), "--quiet", "--seeds", str(seed),
+               "--set", "epochs=1", "--set", f"max_train_examples={rows}"]
+        cmd += ["--set", "precision=fp32"] if side.endswith("fp32") else []
+        cmd += ["--set", "group_by_length=true"] if side.endswith("grouped") else []
+        env_src = before if side.startswith("before") else ROOT
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(env_src / "src")}
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - t0
+    if side.startswith("hf"):
+        return seconds, json.loads(done.stdout.strip().splitlines()[-1])["accuracy"]
+    return seconds, json.loads((out / "results.json").read_text())["median"]["accuracy"]
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        task, rows, seed, precision = sys.argv[2:6]
+        print(json.dumps(hf_worker(Path(task), int(rows), int(seed), precision)))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", default="SST-2,MRPC,RTE")
+    ap.add_argument("--rows", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sides", default="hf-fp32,ours,ours-fp32,ours-grouped")
+    ap.add_argument("--before", type=Path, help="another checkout, for sides before*")
+    args = ap.parse_args()
+    sides = args.sides.split(",")
+    if not GLUE.is_dir():
+        raise SystemExit(f"{GLUE}: absent (this bench needs ../shared/data/glue)")
+    for name in args.tasks.split(","):
+        times: dict[str, list[float]] = {s: [] for s in sides}
+        scores: dict[str, list[float]] = {s: [] for s in sides}
+        with tempfile.TemporaryDirectory() as tmp:
+            for r in range(args.repeats):
+                for side in sides:
+                    seconds, acc = run(side, GLUE / name, Path(tmp) / f"{side}-{r}",
+                                       args.rows, r + 1, args.before)
+                    times[side].append(seconds)
+                    scores[side].append(acc)
+                    print(f"  {name} repeat {r} {side}: {seconds:.1f} s, dev {acc:.4f}",
+                          flush=True)
+        print(f"{name}, {args.rows} rows, 1 epoch, ELECTRA-Small from random init, "
+              f"{args.repeats} interleaved repeats (seeds 1..{args.repeats})")
+        for side in sides:
+            v = times[side]
+            line = (f"{side:13s} seconds min/med/max {min(v):6.1f} {statistics.median(v):6.1f} "
+                    f"{max(v):6.1f}   dev acc by seed {[round(a, 4) for a in scores[side]]}")
+            if "hf-fp32" in times and side != "hf-fp32":
+                ratios = [h / s for h, s in zip(times["hf-fp32"], v, strict=True)]
+                line += (f"   hf-fp32/{side} min/med/max {min(ratios):.2f} "
+                         f"{statistics.median(ratios):.2f} {max(ratios):.2f}")
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Unpadding (``electra.model.kernels.Unpadded``): a padded batch computed on its real tokens
+only gives the padded computation's outputs, losses and gradients (fp32, 1e-6), on real text
+of mixed lengths, for the encoder under every head."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import tiny_config
+
+from electra.experiments.demo import python_docs_corpus
+from electra.io.tokenizer import train_tokenizer
+from electra.model import Discriminator, Generator
+from electra.model.kernels import FAST_CPU, REFERENCE, Padded, Unpadded, use
+from electra.tasks.qa import QuestionAnswerer
+from electra.tasks.sequence import SequenceClassifier
+from electra.tasks.tagging import TokenClassifier
+
+PADDED = dataclasses.replace(FAST_CPU, name="padded", unpad=False)
+
+
+@pytest.fixture(scope="module")
+def real_batch(tmp_path_factory):
+    """Python's own documentation, tokenized: 8 paragraphs of 7 to 64 tokens, padded."""
+    lines = [line for doc in python_docs_corpus(300_000) for line in doc if len(line) > 20]
+    folder = tmp_path_factory.mktemp("tok")
+    (folder / "text.txt").write_text("\n".join(lines))
+    tok = train_tokenizer([str(folder / "text.txt")], 1000, folder / "tokenizer")
+    tok.enable_truncation(64)
+    picks = [lines[i] for i in (3, 40, 41, 100, 250, 400, 777, 1000)]
+    enc = [e.ids for e in tok.encode_batch(picks)]
+    T = max(map(len, enc))
+    ids = torch.tensor([e + [0] * (T - len(e)) for e in enc])
+    mask = (torch.arange(T)[None, :] < torch.tensor([len(e) for e in enc])[:, None]).long()
+    assert len({len(e) for e in enc}) >= 5 and mask.float().mean() < 0.8  # mixed, padded
+    types = torch.zeros_like(ids)
+    types[:, T // 2:] = 1
+    return ids, mask, types, tok.get_vocab_size()
+
+
+def both(model: torch.nn.Module, fn):
+    """``fn(model)`` (a loss) and the gradients, padded and unpadded."""
+    out = []
+    for kernels in (PADDED, FAST_CPU):
+        use(model, kernels)
+        model.zero_grad(set_to_none=True)
+        loss = fn(model)
+        loss.backward()
+        out.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                    if p.grad is not None}))
+    return out
+
+
+def assert_same(a, b):
+    (loss_a, grads_a), (loss_b, grads_b) = a, b
+    torch.testing.assert_close(loss_b, loss_a, rtol=0, atol=1e-6)
+    assert grads_a.keys() == grads_b.keys() and len(grads_a) > 10
+    for name in grads_a:
+        torch.testing.assert_close(grads_b[name], grads_a[name], rtol=1e-5, atol=1e-6,
+                                   msg=name)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_unpadded_discriminator_equals_padded(real_batch, train):
+    ids, mask, types, V = real_batch
+    torch.manual_seed(0)
+    d = Discriminator(tiny_config(vocab_size=V, hidden_dropout=0.0, attention_dropout=0.0))
+    d.train(train)
+    real = mask.bool()
+    labels = (ids % 3 == 0).float()
+    outs = []
+    for kernels in (PADDED, FAST_CPU):
+        use(d, kernels)
+        outs.append(d(ids, mask, types))
+    torch.testing.assert_close(outs[1][real], outs[0][real], rtol=0, atol=1e-6)
+    assert torch.equal(outs[1][~real], torch.zeros_like(outs[1][~real]))  # repadded: zeros
+    assert_same(*both(d, lambda m: F.binary_cross_entropy_with_logits(
+        m(ids, mask, types)[real], labels[real])))
+
+
+def test_unpadded_generator_and_heads_equal_padded(real_batch):
+    ids, mask, types, V = real_batch
+    cfg = tiny_config(vocab_size=V, hidden_dropout=0.0, attention_dropout=0.0)
+    torch.manual_seed(0)
+    positions = torch.stack([torch.randperm(int(n))[:4] for n in mask.sum(1)])
+    g = Generator(cfg)
+    assert_same(*both(g, lambda m: F.cross_entropy(
+        m(ids, mask, types, positions).flatten(0, 1), ids.gather(1, positions).flatten())))
+    y = torch.arange(len(ids)) % 2
+    assert_same(*both(SequenceClassifier(cfg, 2),
+                      lambda m: F.cross_entropy(m(ids, mask, types), y)))
+    tags = ids % 5
+    assert_same(*both(TokenClassifier(cfg, 5), lambda m: F.cross_entropy(
+        m(ids, mask, types)[mask.bool()], tags[mask.bool()])))
+    spans = torch.stack([torch.zeros(len(ids), dtype=torch.long), mask.sum(1) - 1], 1)
+    assert_same(*both(QuestionAnswerer(cfg), lambda m: (lambda o: F.cross_entropy(
+        o[..., 0], spans[:, 0]) + F.cross_entropy(o[..., 1], spans[:, 1]))(m(ids, mask, types))))
+
+
+def test_layouts(real_batch):
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
+    u = FAST_CPU.layout(mask)
+    assert isinstance(u, Unpadded)
+    assert u.index.tolist() == [0, 1, 2, 4, 8, 9, 10, 11]
+    assert u.cu_seqlens.tolist() == [0, 3, 4, 8] and u.cu_seqlens.dtype == torch.int32
+    assert u.max_len == 4 and u.shape == (3, 4)
+    x = torch.arange(12.0).view(3, 4, 1)
+    assert u.tokens(x).flatten().tolist() == [0, 1, 2, 4, 8, 9, 10, 11]
+    assert u.repad(u.tokens(x)).flatten().tolist() == [0, 1, 2, 0, 4, 0, 0, 0, 8, 9, 10, 11]
+    # No padding, or no mask: attention without a mask (FlashAttention's case on a GPU).
+    assert FAST_CPU.layout(torch.ones(2, 5)) == Padded(None)
+    assert FAST_CPU.layout(None) == Padded(None)
+    assert isinstance(PADDED.layout(mask), Padded) and PADDED.layout(mask).mask is not None
+
+
+def test_without_a_varlen_kernel_unpadded_attention_falls_back_to_the_padded_one(real_batch):
+    # The reference kernels ask for FlashAttention's varlen kernel; on a CPU, in fp32 (or
+    # bf16: it is CUDA's) attention runs over the repadded rows, and equals the padded run.
+    ids, mask, types, V = real_batch
+    torch.manual_seed(0)
+    d = Discriminator(tiny_config(vocab_size=V), kernels=REFERENCE).eval()
+    with torch.no_grad():
+        a = d(ids, mask, types)
+        use(d, dataclasses.replace(REFERENCE, unpad=False))
+        b = d(ids, mask, types)
+    torch.testing.assert_close(a[mask.bool()], b[mask.bool()], rtol=0, atol=1e-6)
