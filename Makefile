@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -q --disable-pip-version-check
 
-.PHONY: setup demo test test-fast lint bench
+.PHONY: setup demo test test-fast lint bench gpu-data
 setup: $(VENV)/.installed
 
 # torch first, pinned to the CPU wheel on this machine's disk; `torch>=2.4` in pyproject
@@ -31,3 +31,12 @@ test-fast: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# The GPU kit's data (bench/gpu_kit.py), inside the repo so it travels to a GPU machine that
+# has no ../shared: the first 4,000 SST-2 training rows, its dev set, BERT's vocabulary.
+SHARED ?= ../shared/data
+gpu-data:
+	mkdir -p bench/data/SST-2
+	head -n 4001 $(SHARED)/glue/SST-2/train.tsv > bench/data/SST-2/train.tsv
+	install -m 644 $(SHARED)/glue/SST-2/dev.tsv bench/data/SST-2/dev.tsv
+	install -m 644 $(SHARED)/vocab/bert-base-uncased-vocab.txt bench/data/vocab.txt

@@ -10,7 +10,8 @@ seed ``repeat + 1`` on every side; the dev set scored at the end. Sides:
 
 - ``ours``: `electra finetune` as a user runs it (default precision: bf16 autocast where the
   CPU multiplies bf16 natively), which unpads; ``ours-grouped`` adds
-  ``--set group_by_length=true``; ``ours-fp32``: ``--set precision=fp32``.
+  ``--set group_by_length=true``; ``ours-fp32``: ``--set precision=fp32``; ``ours-padded``:
+  ``--set unpad=false`` (every position computed; combinable: ``ours-grouped-fp32``).
 - ``before`` / ``before-fp32``: the same command from another checkout (``--before``, e.g. a
   worktree of the commit before unpadding).
 - ``hf-fp32`` / ``hf-bf16``: transformers' ``ElectraForSequenceClassification`` built from
@@ -110,7 +111,8 @@ def run(side: str, task: Path, out: Path, rows: int, seed: int,
                "--data", str(task), "--out", str(out), "--quiet", "--seeds", str(seed),
                "--set", "epochs=1", "--set", f"max_train_examples={rows}"]
         cmd += ["--set", "precision=fp32"] if side.endswith("fp32") else []
-        cmd += ["--set", "group_by_length=true"] if side.endswith("grouped") else []
+        cmd += ["--set", "group_by_length=true"] if "grouped" in side else []
+        cmd += ["--set", "unpad=false"] if "padded" in side else []
         env_src = before if side.startswith("before") else ROOT
     import os
 

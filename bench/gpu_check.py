@@ -1,6 +1,6 @@
 """The CUDA path in about a minute on one GPU: what nothing on the CPU machine can test.
 
-    python bench/gpu_check.py            # on a GPU machine (bench/compare_gpu.sh runs it)
+    python bench/gpu_check.py            # on a GPU machine (bench/gpu_kit.py uses its checks)
     python bench/gpu_check.py --smoke    # the same code on CPU at a tiny size (a dry run)
 
 1. fp32: one batch through the ELECTRA objective (ELECTRA-Small's shape, dropout off) on the

@@ -103,10 +103,10 @@ def snapshot(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*"))}
 
 def launch(nproc: int, *args, timeout: float = 240, prefix: list[str] | None = None,
-           ) -> subprocess.CompletedProcess:
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc-per-node N -m electra ARGS` (one thread per process)."""
     # faulthandler: a rank that dies in native code still shows where its Python was.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1", **(env or {})}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={nproc}", *(prefix or ["-m", "electra"]), *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

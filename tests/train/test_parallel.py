@@ -58,9 +58,10 @@ def setup(letters_data, tmp_path_factory) -> tuple[Path, Path]:
     return letters_data, config
 
 
-def pretrain(nproc: int, data: Path, config: Path, out: Path, *extra) -> None:
+def pretrain(nproc: int, data: Path, config: Path, out: Path, *extra,
+             env: dict[str, str] | None = None) -> None:
     res = launch(nproc, "pretrain", "--config", config, "--data", data, "--out", out,
-                 "--quiet", *extra)
+                 "--quiet", *extra, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
 
 
@@ -107,6 +108,46 @@ def test_two_processes_train_like_one(setup, tmp_path):
     assert [r["step"] for r in metrics(tmp_path / "two")] == list(range(1, 11))
     state = torch.load(tmp_path / "two/checkpoints/step-0000010/state.pt", weights_only=True)
     assert state["world_size"] == 2 and len(state["rng"]["ranks"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_one_process_in_a_process_group_trains_like_one_alone(setup, tmp_path, parallel):
+    """ELECTRA_PROCESS_GROUP=1: one process joins a process group of its own, so one GPU
+    runs NCCL, DDP and FSDP2 as a cluster does (here gloo); it trains as the lone process."""
+    data, config = setup
+    pretrain(1, data, config, tmp_path / "alone")
+    pretrain(1, data, config, tmp_path / "grouped", "--set", f"train.parallel={parallel}",
+             env={"ELECTRA_PROCESS_GROUP": "1"})
+    assert_same_run(tmp_path / "alone", tmp_path / "grouped", exact=False)
+    state = torch.load(tmp_path / "grouped/checkpoints/step-0000010/state.pt",
+                       weights_only=True)
+    assert state["world_size"] == 1
+
+
+def test_fsdp_mixed_precision_policy_follows_the_precision():
+    """FSDP2 under bf16 all-gathers bf16 parameters and reduces fp32 gradients; fp32 and fp16
+    keep fp32 parameters (autocast and the grad scaler do the rest)."""
+    from electra.train.parallel import mixed_precision
+    from electra.train.runtime import Runtime
+
+    bf16 = mixed_precision(Runtime(), "bf16")
+    assert (bf16.param_dtype, bf16.reduce_dtype) == (torch.bfloat16, torch.float32)
+    for precision in ("fp32", "fp16"):
+        assert mixed_precision(Runtime(), precision).param_dtype is None
+
+
+@pytest.mark.slow
+def test_fsdp_in_bf16_resumes_exactly(setup, tmp_path):
+    """FSDP2 with its bf16 policy (gloo): a run stopped and resumed equals the uninterrupted
+    one, bit for bit."""
+    data, config = setup
+    bf16 = ("--set", "train.parallel=fsdp", "--set", "train.precision=bf16")
+    pretrain(2, data, config, tmp_path / "a", *bf16)
+    pretrain(2, data, config, tmp_path / "b", *bf16, "--stop-after", "4")
+    pretrain(2, data, config, tmp_path / "b", *bf16, "--resume")
+    assert_same_run(tmp_path / "a", tmp_path / "b", exact=True)
+    assert metrics(tmp_path / "a")[-1]["loss"] < metrics(tmp_path / "a")[0]["loss"]
 
 
 @pytest.mark.slow

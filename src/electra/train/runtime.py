@@ -189,6 +189,7 @@ class Runtime:
     local_rank: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     chosen_kernels: Kernels | None = None  # None: the device's own (kernels_for)
+    grouped: bool = False  # in a process group of its own (ELECTRA_PROCESS_GROUP=1, one rank)
 
     @property
     def kernels(self) -> Kernels:
@@ -218,8 +219,9 @@ class Runtime:
 
     @property
     def enabled(self) -> bool:
-        """Launched by torchrun with more than one process."""
-        return self.world_size > 1
+        """Launched by torchrun with more than one process, or with one and
+        ``ELECTRA_PROCESS_GROUP=1`` (one GPU then runs NCCL, DDP and FSDP as a cluster does)."""
+        return self.world_size > 1 or self.grouped
 
     @property
     def is_main(self) -> bool:
@@ -295,9 +297,12 @@ def _shared(message: str) -> UserError:
 def launched() -> Runtime:
     """This process's place, from torchrun's environment (one process when absent)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    grouped = world == 1 and "RANK" in os.environ and os.environ.get(
+        "ELECTRA_PROCESS_GROUP") == "1"
+    if world <= 1 and not grouped:
         return Runtime()
-    return Runtime(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
+    return Runtime(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")),
+                   grouped=grouped)
 
 
 @contextlib.contextmanager
@@ -317,11 +322,13 @@ def start(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S,
         dev = torch.device("cuda", place.local_rank)
         torch.cuda.set_device(dev)
     joined = not dist.is_initialized()
-    if joined:
+    if joined:  # a GPU named up front: NCCL connects eagerly, on that device
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo",
-                                timeout=timedelta(seconds=timeout_s))
+                                timeout=timedelta(seconds=timeout_s),
+                                device_id=dev if dev.type == "cuda" else None)
     try:
-        yield Runtime(place.rank, place.world_size, place.local_rank, dev)
+        yield Runtime(place.rank, place.world_size, place.local_rank, dev,
+                      grouped=place.grouped)
     finally:
         if joined and dist.is_initialized():
             dist.destroy_process_group()

@@ -248,7 +248,7 @@ class Trainer:
             state, _ = rt.agree(lambda: load_checkpoint(resume, model), "loading the checkpoint")
         self.model = model.to(rt.device)
         self.step_model = parallel.wrap(self.model, rt, settings.parallel,
-                                        settings.find_unused)
+                                        settings.find_unused, settings.precision)
         if settings.compile:  # the command checked that torch can (check_compile)
             for m in self.model.modules():  # each block, compiled once for all of them
                 if getattr(m, "compile_unit", False):
