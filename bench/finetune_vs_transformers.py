@@ -59,7 +59,7 @@ def hf_worker(task: Path, rows: int, seed: int, precision: str) -> dict:
     from electra.data.tasks import glue_task, read_glue
 
     spec = glue_task(task.name.lower().replace("-", ""))
-    train, dev = read_glue(spec, task, "train"), read_glue(spec, task, spec.dev[0])
+    train, dev = read_glue(spec, task, "train"), read_glue(spec, task, next(iter(spec.dev)))
     pick = torch.randperm(len(train), generator=torch.Generator().manual_seed(0))
     train = [train[i] for i in sorted(pick[:rows].tolist())]  # ours: max_train_examples
     label = {name: i for i, name in enumerate(spec.labels)}
@@ -122,7 +122,7 @@ def run(side: str, task: Path, out: Path, rows: int, seed: int,
     seconds = time.perf_counter() - t0
     if side.startswith("hf"):
         return seconds, json.loads(done.stdout.strip().splitlines()[-1])["accuracy"]
-    return seconds, json.loads((out / "results.json").read_text())["median"]["accuracy"]
+    return seconds, json.loads((out / "results.json").read_text())["median"]["dev"]["accuracy"]
 
 
 def main() -> None:

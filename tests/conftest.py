@@ -32,8 +32,9 @@ def letters_data(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def fused(monkeypatch):
-    """AdamW fused, as on a GPU: the trainer's sync-free step (fused AdamW runs on a CPU)."""
-    from electra.train import optim
+def sync_free(monkeypatch):
+    """The CPU taken for a GPU, where reading a tensor waits for the device: the trainer's
+    sync-free step (fused AdamW's found_inf), the GPU's path, runs on the CPU."""
+    from electra.train import trainer
 
-    monkeypatch.setattr(optim, "optimizer_options", lambda device: {"fused": True})
+    monkeypatch.setattr(trainer, "host_reads_free", lambda device: False)

@@ -138,7 +138,7 @@ def test_full_disk_keeps_the_previous_checkpoint(data, tmp_path, monkeypatch):
 
 
 def test_the_sync_free_step_reads_nothing_on_the_host_and_trains_bitwise_as_before(
-        data, tmp_path, monkeypatch, fused):
+        data, tmp_path, monkeypatch, sync_free):
     # A GPU's path (fused AdamW) on the CPU: no step between two metrics lines waits for the
     # device, and the run's every metrics line and weight equal the host-checked step's.
     import electra.pretrain as command

@@ -79,8 +79,8 @@ def test_every_counts_the_steps_taken():
     assert not any(s[2] for s in seen)
 
 
-def test_the_fused_step_never_reads_the_device_and_trains_as_the_host_checked_one(
-        fused, monkeypatch):
+def test_the_sync_free_step_never_reads_the_device_and_trains_as_the_host_checked_one(
+        sync_free, monkeypatch):
     step = regression()
     weights = []
     for sync_free in (True, False):
@@ -98,7 +98,8 @@ def test_the_fused_step_never_reads_the_device_and_trains_as_the_host_checked_on
         assert torch.equal(a, b)  # bitwise
 
 
-def test_the_fused_step_skips_a_nonfinite_step_on_the_device_and_stops_at_the_line(fused):
+def test_the_sync_free_step_skips_a_nonfinite_step_on_the_device_and_stops_at_the_line(
+        sync_free):
     torch.manual_seed(1)
     t = trainer(nn.Linear(4, 1), max_nonfinite_skips=1)
     good = regression()

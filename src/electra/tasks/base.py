@@ -173,16 +173,29 @@ def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, **kw: Any) -> torc
 def logits(model: torch.nn.Module, batch: dict[str, torch.Tensor], precision: str = "auto",
            batch_size: int = 128) -> torch.Tensor:
     """The model's float32 outputs (on the CPU) for encoded inputs of one width, in eval mode
-    and in batches; the model's train/eval mode is restored after."""
+    and in batches, in the inputs' order; the model's train/eval mode is restored after.
+
+    Batches hold inputs of similar length (longest first), each cut to its longest row, so
+    little padding is computed; per-token outputs (B, T, ...) come back at the full width,
+    the dtype's lowest past each batch's cut (padding, which no caller reads)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
+    lengths = batch["attention_mask"].sum(1)
+    order = torch.argsort(lengths, descending=True, stable=True)
+    T = batch["input_ids"].shape[1]
     outs = []
-    for i in range(0, len(batch["input_ids"]), batch_size):
-        part = {k: batch[k][i : i + batch_size].to(device)
+    for i in range(0, len(order), batch_size):
+        rows = order[i : i + batch_size]
+        width = max(1, int(lengths[rows].max()))
+        part = {k: batch[k][rows, :width].to(device)
                 for k in ("input_ids", "attention_mask", "token_type_ids")}
         with autocast(device, precision):
             out = model(part["input_ids"], part["attention_mask"], part["token_type_ids"])
-        outs.append(out.float().cpu())
+        out = out.float().cpu()
+        if out.dim() == 3:  # per token: back to the full width
+            out = F.pad(out, (0, 0, 0, T - width), value=torch.finfo(out.dtype).min)
+        outs.append(out)
     model.train(was_training)
-    return torch.cat(outs)
+    out = torch.cat(outs)
+    return torch.empty_like(out).index_copy_(0, order, out)

@@ -59,7 +59,8 @@ def layerwise_groups(model: nn.Module, lr: float, decay: float,
 
 def adamw(groups: list[dict[str, Any]], lr: float, betas: tuple[float, float] = (0.9, 0.999),
           eps: float = 1e-6) -> torch.optim.AdamW:
-    """torch's AdamW, fused on GPU and foreach on CPU; ``lr`` for groups without their own."""
+    """torch's AdamW, fused (``runtime.optimizer_options``); ``lr`` for groups without their
+    own."""
     device = groups[0]["params"][0].device if groups and groups[0]["params"] else None
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **optimizer_options(device))
 

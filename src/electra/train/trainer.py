@@ -15,13 +15,13 @@ gradient all-reduce only on the last) and a backward (loss-scaled in fp16); whet
 is finite on every rank (a non-finite step is skipped, or stops the run naming the last good
 checkpoint); unscaling, clipping, AdamW, the schedule.
 
-With a fused AdamW (a GPU's) the step never waits for the device: the non-finite flag goes to
-the optimizer as its ``found_inf`` (the kernel leaves the weights and moments of a flagged
-step as they were, as a grad scaler's skipped step), token counts and statistics stay on the
-device, and all of it is read when a metrics line is made. A skipped step then still counts
-as a step, and a run that exceeds ``max_nonfinite_skips`` stops at that line. Elsewhere
-(foreach AdamW, a CPU's, where reading a value costs nothing; or fp16's grad scaler) the flag
-is read at once and a skipped step is not counted.
+On a GPU (fused AdamW, no grad scaler) the step never waits for the device: the
+non-finite flag goes to the optimizer as its ``found_inf`` (the kernel leaves the weights and
+moments of a flagged step as they were, as a grad scaler's skipped step), token counts and
+statistics stay on the device, and all of it is read when a metrics line is made. A skipped
+step then still counts as a step, and a run that exceeds ``max_nonfinite_skips`` stops at
+that line. On a CPU, where reading a value costs nothing, and under fp16's grad scaler the
+flag is read at once and a skipped step is not counted.
 
 What a checkpoint holds, and ``resume`` restores, is the whole state: weights, optimizer,
 schedule, scaler, step and token counts, every random stream (shared ones once, each rank's
@@ -52,6 +52,7 @@ from electra.train.runtime import (
     autocast,
     fast_fp32,
     grad_scaler,
+    host_reads_free,
     rank_seed,
     resolve_precision,
 )
@@ -260,8 +261,10 @@ class Trainer:
         self.precision = resolve_precision(rt.device, settings.precision)  # once, not per step
         fast_fp32(rt.device, self.precision)
         self.scaler = grad_scaler(rt.device, self.precision)
-        # Skip a non-finite step on the device (found_inf) where the optimizer can.
-        self.sync_free = bool(self.optimizer.defaults.get("fused")) and self.scaler is None
+        # Skip a non-finite step on the device (found_inf) where reading the flag would wait
+        # for the device and the optimizer can.
+        self.sync_free = (bool(self.optimizer.defaults.get("fused")) and self.scaler is None
+                          and not host_reads_free(rt.device))
         self.window = Window(rt.device)
         self.saved_world_size = rt.world_size  # of the checkpoint resumed from
         if state is not None:
