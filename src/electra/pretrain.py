@@ -37,7 +37,7 @@ from electra.config import (
     load_run_config,
     resumed_run_config,
 )
-from electra.data.loader import BatchLoader, ShardDataset
+from electra.data.loader import BatchLoader, Prefetched, ShardDataset
 from electra.errors import UserError
 from electra.io import folders
 from electra.io.files import disk_errors, read_json, write_json
@@ -104,7 +104,7 @@ class Pretraining:
     cfg: RunConfig  # the model's vocabulary and padding id set from the data
     micro: int  # examples per micro-batch
     trainer: Trainer
-    loader: BatchLoader
+    loader: Prefetched
 
 
 def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
@@ -352,7 +352,8 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
         raise UserError(f"train.batch_size={tc.batch_size} does not split into "
                         f"{rt.world_size} process(es) x train.grad_accum={tc.grad_accum} "
                         f"equal micro-batches; choose a batch divisible by both")
-    loader = BatchLoader(data, per_rank, seed=tc.seed, rank=rt.rank, world_size=rt.world_size)
+    loader = Prefetched(BatchLoader(data, per_rank, seed=tc.seed, rank=rt.rank,
+                                    world_size=rt.world_size), pin=rt.pins_memory)
     # The run's config names its slots (unset: derived from the data's sequence length).
     objective = dataclasses.replace(cfg.objective,
                                     max_predictions=slots(cfg.objective, data.seq_len))

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from helpers import write_corpus
 
 from electra.cli import main
 from electra.data import prepare as prep
-from electra.data.loader import BatchLoader, ShardDataset
+from electra.data.loader import BatchLoader, Prefetched, ShardDataset
 from electra.data.prepare import PrepareOptions, prepare
 from electra.errors import UserError
 from electra.io.tokenizer import load_tokenizer, tokenizer_checksum, train_tokenizer
@@ -138,6 +139,30 @@ def test_loader_resumes_mid_epoch_at_the_same_example(corpus, tmp_path):
     for x in rest:
         assert np.array_equal(next(b)["input_ids"], x)
     assert not np.array_equal(first[0], rest[0])
+
+
+def test_prefetching_hands_out_the_same_batches_and_positions(corpus, tmp_path):
+    # One batch ahead in a thread: the batches and, after each, the position a checkpoint
+    # saves are the plain loader's; loading a position mid-way forgets the batch read ahead.
+    # (Pinning, for a GPU, needs a CUDA runtime; the GPU kit's steps run it.)
+    pin = torch.cuda.is_available()
+    run_prepare(corpus, tmp_path / "out")
+    ds = ShardDataset(tmp_path / "out")
+    plain, ahead = BatchLoader(ds, batch_size=4, seed=3), Prefetched(
+        BatchLoader(ds, batch_size=4, seed=3), pin=pin)
+    n_steps = len(ds) // 4 + 5  # into the second epoch
+    for _ in range(n_steps):
+        a, b = next(plain), next(ahead)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        assert ahead.state_dict() == plain.state_dict()
+    back = BatchLoader(ds, batch_size=4, seed=3)
+    saved = ahead.state_dict()
+    expected = [next(ahead)["input_ids"] for _ in range(3)]
+    ahead.load_state_dict(saved)
+    back.load_state_dict(saved)
+    for x in expected:
+        assert torch.equal(next(ahead)["input_ids"], x)
+        assert torch.equal(next(back)["input_ids"], x)
 
 
 def test_ranks_read_disjoint_slices_of_the_global_batch(corpus, tmp_path):

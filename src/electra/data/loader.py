@@ -226,3 +226,41 @@ class BatchLoader:
         self.seed = int(state["seed"])
         self.state = LoaderState(int(state["epoch"]), int(state["position"]))
 
+
+
+class Prefetched:
+    """A :class:`BatchLoader` one batch ahead: the next batch is read (and, for a GPU, copied
+    into pinned memory, so that its transfer can overlap the step) in a thread while the
+    current step runs. The same batches in the same order; ``state_dict`` is the position
+    after the last batch handed out, so a checkpoint resumes exactly as without it."""
+
+    def __init__(self, loader: BatchLoader, pin: bool = False) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.loader, self.pin = loader, pin
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="electra-prefetch")
+        self.pending: Any = None  # the next batch's future
+        self.after = loader.state_dict()  # the position after the last batch handed out
+
+    def _read(self) -> dict[str, torch.Tensor]:
+        batch = next(self.loader)
+        return {k: v.pin_memory() for k, v in batch.items()} if self.pin else batch
+
+    def __iter__(self) -> Prefetched:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        batch = (self.pending or self.pool.submit(self._read)).result()
+        self.after = self.loader.state_dict()  # the thread is idle: the loader is still
+        self.pending = self.pool.submit(self._read)
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.after)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.pending is not None:
+            self.pending.result()  # let the read in flight end, then forget it
+            self.pending = None
+        self.loader.load_state_dict(state)
+        self.after = self.loader.state_dict()

@@ -208,6 +208,11 @@ class Runtime:
         return dataclasses.replace(self.kernels, unpad=unpad)
 
     @property
+    def pins_memory(self) -> bool:
+        """Whether batches are staged in pinned host memory (a GPU's asynchronous copies)."""
+        return self.device.type == "cuda"
+
+    @property
     def device_ids(self) -> list[torch.device] | None:
         """What DDP is given as ``device_ids``: this process's GPU (None on a CPU)."""
         return [self.device] if self.device.type == "cuda" else None
