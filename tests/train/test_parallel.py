@@ -139,12 +139,21 @@ def test_fsdp_mixed_precision_policy_follows_the_precision():
 
 @pytest.mark.slow
 def test_fsdp_in_bf16_resumes_exactly(setup, tmp_path):
-    """FSDP2 with its bf16 policy (gloo): a run stopped and resumed equals the uninterrupted
-    one, bit for bit."""
+    """FSDP2 with its bf16 policy (gloo): a run stopped and resumed from its sharded
+    checkpoint (torch.distributed.checkpoint) equals the uninterrupted one, bit for bit; a
+    damaged shard is refused before anything loads."""
     data, config = setup
     bf16 = ("--set", "train.parallel=fsdp", "--set", "train.precision=bf16")
     pretrain(2, data, config, tmp_path / "a", *bf16)
     pretrain(2, data, config, tmp_path / "b", *bf16, "--stop-after", "4")
+    shard = tmp_path / "b/checkpoints/step-0000004/optimizer/__0_0.distcp"
+    good = shard.read_bytes()
+    shard.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    res = launch(2, "pretrain", "--config", config, "--data", data, "--out", tmp_path / "b",
+                 "--quiet", *bf16, "--resume")
+    assert res.returncode != 0  # torchrun's own code; each rank exited 2 with the line
+    assert "optimizer/__0_0.distcp is corrupted (checksum mismatch)" in res.stderr
+    shard.write_bytes(good)
     pretrain(2, data, config, tmp_path / "b", *bf16, "--resume")
     assert_same_run(tmp_path / "a", tmp_path / "b", exact=True)
     assert metrics(tmp_path / "a")[-1]["loss"] < metrics(tmp_path / "a")[0]["loss"]
@@ -224,8 +233,18 @@ def test_fsdp_trains_like_ddp_and_resumes(setup, tmp_path):
     fsdp = ("--set", "train.parallel=fsdp")
     pretrain(2, data, config, tmp_path / "fsdp", *fsdp, "--stop-after", "3")
     pretrain(2, data, config, tmp_path / "fsdp", *fsdp, "--resume", "--stop-after", "3")
+    # Under FSDP the optimizer's state is each rank's shard (torch.distributed.checkpoint),
+    # in the checkpoint's manifest; the weights are whole.
+    ck = tmp_path / "fsdp/checkpoints/step-0000006"
+    shards = sorted(p.name for p in (ck / "optimizer").iterdir())
+    assert ".metadata" in shards and len(shards) >= 3, shards  # one file per rank at least
+    manifest = json.loads((ck / "manifest.json").read_text())
+    assert {f"optimizer/{n}" for n in shards} <= set(manifest)
+    assert "optimizer" not in torch.load(ck / "state.pt", weights_only=True)
     pretrain(2, data, config, tmp_path / "fsdp", "--resume")  # steps 7-10 with DDP
     assert_same_run(tmp_path / "ddp", tmp_path / "fsdp", exact=False)
+    ddp_ck = tmp_path / "fsdp/checkpoints/step-0000010"
+    assert "optimizer" in torch.load(ddp_ck / "state.pt", weights_only=True)
 
 
 @pytest.mark.slow

@@ -6,6 +6,8 @@ A checkpoint is a folder ``RUN/checkpoints/step-0000100/``::
     state.pt            optimizer, scheduler, RNG and data-position state
                         (plain tensors and containers: loads with weights_only=True)
     config.json         the resolved run config, step, tokens, tokenizer checksum
+    optimizer/          under FSDP: the optimizer's state, each rank's shard
+                        (torch.distributed.checkpoint), instead of state.pt holding it
     manifest.json       written last: size and sha256 of each file above
 
 It is written into ``step-0000100.partial/`` and renamed when complete, so a crash or a full
@@ -44,8 +46,10 @@ def step_dir(root: Path, step: int) -> Path:
 
 
 def save_checkpoint(root: Path, step: int, model: nn.Module, state: dict[str, Any],
-                    config: dict[str, Any], keep: int) -> Path:
+                    config: dict[str, Any], keep: int,
+                    move_in: dict[str, Path] | None = None) -> Path:
     """Write checkpoint ``step`` under ``root`` atomically, then keep only the last ``keep``.
+    ``move_in``: folders already written (FSDP's optimizer shards) moved in under a name.
 
     Raises:
         UserError: when writing fails (a full disk, say); the previous checkpoints stay.
@@ -57,8 +61,12 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, state: dict[str, An
         save_model(model, str(tmp / "model.safetensors"))
         torch.save(state, tmp / "state.pt")
         _fsync_write(tmp / "config.json", json.dumps(config, indent=2).encode())
+        for name, folder in (move_in or {}).items():
+            os.replace(folder, tmp / name)
+        names = [*FILES, *sorted(str(f.relative_to(tmp)) for name in (move_in or {})
+                                 for f in (tmp / name).rglob("*") if f.is_file())]
         manifest = {name: {"bytes": (tmp / name).stat().st_size,
-                           "sha256": sha256_file(tmp / name)} for name in FILES}
+                           "sha256": sha256_file(tmp / name)} for name in names}
         _fsync_write(tmp / "manifest.json", json.dumps(manifest, indent=2).encode())
     for old in list_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
@@ -92,7 +100,7 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
     except (OSError, ValueError, RecursionError):
         raise UserError(f"checkpoint {path} has no readable manifest.json; it is incomplete "
                         f"or corrupted: delete it to resume from an earlier one") from None
-    for name in FILES:
+    for name in dict.fromkeys([*FILES, *manifest]):  # FSDP's optimizer shards too
         f = path / name
         entry = manifest.get(name)
         problem = None

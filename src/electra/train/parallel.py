@@ -4,10 +4,12 @@
     with no_sync(step_model, sync=False): ...      # accumulate without the gradient all-reduce
 
 Under FSDP (``fully_shard`` on every transformer block, then on the root) each process holds a
-shard of every parameter, gradient and optimizer state. Checkpoints and final model folders
-hold whole tensors all the same (gathered tensor by tensor, :func:`unsharded`,
-:func:`optimizer_state`), laid out exactly as in a one-process run, so any run resumes any
-other and export reads them alike. In one process every function here is the identity.
+shard of every parameter, gradient and optimizer state. Checkpoints hold the whole weights
+all the same (gathered tensor by tensor, :func:`unsharded`), laid out as in a one-process
+run, so every command reads them alike; the optimizer's state, twice the weights, is
+written by every rank as its own shard (``torch.distributed.checkpoint``,
+:func:`save_sharded_optimizer`), which any run, sharded or not, reads back. In one process
+every function here is the identity.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -147,3 +150,40 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
                 if hasattr(p, "device_mesh") and v.shape == p.shape:
                     st[k] = distribute_tensor(v.to(p.device), p.device_mesh, p.placements)
     optimizer.load_state_dict(state)
+
+
+def save_sharded_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer,
+                           folder: Path) -> None:
+    """Every rank writes its shard of the optimizer's state into ``folder`` with
+    ``torch.distributed.checkpoint`` (a collective): nothing is gathered. Keys are the
+    parameters' names, so a run of any layout (FSDP, DDP, one process) reads it back."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    _resharded(model)
+    dcp.save({"optimizer": get_optimizer_state_dict(model, optimizer)},
+             checkpoint_id=str(folder))
+
+
+def load_sharded_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer,
+                           folder: Path) -> None:
+    """Read what :func:`save_sharded_optimizer` wrote into ``optimizer``, each rank its
+    shard (or, unsharded, whole tensors)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    _resharded(model)
+    state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+    dcp.load(state, checkpoint_id=str(folder))
+    set_optimizer_state_dict(model, optimizer, state["optimizer"])
+
+
+def _resharded(model: nn.Module) -> None:
+    """Every FSDP unit back to its sharded parameters: a forward without a backward (the
+    validation's) leaves the root's unsharded, and the optimizer holds the sharded ones."""
+    for m in model.modules():
+        if hasattr(m, "reshard") and hasattr(m, "set_requires_gradient_sync"):  # FSDPModule
+            m.reshard()

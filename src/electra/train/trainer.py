@@ -33,6 +33,7 @@ replays that step exactly on ``--resume``.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ import torch
 from torch import nn
 
 from electra.errors import UserError
+from electra.io.files import disk_errors
 from electra.train import parallel
 from electra.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from electra.train.metrics import MetricsLog
@@ -268,7 +270,7 @@ class Trainer:
         self.window = Window(rt.device)
         self.saved_world_size = rt.world_size  # of the checkpoint resumed from
         if state is not None:
-            self._load(state)
+            self._load(state, resume)  # type: ignore[arg-type]
         self.boundary = self._snapshot()
         self.unlogged: tuple[int, Window] | None = None  # (step, window) of a line computed
         # by metrics() but not yet logged (validation runs between the two)
@@ -284,8 +286,12 @@ class Trainer:
         return {"parts": {k: v.state_dict() for k, v in self.stateful.items()},
                 "shared": self.streams.shared_state(), "local": self.streams.local_state()}
 
-    def _load(self, state: dict[str, Any]) -> None:
-        parallel.load_optimizer_state(self.optimizer, state["optimizer"])
+    def _load(self, state: dict[str, Any], resume: Path) -> None:
+        if "optimizer_shards" in state:  # written by FSDP's ranks, each its shard
+            parallel.load_sharded_optimizer(self.model, self.optimizer,
+                                            resume / state["optimizer_shards"])
+        else:
+            parallel.load_optimizer_state(self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
@@ -325,19 +331,40 @@ class Trainer:
         ranks = [b["local"]] if alone else self.rt.gather(b["local"])
         window = self.window.state_dict()
         windows = [window] if alone else self.rt.gather(window)
-        optim_state = parallel.optimizer_state(self.optimizer)
+        shards = self._save_shards() if parallel.is_sharded(self.model) else None
+        optim_state = None if shards else {"optimizer": parallel.optimizer_state(self.optimizer)}
         weights = self.whole_model()
         if not self.rt.is_main:
             return
-        state = {"optimizer": optim_state, "scheduler": self.scheduler.state_dict(),
+        state = {**(optim_state or {"optimizer_shards": "optimizer"}),
+                 "scheduler": self.scheduler.state_dict(),
                  **b["parts"], "rng": {**b["shared"], "ranks": ranks}, "window": windows,
                  "step": self.step, "tokens": tokens, "skips": self.skips,
                  "world_size": self.rt.world_size, "log_due": due}
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
-        save_checkpoint(self.out / "checkpoints", self.step, weights, state,
-                        {**self.config, "step": self.step, "tokens": tokens},
-                        self.settings.keep_checkpoints)
+        try:
+            save_checkpoint(self.out / "checkpoints", self.step, weights, state,
+                            {**self.config, "step": self.step, "tokens": tokens},
+                            self.settings.keep_checkpoints,
+                            move_in={"optimizer": shards} if shards else None)
+        finally:
+            if shards is not None:  # moved into the checkpoint, or left by a failure
+                shutil.rmtree(shards, ignore_errors=True)
+
+    def _save_shards(self) -> Path:
+        """Under FSDP every rank writes its shard of the optimizer's state into one folder
+        (``torch.distributed.checkpoint``), which the checkpoint then takes in."""
+        assert self.out is not None
+        shards = self.out / "checkpoints" / f".optimizer-{self.step:07d}"
+        if self.rt.is_main:
+            shutil.rmtree(shards, ignore_errors=True)
+            shards.parent.mkdir(parents=True, exist_ok=True)
+        self.rt.barrier()
+        with disk_errors(shards, "free disk space and rerun with --resume"):
+            parallel.save_sharded_optimizer(self.model, self.optimizer, shards)
+        self.rt.barrier()
+        return shards
 
     def whole_model(self) -> nn.Module:
         """The model with whole tensors (a collective under FSDP: call on every rank)."""
