@@ -59,7 +59,7 @@ def timed(side: str, ft: Path, hf: Path, inputs: Path, out: Path) -> float:
         cmd = [sys.executable, "-m", "electra", "predict", "--model", str(ft / "seed-1"),
                "--input", str(inputs), "--out", str(out), "--quiet"]
     else:
-        cmd = [sys.executable, __file__, "--worker", str(hf / "classifier"), str(inputs),
+        cmd = [sys.executable, __file__, "--worker", str(hf), str(inputs),
                str(out), "bf16" if side.endswith("bf16") else "fp32"]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     t0 = time.perf_counter()
