@@ -13,7 +13,8 @@ import sys
 import pytest
 from helpers import ROOT, shared_data
 
-PART1 = ["env", "fp32", "step_tiny_4x32", "step_tiny_4x64", "compile", "finetune", "nccl"]
+PART1 = ["env", "fp32", "step_tiny_4x32", "step_tiny_4x64", "step_without_padding", "compile",
+         "finetune", "nccl"]
 
 
 @pytest.mark.slow
@@ -42,6 +43,7 @@ def test_both_commands_run_every_stage_and_keep_each_line(tmp_path):
     by = {r["stage"]: r for r in lines}
     assert by["fp32"]["fp32_ok"] and by["step_tiny_4x32"]["ours_over_hf"] > 0
     assert by["finetune"]["pad_fraction"] > 0.5  # SST-2 batches of 32 are mostly padding
+    assert by["finetune"]["eval_logits_max_abs_diff"] < 0.1  # bf16, the same weights
     assert by["nccl"]["ddp"]["step"] == by["nccl"]["fsdp"]["step"] == 3
     assert set(by["compare"]["models"]) >= {"electra-100", "mlm-100", "random-init"}
 
