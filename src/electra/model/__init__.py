@@ -145,7 +145,8 @@ class Encoder(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Hidden states (B, T, H). ``attention_mask`` (B, T) is 1/True on real tokens."""
+        """Hidden states (B, T, H). ``attention_mask`` (B, T) is 1/True on real tokens; with
+        unpadding kernels (``electra.model.kernels``) the padding's states are zeros."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         layout = self.kernels.layout(attention_mask)

@@ -12,6 +12,13 @@ torch's own: ``F.dropout`` and SDPA with its dropout (fused kernels on a GPU).
 :func:`kernels_for` picks the entry for a device (the runtime asks once; the model is built
 with it); this module is the only one that looks at a device's type. Without dropout, and in
 evaluation, both entries run SDPA and agree.
+
+Each forward also gets a :class:`Layout` from :meth:`Kernels.layout`: a batch without padding
+attends without a mask (:class:`Padded` ``(None)``, FlashAttention's case on a GPU); a padded
+one is unpadded (:class:`Unpadded`): its real tokens packed after the embeddings, the blocks
+computing those alone, attention per sequence (FlashAttention's varlen kernel where the entry
+allows it, else over the repadded rows with the mask), the heads reading the hidden states
+repadded with zeros. ``unpad=False`` keeps every position (:class:`Padded` with the mask).
 """
 
 from __future__ import annotations
@@ -110,8 +117,7 @@ class Unpadded(Layout):
 
     @staticmethod
     def of(mask: torch.Tensor) -> Unpadded:
-        """The layout of a (B, T) bool mask, real tokens first in each row (reads it: a sync
-        on a GPU)."""
+        """The layout of a (B, T) bool mask (reads it: a sync on a GPU)."""
         B, T = mask.shape
         lengths = mask.sum(1, dtype=torch.int32)
         return Unpadded(mask.reshape(-1).nonzero().squeeze(1),
