@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import shutil
@@ -125,6 +126,36 @@ def env(dev: torch.device) -> dict:
     return {"device": name, "torch": torch.__version__, "transformers": hf,
             "bf16_matmul_tflops": round(peak / 1e12, 1),
             "spec_bf16_tflops": spec and spec / 1e12}
+
+
+def check_fp32(dev: torch.device, preset: str, B: int, T: int) -> dict:
+    """The same weights and random draws in fp32 (no TF32) on the CPU and on ``dev``: every
+    loss within 1e-4 and the same samples."""
+    from electra.model.kernels import kernels_for
+    from electra.objectives.masking import Noise
+    from electra.objectives.pretraining import ElectraPretrainingModel
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    cfg = model_preset(preset, vocab_size=VOCAB, hidden_dropout=0.0, attention_dropout=0.0)
+    cpu = ElectraPretrainingModel(cfg, ObjectiveConfig(), SPECIAL, kernels_for("cpu"))
+    gpu = copy.deepcopy(cpu).to(dev)
+    noise = Noise.draw(B, T, VOCAB, ObjectiveConfig(), torch.Generator().manual_seed(1))
+    out, samples = {}, {}
+    for name, model, d in (("cpu", cpu, torch.device("cpu")), ("gpu", gpu, dev)):
+        b = batch(B, T, 2, d)
+        o = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], Noise(
+            *(None if t is None else t.to(d) for t in (
+                noise.scores, noise.mask_u, noise.random_ids, noise.sample_u, noise.span_u))))
+        out[name] = {k: float(v.detach()) for k, v in o.losses.items()} | {
+            "loss": float(o.loss.detach())}
+        samples[name] = o.corrupted_ids.cpu()
+    diff = {k: abs(out["cpu"][k] - out["gpu"][k]) for k in out["cpu"]}
+    same = bool(torch.equal(samples["cpu"], samples["gpu"]))
+    return {"fp32_losses_cpu": out["cpu"], "fp32_abs_diff": diff, "same_samples": same,
+            "fp32_ok": same and max(diff[k] for k in ("gen_loss", "disc_loss")) <= 1e-4
+            and diff["loss"] <= 1e-4 * max(1.0, abs(out["cpu"]["loss"]))}
 
 
 def batch(B: int, T: int, seed: int, dev: torch.device, padded: bool = False) -> dict:
@@ -434,8 +465,6 @@ def part1(kit: Kit) -> None:
     record = kit.stage("env", 5, lambda: env(dev))
     peak = {"measured": (record.get("bf16_matmul_tflops") or 1) * 1e12,
             "spec": (record.get("spec_bf16_tflops") or 0) * 1e12 or None}
-    from gpu_check import check_fp32  # beside this file
-
     kit.stage("fp32", 10, lambda: check_fp32(dev, "tiny" if SMOKE else "small", 8, 128))
     sizes = ([("tiny", 4, 32), ("tiny", 4, 64)] if SMOKE else
              [("small", 128, 128), ("base", 128, 128), ("base", 32, 512)])
@@ -477,5 +506,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).parent))
     sys.exit(main())

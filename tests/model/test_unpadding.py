@@ -100,7 +100,7 @@ def test_unpadded_generator_and_heads_equal_padded(real_batch):
         o[..., 0], spans[:, 0]) + F.cross_entropy(o[..., 1], spans[:, 1]))(m(ids, mask, types))))
 
 
-def test_layouts(real_batch):
+def test_layouts():
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
     u = FAST_CPU.layout(mask)
     assert isinstance(u, Unpadded)

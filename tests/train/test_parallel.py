@@ -129,12 +129,11 @@ def test_fsdp_mixed_precision_policy_follows_the_precision():
     """FSDP2 under bf16 all-gathers bf16 parameters and reduces fp32 gradients; fp32 and fp16
     keep fp32 parameters (autocast and the grad scaler do the rest)."""
     from electra.train.parallel import mixed_precision
-    from electra.train.runtime import Runtime
 
-    bf16 = mixed_precision(Runtime(), "bf16")
+    bf16 = mixed_precision("bf16")
     assert (bf16.param_dtype, bf16.reduce_dtype) == (torch.bfloat16, torch.float32)
     for precision in ("fp32", "fp16"):
-        assert mixed_precision(Runtime(), precision).param_dtype is None
+        assert mixed_precision(precision).param_dtype is None
 
 
 @pytest.mark.slow

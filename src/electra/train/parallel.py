@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from electra.model import Block
-from electra.train.runtime import Runtime, resolve_precision
+from electra.train.runtime import Runtime
 
 
 def wrap(model: nn.Module, rt: Runtime, parallel: str = "ddp",
@@ -32,7 +32,7 @@ def wrap(model: nn.Module, rt: Runtime, parallel: str = "ddp",
     """The module a training step calls: ``model`` itself in one process, a DDP wrapper of it,
     or (``fsdp``) ``model`` sharded in place. Call before building the optimizer.
     ``find_unused``: DDP looks for parameters a step leaves without a gradient; ``precision``
-    (FSDP): the run's, for its mixed-precision policy."""
+    (FSDP, resolved): the run's, for its mixed-precision policy."""
     if not rt.enabled:
         return model
     if parallel == "fsdp":
@@ -70,22 +70,22 @@ def _shard(model: nn.Module, rt: Runtime, precision: str) -> None:
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view")
     fully_shard = _fully_shard()
     mesh = init_device_mesh(rt.device.type, (rt.world_size,))
-    policy = mixed_precision(rt, precision)
+    policy = mixed_precision(precision)
     for block in [m for m in model.modules() if isinstance(m, Block)]:
         fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
 
 
-def mixed_precision(rt: Runtime, precision: str) -> Any:
-    """FSDP2's policy for a bf16 run: parameters all-gathered and used in bf16 (half the
-    traffic and memory of fp32 all-gathers), gradients reduced in fp32; the sharded weights
-    and the optimizer stay fp32. fp32 and fp16 (its grad scaler): fp32 throughout, autocast
-    doing the rest."""
+def mixed_precision(precision: str) -> Any:
+    """FSDP2's policy for a bf16 run (``precision`` resolved): parameters all-gathered and
+    used in bf16 (half the traffic and memory of fp32 all-gathers), gradients reduced in
+    fp32; the sharded weights and the optimizer stay fp32. fp32 and fp16 (its grad scaler):
+    fp32 throughout, autocast doing the rest."""
     try:
         from torch.distributed.fsdp import MixedPrecisionPolicy
     except ImportError:  # torch 2.4-2.5
         from torch.distributed._composable.fsdp import MixedPrecisionPolicy
-    if resolve_precision(rt.device, precision) != "bf16":
+    if precision != "bf16":
         return MixedPrecisionPolicy()
     return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 
@@ -125,17 +125,6 @@ def unsharded(model: nn.Module, rebuild: Callable[[], nn.Module] | None) -> nn.M
     copy = rebuild()
     copy.load_state_dict(full)
     return copy
-
-
-def optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """``optimizer.state_dict()`` with every tensor whole, laid out as in one process (a
-    collective under FSDP)."""
-    sd = optimizer.state_dict()
-    if not any(hasattr(v, "full_tensor") for st in sd["state"].values() for v in st.values()):
-        return sd
-    return {"state": {i: {k: _whole(v) for k, v in sorted(st.items())}
-                      for i, st in sorted(sd["state"].items())},
-            "param_groups": sd["param_groups"]}
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:

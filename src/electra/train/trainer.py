@@ -250,8 +250,9 @@ class Trainer:
         if resume is not None:
             state, _ = rt.agree(lambda: load_checkpoint(resume, model), "loading the checkpoint")
         self.model = model.to(rt.device)
+        self.precision = resolve_precision(rt.device, settings.precision)  # once, not per step
         self.step_model = parallel.wrap(self.model, rt, settings.parallel,
-                                        settings.find_unused, settings.precision)
+                                        settings.find_unused, self.precision)
         if settings.compile:  # the command checked that torch can (check_compile)
             for m in self.model.modules():  # each block, compiled once for all of them
                 if getattr(m, "compile_unit", False):
@@ -260,7 +261,6 @@ class Trainer:
         self.optimizer = adamw(groups(self.model), settings.lr, settings.betas, settings.eps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, warmup_linear(settings.warmup_steps, settings.max_steps))
-        self.precision = resolve_precision(rt.device, settings.precision)  # once, not per step
         fast_fp32(rt.device, self.precision)
         self.scaler = grad_scaler(rt.device, self.precision)
         # Skip a non-finite step on the device (found_inf) where reading the flag would wait
@@ -332,7 +332,7 @@ class Trainer:
         window = self.window.state_dict()
         windows = [window] if alone else self.rt.gather(window)
         shards = self._save_shards() if parallel.is_sharded(self.model) else None
-        optim_state = None if shards else {"optimizer": parallel.optimizer_state(self.optimizer)}
+        optim_state = None if shards else {"optimizer": self.optimizer.state_dict()}
         weights = self.whole_model()
         if not self.rt.is_main:
             return
