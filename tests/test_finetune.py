@@ -323,6 +323,7 @@ def test_resume_refuses_other_settings_and_a_finished_run(task, capsys):
     ("max_length=0", "max_length must be at least 8"),
     ("batch_size=0", "batch_size must be a positive integer, got 0"),
     ("layer_decay=1.5", "layer_decay must be in (0, 1]"),
+    ("freeze=decoder", "freeze must be one of none, encoder, got 'decoder'"),
 ])
 def test_bad_finetuning_settings_name_the_value(task, capsys, setting, words):
     err = cli_error(capsys, "finetune", "--random-init", "tiny", "--tokenizer", task / "tok",
@@ -449,3 +450,31 @@ def test_a_constant_regression_head_is_flagged(task, monkeypatch, capsys):
     details = json.loads((task / "reg/results.json").read_text())["details"]["1"]
     assert details["confusion"] == {}
     assert details["warnings"][0].startswith("dev: near-constant predictions (std ")
+
+
+def test_freeze_encoder_trains_the_head_alone(task):
+    """A linear probe: every encoder weight of the fine-tuned model is bitwise the
+    pretrained one, the head moved, and the encoder ran without dropout (so two seeds'
+    features agree)."""
+    from electra.io.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(task / "tok")
+    torch.manual_seed(0)
+    disc = Discriminator(model_preset("tiny", vocab_size=tok.get_vocab_size()))
+    folders.save(disc, "discriminator", task / "run/discriminator", tok)
+    assert main(["finetune", "--model", str(task / "run"), "--task", "custom", "--train",
+                 str(task / "train.csv"), "--dev", str(task / "dev.csv"), "--out",
+                 str(task / "probe"), "--set", "epochs=2", "--set", "freeze=encoder",
+                 "--set", "lr=1e-2", "--set", "precision=fp32", "--quiet"]) == 0
+    tuned = load_file(task / "probe/seed-1/model.safetensors")
+    pretrained = disc.encoder.state_dict()
+    for key, value in pretrained.items():
+        assert torch.equal(tuned[f"encoder.{key}"], value), key
+    torch.manual_seed(1)  # the seed's own initial head
+    fresh = SequenceClassifier(disc.config, 2)
+    assert torch.equal(tuned["encoder.layers.0.query.weight"],
+                       fresh.encoder.layers[0].query.weight) is False  # pretrained, not fresh
+    for key in ("head_dense.weight", "head_out.weight"):
+        assert not torch.equal(tuned[key], fresh.state_dict()[key]), key
+    result = json.loads((task / "probe/results.json").read_text())
+    assert result["config"]["freeze"] == "encoder"

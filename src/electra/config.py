@@ -614,6 +614,7 @@ def resumed_run_config(run: str | Path, sets: list[str] | None = None) -> RunCon
 
 
 SELECTIONS = ("last", "best")
+FREEZES = ("none", "encoder")
 
 
 @dataclass(frozen=True)
@@ -657,6 +658,9 @@ class FinetuneConfig:
     variable-length attention, repadded for the head); off: every position of the batch."""
     compile: bool = False
     """torch.compile the model (the first steps compile it; a GPU's win, off by default)."""
+    freeze: str = "none"
+    """none | encoder: train only the task head on the encoder's features, the encoder's
+    weights left as they are and its dropout off (a linear probe)."""
     max_train_examples: int = 0
     """>0: a fixed random subset of the training set (the same for every seed)."""
     save_every: int = 0
@@ -685,6 +689,9 @@ class FinetuneConfig:
     def __post_init__(self) -> None:
         _check_types(self)
         _check(self.lr is None or self.lr > 0, f"lr must be > 0, got {self.lr!r}")
+        _check(self.freeze in FREEZES,
+               f"freeze must be one of {', '.join(FREEZES)}, got {self.freeze!r}; "
+               f"freeze=encoder trains the head alone (a probe)")
         _check(self.select in SELECTIONS,
                f"select must be one of {', '.join(SELECTIONS)}, got {self.select!r}")
         _check(self.layer_decay is None or 0.0 < self.layer_decay <= 1.0,

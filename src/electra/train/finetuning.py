@@ -8,6 +8,7 @@ command around it (seeds, resume, results) is ``electra.finetune``; the task's h
 from __future__ import annotations
 
 import math
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,14 @@ class EpochBatches:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
+def freeze(module: nn.Module) -> None:
+    """A probe's encoder: no gradients (so no backward through it, and the optimizer leaves
+    it out) and always in eval mode (no dropout), whatever mode its model is put in."""
+    module.requires_grad_(False)
+    module.eval()
+    module.train = types.MethodType(lambda self, mode=True: self, module)  # type: ignore[method-assign]
+
+
 def _training_examples(data: TaskData, cfg: FinetuneConfig) -> list[Any]:
     """The training set, or its fixed random subset, plus what the head adds (pairs
     swapped)."""
@@ -170,6 +179,8 @@ def setup(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneConfig, se
                             rt.model_kernels(cfg.unpad))
     if source.encoder is not None:
         folders.fit(model.encoder, source.encoder, source.init)  # type: ignore[arg-type]
+    if cfg.freeze == "encoder":
+        freeze(model.encoder)  # type: ignore[arg-type]
     train = data.head.encode(tok, _training_examples(data, cfg), data, cfg)
     n = len(train["input_ids"])  # examples, or QA's windows
     steps_per_epoch = max(1, n // cfg.batch_size)

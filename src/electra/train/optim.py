@@ -41,11 +41,13 @@ def layer_depth(name: str, num_layers: int) -> int:
 
 def layerwise_groups(model: nn.Module, lr: float, decay: float,
                      weight_decay: float) -> list[dict[str, Any]]:
-    """One group per (depth, decay-or-not) of an encoder + head: lr * decay ** max(0, L - depth).
-    """
+    """One group per (depth, decay-or-not) of an encoder + head: lr * decay ** max(0, L - depth);
+    frozen parameters are left out."""
     L = model.config.num_layers  # type: ignore[union-attr]
     groups: dict[tuple[int, bool], dict[str, Any]] = {}
     for name, p in model.named_parameters():
+        if not p.requires_grad:  # frozen (a probe's encoder)
+            continue
         depth = layer_depth(name, L)
         plain = no_decay(name, p)
         g = groups.setdefault((depth, plain), {
