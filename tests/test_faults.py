@@ -233,6 +233,20 @@ def add_issue_23_fixtures(w: Path) -> None:
         {"title": "t", "paragraphs": [para, {"context": "c d"}]}]}))
     (w / "one_article.json").write_text(json.dumps({"version": "1.1", "data": [
         {"title": "t", "paragraphs": [para]}]}))
+    # SuperGLUE folders with one flaw each (the rest as distributed).
+    sg = Path(__file__).parent / "fixtures" / "superglue"
+    for name, folder, line, change in (
+            ("sg_nopassage", "BoolQ", 1, lambda r: r.pop("passage")),
+            ("sg_nochoice", "COPA", 2, lambda r: r.pop("choice2")),
+            ("sg_noplaceholder", "ReCoRD", 0,
+             lambda r: r["qas"][0].update(query="no slot here"))):
+        shutil.copytree(sg / folder, w / name)
+        rows = (w / name / "train.jsonl").read_text().splitlines()
+        row = json.loads(rows[line])
+        change(row)
+        rows[line] = json.dumps(row)
+        (w / name / "train.jsonl").write_text("\n".join(rows) + "\n")
+    shutil.copytree(sg / "AX-b", w / "sg_axb")
     (w / "link_out").symlink_to(w / "tok")
     (w / "lnk.partial").symlink_to(w / "tok")
     shutil.copytree(w / "data", w / "unfinished.partial")  # as a killed prepare leaves it
@@ -702,6 +716,19 @@ CASES = [
     ("task", ("finetune", "--model", P("run"), "--task", "squad1", "--train", P("noqas.json"),
               "--dev", P("noqas.json")), "article 1, paragraph 2: needs a \"context\" string "
      "and a \"qas\" list"),
+    # -- SuperGLUE --
+    ("task", ("finetune", "--model", P("run"), "--task", "boolq", "--data", P("sg_nopassage")),
+     "sg_nopassage/train.jsonl:2: no field 'passage'"),
+    ("task", ("finetune", "--model", P("run"), "--task", "copa", "--data", P("sg_nochoice")),
+     "sg_nochoice/train.jsonl:3 (COPA has choice1 and choice2): no field 'choice2'"),
+    ("task", ("finetune", "--model", P("run"), "--task", "record", "--data",
+              P("sg_noplaceholder")), "query 0-0 has no @placeholder"),
+    ("task", ("finetune", "--model", P("run"), "--task", "ax-b", "--data", P("sg_axb")),
+     "--task ax-b is a diagnostic with no training set"),
+    ("task", ("finetune", "--model", P("run"), "--task", "rte", "--data", P("sg_axb")),
+     "no such file"),
+    ("task", ("evaluate", "--model", P("ft", "seed-1"), "--task", "ax-b", "--data",
+              P("sg_axb")), "was fine-tuned on custom, not ax-b"),
     ("config", ("finetune", "--model", P("run"), "--task", "squad1", "--train",
                 P("one_article.json"), "--dev", P("one_article.json"), "--set",
                 "article_split=0.5", "--set", "max_length=32", "--set", "doc_stride=8"),

@@ -45,7 +45,7 @@ from electra.io.files import disk_errors, publish, read_json, staging_dir, write
 from electra.io.models import open_model
 from electra.io.outputs import Claim, claim_out
 from electra.tasks.base import TaskData, head_of
-from electra.tasks.registry import load_task
+from electra.tasks.registry import head_for_task, load_task
 from electra.train.checkpoint import latest_checkpoint
 from electra.train.finetuning import (
     ModelSource,
@@ -126,7 +126,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     from electra.io.tokenizer import load_tokenizer
 
     classifier, meta = load_classifier(model)
-    if task != meta["task"]:
+    if meta["task"] not in head_for_task(task).trained_on(task):
         raise UserError(f"--model {model} was fine-tuned on {meta['task']}, not {task}")
     task_data = load_task(task, data, None, dev, text_columns, label_column, regression,
                           split=split, tag_column=tag_column)

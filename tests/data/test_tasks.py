@@ -105,7 +105,7 @@ def test_custom_csv_tsv_jsonl(tmp_path):
 
 
 def test_bad_task_input(tmp_path):
-    with pytest.raises(UserError, match="valid tasks: cola, sst2"):
+    with pytest.raises(UserError, match="valid GLUE tasks: cola, sst2"):
         glue_task("squad")
     (tmp_path / "a.csv").write_text("text,y\nhi,1\n")
     with pytest.raises(UserError, match=r"no column 'sentence'; found 'text', 'y'"):

@@ -81,13 +81,15 @@ GLUE: dict[str, TaskSpec] = {
 def glue_task(name: str) -> TaskSpec:
     key = name.lower().replace("-", "")
     if key not in GLUE:
-        raise UserError(f"--task {name}: unknown; valid tasks: {', '.join(GLUE)}, custom, "
-                        f"tagging, squad1, squad2")
+        raise UserError(f"--task {name}: unknown; valid GLUE tasks: {', '.join(GLUE)}")
     return GLUE[key]
 
 
 def _rows(path: Path) -> list[list[str]]:
     if not path.is_file():
+        if (path.parent / "val.jsonl").is_file():
+            raise UserError(f"{path}: no such file; {path.parent} is in SuperGLUE's format "
+                            f"(val.jsonl): its RTE is --task sg-rte")
         raise UserError(f"{path}: no such file")
     with open(path, encoding="utf-8-sig", newline="") as f:  # -sig drops MRPC's BOM
         rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))

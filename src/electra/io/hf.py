@@ -84,7 +84,7 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
                 _write_hf_folder(tmp, model, part, load_tokenizer(src),
                                  finetuning_task=meta["task"], **labels)
             print(f"wrote {out} ({HF_CLASSES[part]}, task {meta['task']}"
-                  + (f", labels {list(labels['label2id'])})" if labels else ")"))
+                  + (f", labels {list(labels['label2id'])})" if "label2id" in labels else ")"))
             return out
         models, tok = opened.parts, load_tokenizer(opened.tokenizer)
         with staged(out) as tmp:

@@ -5,6 +5,8 @@
     sequence.py   sentence (pair) classification and regression: GLUE, custom files
     tagging.py    one tag per word: NER, POS (CoNLL-U, CoNLL, JSONL)
     qa.py         extractive QA: SQuAD 1.1 / 2.0
+    superglue.py  SuperGLUE's pair tasks (BoolQ, CB, RTE, WiC, WSC, MultiRC, ReCoRD, AX-b/g)
+    choice.py     multiple choice: COPA, any N-choice JSONL
     registry.py   every head by name; load_task picks the head that reads a --task
 """
 

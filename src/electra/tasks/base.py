@@ -65,6 +65,11 @@ class Head:
         """The task's data from what `finetune`/`evaluate` were given."""
         raise NotImplementedError
 
+    def trained_on(self, task: str) -> tuple[str, ...]:
+        """The tasks whose fine-tuned models ``electra evaluate`` may score on ``task``
+        (itself; a diagnostic set: the task it diagnoses)."""
+        return (task,)
+
     def prepare(self, data: TaskData, cfg: FinetuneConfig) -> TaskData:
         """The data as training reads it, once the settings are resolved."""
         return data

@@ -6,14 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from electra.tasks.base import HEADS, Head, TaskData
+from electra.tasks.choice import Choice
 from electra.tasks.qa import QA
 from electra.tasks.sequence import Sequence
+from electra.tasks.superglue import SuperGLUE
 from electra.tasks.tagging import Tagging
 
 for _head in (
     Sequence(),
     Tagging(),
     QA(),
+    SuperGLUE(),
+    Choice(),
 ):
     HEADS[_head.name] = _head
 

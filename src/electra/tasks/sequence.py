@@ -18,6 +18,7 @@ from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
 from electra.data.tasks import (
+    GLUE,
     SUBMISSION_FILES,
     Example,
     compute_metrics,
@@ -31,7 +32,7 @@ from electra.data.tasks import (
 from electra.errors import UserError
 from electra.model import Encoder, EncoderWithHead, init_weights
 from electra.model.kernels import Kernels
-from electra.tasks.base import Head, TaskData, confusion, cross_entropy, logits
+from electra.tasks.base import HEADS, Head, TaskData, confusion, cross_entropy, logits
 
 
 class SequenceClassifier(EncoderWithHead):
@@ -73,6 +74,10 @@ class Sequence(Head):
         if task == "custom":
             return self._custom(train, dev, text_columns, label_column, regression, predict,
                                 split)
+        if task.lower().replace("-", "") not in GLUE:
+            others = [t for h in HEADS.values() for t in h.tasks]
+            raise UserError(f"--task {task}: unknown; valid tasks: {', '.join(GLUE)}, custom, "
+                            f"{', '.join(others)}")
         spec = glue_task(task)
         if data is None:
             raise UserError(f"--task {task} needs --data GLUE_TASK_DIR")
