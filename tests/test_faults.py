@@ -716,6 +716,17 @@ CASES = [
     ("task", ("finetune", "--model", P("run"), "--task", "squad1", "--train", P("noqas.json"),
               "--dev", P("noqas.json")), "article 1, paragraph 2: needs a \"context\" string "
      "and a \"qas\" list"),
+    # -- multi-task --
+    ("task", ("finetune", "--model", P("run"), "--task", "custom,nope", "--train",
+              "{w}/train.csv,", "--dev", "{w}/dev.csv,"), "--task nope: unknown; valid tasks"),
+    ("task", ("finetune", "--model", P("run"), "--task", "custom,custom", "--train",
+              "{w}/train.csv,{w}/train.csv", "--dev", "{w}/dev.csv,{w}/dev.csv"),
+     "--task: custom is given twice"),
+    ("task", ("finetune", "--model", P("run"), "--task", "custom,copa", "--train",
+              P("train.csv"), "--dev", "{w}/dev.csv,"), "--train has 1 entry for 2 tasks"),
+    ("config", ("finetune", "--model", P("run"), "--task", "custom,boolq", "--train",
+                "{w}/train.csv,", "--dev", "{w}/dev.csv,", "--data", ",{w}/sg_nopassage",
+                "--set", "task_sampling_alpha=-1"), "task_sampling_alpha must be >= 0"),
     # -- SuperGLUE --
     ("task", ("finetune", "--model", P("run"), "--task", "boolq", "--data", P("sg_nopassage")),
      "sg_nopassage/train.jsonl:2: no field 'passage'"),

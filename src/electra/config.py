@@ -658,6 +658,9 @@ class FinetuneConfig:
     variable-length attention, repadded for the head); off: every position of the batch."""
     compile: bool = False
     """torch.compile the model (the first steps compile it; a GPU's win, off by default)."""
+    task_sampling_alpha: float = 1.0
+    """Multi-task (``--task a,b``): draw each step's task with probability proportional to
+    its training examples to this power (1: proportional, 0: uniform)."""
     freeze: str = "none"
     """none | encoder: train only the task head on the encoder's features, the encoder's
     weights left as they are and its dropout off (a linear probe)."""
@@ -689,6 +692,9 @@ class FinetuneConfig:
     def __post_init__(self) -> None:
         _check_types(self)
         _check(self.lr is None or self.lr > 0, f"lr must be > 0, got {self.lr!r}")
+        _check(self.task_sampling_alpha >= 0,
+               f"task_sampling_alpha must be >= 0, got {self.task_sampling_alpha!r} (1: "
+               f"proportional to the tasks' sizes, 0: uniform)")
         _check(self.freeze in FREEZES,
                f"freeze must be one of {', '.join(FREEZES)}, got {self.freeze!r}; "
                f"freeze=encoder trains the head alone (a probe)")

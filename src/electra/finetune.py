@@ -109,14 +109,60 @@ def main(task: str, out: str, model: str | None = None, random_init: str | None 
     fine-tune per seed in this command's runtime."""
     seed_list = parse_seeds(seeds)
     cfg = load_finetune_config(sets or [])
-    task_data = load_task(task, data, train, dev, text_columns, label_column, regression,
-                          predict, tag_column=tag_column)
+    names = [t.strip() for t in task.split(",")]
+    if len(names) > 1:
+        tasks = load_tasks(names, data, train, dev, text_columns, label_column, regression,
+                           predict, tag_column)
+    else:
+        task_data = load_task(task, data, train, dev, text_columns, label_column, regression,
+                              predict, tag_column=tag_column)
     source = model_source(model, random_init, tokenizer)
     inputs = [("--model", model), ("--random-init", random_init), ("--tokenizer", tokenizer),
-              ("--data", data), ("--train", train), ("--dev", dev)]
+              *[(flag, p) for flag, value in (("--data", data), ("--train", train),
+                                              ("--dev", dev)) if value
+                for p in (value.split(",") if len(names) > 1 else [value]) if p]]
     with start(device, dist_timeout) as rt:
+        if len(names) > 1:
+            from electra.multitask import run_multitask
+
+            return run_multitask(source, tasks, out, cfg, seed_list, rt, overwrite=overwrite,
+                                 resume=resume, progress=progress, inputs=inputs)
         return run_finetune(source, task_data, out, cfg, seed_list, rt, overwrite=overwrite,
                             resume=resume, progress=progress, inputs=inputs)
+
+
+def load_tasks(names: list[str], data: str | None, train: str | None, dev: str | None,
+               text_columns: str, label_column: str, regression: bool, predict: str | None,
+               tag_column: str | None) -> dict[str, TaskData]:
+    """``--task a,b,c``: each task's data, ``--data``/``--train``/``--dev`` given as
+    comma-separated lists in the tasks' order (an empty entry where a task reads none)."""
+    if any(not n for n in names):
+        raise UserError(f"--task {','.join(names)}: an empty task name; give names separated "
+                        f"by commas, e.g. --task rte,mrpc")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"--task: {', '.join(twice)} is given twice; name each task once")
+
+    def per_task(flag: str, value: str | None) -> list[str | None]:
+        if value is None:
+            return [None] * len(names)
+        parts = value.split(",")
+        if len(parts) != len(names):
+            raise UserError(f"{flag} has {len(parts)} entr{'y' if len(parts) == 1 else 'ies'} "
+                            f"for {len(names)} tasks; give one "
+                            f"per task, in --task's order, empty where a task reads none "
+                            f"(e.g. {flag} {','.join(['X'] + [''] * (len(names) - 1))})")
+        return [p or None for p in parts]
+
+    datas, trains, devs = (per_task(f, v) for f, v in (("--data", data), ("--train", train),
+                                                        ("--dev", dev)))
+    loaded = [load_task(n, datas[i], trains[i], devs[i], text_columns, label_column,
+                        regression, predict, tag_column=tag_column) for i, n in enumerate(names)]
+    same = sorted({d.name for d in loaded if [e.name for e in loaded].count(d.name) > 1})
+    if same:
+        raise UserError(f"--task {','.join(names)}: {', '.join(same)} is given twice (under "
+                        f"two names); name each task once")
+    return {d.name: d for d in loaded}
 
 
 def evaluate(model: str, task: str, data: str | None = None, dev: str | None = None,

@@ -277,3 +277,18 @@ def test_finetune_on_two_processes_equals_one(tmp_path):
     res = launch(2, *common[:-2], "--set", "batch_size=15", "--out", tmp_path / "bad")
     assert res.returncode != 0
     assert res.stderr.count("batch_size=15 does not split into 2 processes") == 1
+    # Multi-task: each step's task is drawn alike on every rank (the other heads get no
+    # gradient: DDP is told), and two processes train like one.
+    copa = Path(__file__).parent.parent / "fixtures/superglue/COPA"
+    multi = [*common[:4], "custom,copa", "--data", f",{copa}", "--train",
+             f"{tmp_path / 'train.csv'},", "--dev", f"{tmp_path / 'dev.csv'},", *common[9:]]
+    for n in (1, 2):
+        res = launch(n, *multi, "--out", tmp_path / f"mt{n}")
+        assert res.returncode == 0, res.stderr[-3000:]
+    r1, r2 = (json.loads((tmp_path / f"mt{n}/results.json").read_text()) for n in (1, 2))
+    assert r1["seeds"] == r2["seeds"]
+    for task in ("custom", "copa"):
+        w1, w2 = (load_file(tmp_path / f"mt{n}/seed-1/{task}/model.safetensors")
+                  for n in (1, 2))
+        for k in w1:
+            torch.testing.assert_close(w1[k], w2[k], rtol=1e-4, atol=1e-5, msg=k)

@@ -119,8 +119,10 @@ class Selection:
     paper's protocol) or the best on the task's first metric (``select=best``; its weights
     are kept in ``folder/best.safetensors`` as it is found). Part of the resumable state."""
 
-    def __init__(self, mode: str, split: str, metric: str, folder: Path | None) -> None:
+    def __init__(self, mode: str, split: str, metric: str, folder: Path | None,
+                 name: str = "") -> None:
         self.mode, self.split, self.metric, self.folder = mode, split, metric, folder
+        self.file = f"best-{name}.safetensors" if name else "best.safetensors"
         self.history: list[dict[str, Any]] = []  # one per evaluation: step, epoch, loss, dev
         self.kept: dict[str, Any] | None = None
         self.skips = 0  # steps skipped for a non-finite loss (the trainer's count)
@@ -139,16 +141,15 @@ class Selection:
         if self.mode == "best" and self.folder is not None:
             from safetensors.torch import save_file
 
-            part = self.folder / "best.safetensors.tmp"
+            part = self.folder / f"{self.file}.tmp"
             save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
                       str(part))
-            part.replace(self.folder / "best.safetensors")
+            part.replace(self.folder / self.file)
 
     def restore(self, model: nn.Module) -> None:
         """Load the kept evaluation's weights into ``model`` (select=best)."""
         if self.mode == "best" and self.folder is not None and self.kept is not None:
-            folders.fit(model, folders.read_weights(self.folder / "best.safetensors"),
-                        self.folder)
+            folders.fit(model, folders.read_weights(self.folder / self.file), self.folder)
 
     def state_dict(self) -> dict[str, Any]:
         return {"history": self.history, "kept": self.kept}
