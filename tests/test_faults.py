@@ -716,6 +716,12 @@ CASES = [
     ("task", ("finetune", "--model", P("run"), "--task", "squad1", "--train", P("noqas.json"),
               "--dev", P("noqas.json")), "article 1, paragraph 2: needs a \"context\" string "
      "and a \"qas\" list"),
+    # -- probes during pretraining --
+    ("config", (*PRETRAIN, "--set", "train.probe_every=2"),
+     "train.probe_every needs train.probe_train and train.probe_dev"),
+    ("task", (*PRETRAIN, "--set", "train.probe_every=2", "--set",
+              "train.probe_train={w}/nope.csv", "--set", "train.probe_dev={w}/dev.csv"),
+     "nope.csv: no such file"),
     # -- multi-task --
     ("task", ("finetune", "--model", P("run"), "--task", "custom,nope", "--train",
               "{w}/train.csv,", "--dev", "{w}/dev.csv,"), "--task nope: unknown; valid tasks"),

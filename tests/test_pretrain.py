@@ -369,3 +369,25 @@ def test_a_checkpoint_fine_tunes_as_the_run_it_ends(data, tmp_path):
     assert all(torch.equal(weights["ckpt"][k], weights["run"][k]) for k in weights["run"])
     key = "encoder.layers.0.query.weight"  # an earlier checkpoint is another start
     assert not torch.equal(weights["early"][key], weights["run"][key])
+
+
+def test_a_probe_during_pretraining_logs_its_score_and_changes_nothing(data, tmp_path):
+    """train.probe_every: a linear probe's dev accuracy in metrics.jsonl at its steps (and
+    the last); every other number and the final weights bitwise those of a run without."""
+    from helpers import write_sentiment
+
+    write_sentiment(tmp_path / "p_train.csv", 64, 0)
+    write_sentiment(tmp_path / "p_dev.csv", 32, 1)
+    run(data, tmp_path / "a", config(max_steps=8))
+    run(data, tmp_path / "b", config(max_steps=8, probe_every=3,
+                                     probe_train=str(tmp_path / "p_train.csv"),
+                                     probe_dev=str(tmp_path / "p_dev.csv"), probe_epochs=2))
+    a, b = (without_timing(list(iter_metrics(tmp_path / x))) for x in "ab")
+    probed = [r["step"] for r in b if "probe_dev_accuracy" in r]
+    assert probed == [3, 6, 8]
+    assert all(0.0 <= r["probe_dev_accuracy"] <= 1.0 for r in b if r["step"] in probed)
+    assert a == [{k: v for k, v in r.items() if not k.startswith("probe_")} for r in b]
+    for kind in ("discriminator", "generator"):
+        wa = load_file(tmp_path / "a" / kind / "model.safetensors")
+        wb = load_file(tmp_path / "b" / kind / "model.safetensors")
+        assert all(torch.equal(wa[k], wb[k]) for k in wa), kind

@@ -236,6 +236,9 @@ COMMANDS: dict[str, Command] = {
             arg("--glue", metavar="DIR", help="the folder holding GLUE's task folders "
                 "(SST-2/, MRPC/, STS-B/, RTE/, ...)"),
             arg("--seeds", default="1,2,3", help="fine-tuning seeds (default: 1,2,3)"),
+            arg("--probe", choices=["beside", "only"], help="also (beside) or only fine-tune "
+                "linear probes, TASK-probe: the encoder frozen, the head trained at lr 1e-3 "
+                "(a low-variance early signal)"),
             arg("--finetune-set", dest="finetune_sets", action="append", default=[],
                 metavar="KEY=VALUE", help="a fine-tuning setting for every task (as "
                 "`electra finetune --set`)"),

@@ -403,10 +403,27 @@ class TrainConfig:
     padding, and on a CPU packing them costs more than it saves (bench/RESULTS.md)."""
     compile: bool = False
     """torch.compile the model (the first steps compile it; a GPU's win, off by default)."""
+    probe_every: int = 0
+    """Steps between linear probes of the discriminator (0: none): a head trained on its
+    frozen encoder on probe_train, scored on probe_dev and logged as probe_* beside the
+    losses; the pretraining's numbers are unchanged."""
+    probe_train: str = ""
+    """The probe's labelled training file (CSV, TSV or JSONL, as `finetune --task custom`)."""
+    probe_dev: str = ""
+    """The probe's dev file, the same columns."""
+    probe_text_columns: str = "text"
+    """The probe files' text column, or two as A,B."""
+    probe_label_column: str = "label"
+    """The probe files' label column."""
+    probe_max_examples: int = 2000
+    """The probe's training examples at most (a fixed random subset)."""
+    probe_epochs: int = 3
+    """The probe's passes over its training examples."""
 
     def __post_init__(self) -> None:
         _check_types(self)
         for name in ("batch_size", "grad_accum", "max_steps", "log_every", "eval_batches",
+                     "probe_max_examples", "probe_epochs",
                      "save_every", "keep_checkpoints"):
             value = getattr(self, name)
             _check(isinstance(value, int) and value >= 1,
@@ -429,6 +446,13 @@ class TrainConfig:
         _check(self.precision in PRECISIONS,
                f"train.precision must be one of {', '.join(PRECISIONS)}, got "
                f"{self.precision!r}")
+        _check(self.probe_every >= 0, f"train.probe_every must be >= 0, got "
+               f"{self.probe_every!r}")
+        _check(not self.probe_every or (self.probe_train and self.probe_dev),
+               "train.probe_every needs train.probe_train and train.probe_dev (labelled "
+               "CSV, TSV or JSONL files)")
+        _check(not self.probe_every or self.parallel == "ddp",
+               "train.probe_every probes a whole model: use train.parallel=ddp (or no probe)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

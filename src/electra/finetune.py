@@ -27,21 +27,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from torch import nn
 
 from electra.config import (
     DEFAULT_TIMEOUT_S,
     MAX_SEED,
     FinetuneConfig,
-    config_diffs,
     config_from_dict,
     load_finetune_config,
     model_preset,
 )
 from electra.errors import UserError
+from electra.finetuned import load_classifier, report, save_classifier, staging
 from electra.io import folders
-from electra.io.files import disk_errors, publish, read_json, staging_dir, write_json
+from electra.io.files import disk_errors, publish, read_json, write_json
 from electra.io.models import open_model
 from electra.io.outputs import Claim, claim_out
 from electra.tasks.base import TaskData, head_of
@@ -49,7 +48,6 @@ from electra.tasks.registry import head_for_task, load_task
 from electra.train.checkpoint import latest_checkpoint
 from electra.train.finetuning import (
     ModelSource,
-    Selection,
     dev_predictions,
     evaluate_model,
     finetune_one,
@@ -183,52 +181,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     return res
 
 
-# -- a seed's report, the whole command: seeds, resume, results -------------------------
-
-
-def report(data: TaskData, preds: dict[str, tuple[np.ndarray, np.ndarray]],
-           selection: Selection) -> dict[str, Any]:
-    """What a seed's run looked like: the kept evaluation, every evaluation, a confusion
-    matrix per dev split (classes, tags), and warnings for a degenerate run: every
-    prediction in one class, near-constant regression outputs, a training loss that never
-    fell below its first epoch's, skipped non-finite steps."""
-    warnings, confusion = [], {}
-    for split, (p, y) in preds.items():
-        said, matrix = data.head.report(split, p, y, data)
-        warnings += said
-        if matrix is not None:
-            confusion[split] = matrix
-    epochs = [e["loss"] for e in selection.history if float(e["epoch"]).is_integer()]
-    if len(epochs) >= 2 and min(epochs[1:]) >= epochs[0]:
-        warnings.append(f"the training loss never fell below its first epoch's "
-                        f"({epochs[0]:.4g}; later {', '.join(f'{x:.4g}' for x in epochs[1:])})")
-    if selection.skips:
-        warnings.append(f"{selection.skips} step(s) had a non-finite loss and were skipped")
-    kept = selection.kept or {}
-    return {"select": selection.mode, "epoch": kept.get("epoch"), "step": kept.get("step"),
-            "evaluations": selection.history, "confusion": confusion, "warnings": warnings}
-
-
-def _staging(out: Path, settings: dict[str, Any], claim: Claim, resume: bool) -> Path:
-    """``OUT.partial``: a fresh one, or (``resume``) the interrupted one if its settings are
-    these. Rank 0 only; ``claim`` checked ``out`` and holds its lock."""
-    tmp = out.with_name(out.name + ".partial")
-    if resume and (tmp / "finetune.json").is_file():
-        saved = read_json(tmp / "finetune.json", "an interrupted fine-tune's settings")
-        diffs = config_diffs(saved, settings, {"seeds"})
-        if diffs:
-            raise UserError(f"--resume: {tmp} was started with other settings "
-                            f"({'; '.join(diffs[:3])}); resume with the same settings or "
-                            f"start again with --overwrite")
-        write_json(tmp / "finetune.json", settings)
-        return tmp
-    if resume and (out / "results.json").is_file():
-        raise UserError(f"--resume: {out} is already complete (results.json) and nothing was "
-                        f"interrupted; pass --overwrite to fine-tune again")
-    tmp = staging_dir(out)
-    claim.mark(tmp)
-    write_json(tmp / "finetune.json", settings)
-    return tmp
+# -- the whole command: seeds, resume, results ----------------------------------------
 
 
 def run_finetune(source: ModelSource, data: TaskData, out: str | Path, cfg: FinetuneConfig,
@@ -269,7 +222,7 @@ def _finetune(source: ModelSource, data: TaskData, out: Path, cfg: FinetuneConfi
                 "labels": data.labels, "seeds": seeds}
 
     def begin() -> tuple[Path, dict[int, Any], Path | None]:
-        tmp = _staging(out, settings, claim, resume)
+        tmp = staging(out, settings, claim, resume)
         done = {s: read_json(tmp / f"seed-{s}/result.json") for s in seeds
                 if (tmp / f"seed-{s}/result.json").is_file()}
         todo = [s for s in seeds if s not in done]
@@ -314,20 +267,6 @@ def _run_seeds(source: ModelSource, data: TaskData, cfg: FinetuneConfig, seeds: 
     if not rt.is_main:
         return None
     return _write_results(tmp, data, cfg, seeds, done, source.name)
-
-
-def save_classifier(model: nn.Module, folder: Path, data: TaskData,
-                    cfg: FinetuneConfig, tok: Any) -> None:
-    """A fine-tuned model's folder: what `evaluate`, `export` and `--model` read."""
-    folders.write(folder, model, "classifier", tok, task=data.name,
-                  labels=data.labels, regression=data.regression, metrics=list(data.metrics),
-                  finetune=cfg.to_dict(), text_columns=list(data.columns),
-                  **data.head.meta(data))
-
-
-def load_classifier(folder: str | Path) -> tuple[nn.Module, dict[str, Any]]:
-    """A fine-tuned model and its config.json (task, labels, settings)."""
-    return folders.load(folder, "classifier")
 
 
 def _finish_seed(model: nn.Module, folder: Path, data: TaskData, cfg: FinetuneConfig,

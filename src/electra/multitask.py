@@ -25,7 +25,7 @@ from typing import Any
 
 from electra.config import FinetuneConfig
 from electra.errors import UserError
-from electra.finetune import _staging, report, save_classifier
+from electra.finetuned import report, save_classifier, staging
 from electra.io.files import disk_errors, publish, read_json, write_json
 from electra.io.outputs import claim_out
 from electra.tasks.base import TaskData
@@ -72,7 +72,7 @@ def run_multitask(source: ModelSource, tasks: dict[str, TaskData], out: str | Pa
                     "labels": {t: d.labels for t, d in data.items()}, "seeds": seeds}
 
         def begin() -> tuple[Path, dict[int, Any], Path | None]:
-            tmp = _staging(out, settings, claim, resume)
+            tmp = staging(out, settings, claim, resume)
             done = {s: read_json(tmp / f"seed-{s}/result.json") for s in seeds
                     if (tmp / f"seed-{s}/result.json").is_file()}
             todo = [s for s in seeds if s not in done]

@@ -49,6 +49,7 @@ from electra.objectives.masking import Noise, Norm, choose, slots
 from electra.objectives.pretraining import ElectraPretrainingModel, begin_step, stage_at
 from electra.train.checkpoint import latest_checkpoint
 from electra.train.optim import param_groups
+from electra.train.probe import Probe
 from electra.train.runtime import (
     Runtime,
     autocast,
@@ -61,7 +62,10 @@ from electra.train.trainer import RandomStreams, Settings, Trainer, add_into, po
 
 # Settings that may change when a run is resumed; all others must match the saved run.
 RESUMABLE_CHANGES = {"log_every", "eval_every", "eval_batches", "save_every",
-                     "keep_checkpoints", "threads", "max_nonfinite_skips", "parallel"}
+                     "keep_checkpoints", "threads", "max_nonfinite_skips", "parallel",
+                     # probes read the model and change nothing
+                     "probe_every", "probe_train", "probe_dev", "probe_text_columns",
+                     "probe_label_column", "probe_max_examples", "probe_epochs"}
 
 
 @dataclass
@@ -105,6 +109,7 @@ class Pretraining:
     micro: int  # examples per micro-batch
     trainer: Trainer
     loader: Prefetched
+    probe: Probe | None = None  # train.probe_every's task
 
 
 def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
@@ -129,7 +134,12 @@ def _pretrain(opt: PretrainOptions, rt: Runtime, claim: Claim) -> dict[str, Any]
         if p.val is not None and (trainer.every(tc.eval_every) or trainer.step == tc.max_steps):
             record.update(validate(trainer.model, p.val, p.cfg, rt, p.micro,
                                    stage_at(p.cfg.objective, trainer.step)))
-        trainer.log(record, show=("loss", "disc_acc", "tokens_per_s", "val_disc_auc"))
+        if p.probe is not None and rt.is_main and (trainer.every(tc.probe_every)
+                                                   or trainer.step == tc.max_steps):
+            disc = trainer.model.discriminator
+            record.update(p.probe.run(disc.encoder, disc.config, rt))
+        trainer.log(record, show=("loss", "disc_acc", "tokens_per_s", "val_disc_auc",
+                                  "probe_dev_accuracy"))
 
     with disk_errors(Path(opt.out), resume_hint), trainer.running():
         if trainer.log_due:  # Ctrl-C came while this step's line was being computed
@@ -269,6 +279,8 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
     rt.check_same({"config": run_config, "data": data.meta, "init": opt.init,
                    "resume": opt.resume, "electra": __version__, "torch": torch.__version__},
                   "the config or the data")
+    probe = rt.agree(lambda: Probe(tc, Path(opt.out)) if tc.probe_every else None,
+                     "reading the probe's task (train.probe_train, train.probe_dev)")
     resume_from = rt.on_main(lambda: _run_folder(opt, run_config, data, claim),
                              "preparing the run folder")
 
@@ -299,7 +311,7 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
                     + (f" over {rt.world_size} processes ({tc.parallel})" if rt.enabled else "")
                     + f", {resolve_precision(rt.device, tc.precision)}, {rt.device.type}"
                     + (f", resuming at step {trainer.step}" if trainer.step else ""))
-    return Pretraining(data, val, cfg, micro, trainer, loader)
+    return Pretraining(data, val, cfg, micro, trainer, loader, probe)
 
 
 def make_trainer(model: ElectraPretrainingModel, cfg: RunConfig, rt: Runtime,

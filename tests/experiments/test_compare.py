@@ -216,3 +216,27 @@ def test_two_processes_compare_like_one(compared):
         for k in a:
             torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
     assert [m["tasks"] for m in one_r["models"]] == [m["tasks"] for m in two_r["models"]]
+
+
+def test_probes_train_the_head_alone_on_each_pretrained_model(compared, capsys):
+    """--probe only: the same pretraining, each model probed (TASK-probe); every probe's
+    encoder is bitwise the model it probed, and the table names the probe's column."""
+    from safetensors.torch import load_file
+
+    out, args = compared
+    seeds = args.index("--seeds") + 1
+    capsys.readouterr()
+    assert main([*args[:seeds], "1", *args[seeds + 1:], "--probe", "only"]) == 0
+    assert "compare: pretraining" not in capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["metrics"]) == ["sent-probe"]
+    for m in results["models"]:
+        ft = next((out / "finetune" / m["model"]).glob("sent-probe-*"))
+        assert json.loads((ft / "results.json").read_text())["config"]["freeze"] == "encoder"
+        if m["objective"]:
+            tuned = load_file(ft / "seed-1/model.safetensors")
+            base = load_file(out / "models" / m["model"] / "discriminator/model.safetensors")
+            assert all(torch.equal(tuned[k], base[k]) for k in tuned
+                       if k.startswith("encoder.")), m["model"]
+    assert "sent-probe (accuracy)" in (out / "results.md").read_text()
+    assert main(args) == 0  # back to the full fine-tunes, read back

@@ -45,6 +45,7 @@ from electra.experiments.compare_spec import (
     parse_fractions,
     parse_objectives,
     parse_tasks,
+    with_probes,
 )
 from electra.finetune import model_source, parse_seeds, run_finetune
 from electra.io import folders
@@ -62,15 +63,15 @@ def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random
          tasks: str | None = None, glue: str | None = None, seeds: str = "1,2,3",
          preset: str | None = None, config: str | None = None, sets: list[str] | None = None,
          finetune_sets: list[str] | None = None, fractions: str = "0.25,0.5,1",
-         device: str = "auto", progress: bool = True,
+         probe: str | None = None, device: str = "auto", progress: bool = True,
          dist_timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any] | None:
     """`electra compare`: check everything, then pretrain, fine-tune and report."""
     kind_budget = parse_budget(budget)
     objective_list = parse_objectives(objectives)
     fraction_list = parse_fractions(fractions)
     seed_list = parse_seeds(seeds)
-    task_list = parse_tasks(tasks or (DEMO_TASKS if kind_budget[0] == "demo" else
-                                      DEFAULT_TASKS), glue)
+    task_list = with_probes(parse_tasks(tasks or (DEMO_TASKS if kind_budget[0] == "demo"
+                                                  else DEFAULT_TASKS), glue), probe)
     load_finetune_config(finetune_sets or [])  # refuse unknown settings now
     if kind_budget[0] == "demo" and (preset or config):
         raise UserError("--budget demo brings its own model (the tiny preset); drop --preset "

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -106,6 +107,20 @@ def parse_tasks(text: str, glue: str | None) -> list[Task]:
         raise UserError(f"--tasks {text}: give distinct tasks separated by commas, e.g. "
                         f"sst2,mrpc,stsb,rte")
     return tasks
+
+PROBE_SETS = ("freeze=encoder", "lr=1e-3")  # a task's own settings come after (and win)
+
+
+def with_probes(tasks: list[Task], probe: str | None) -> list[Task]:
+    """``--probe beside``: each task also as TASK-probe, a linear probe (the encoder frozen,
+    only the head trained, at lr 1e-3 unless the task sets lr); ``--probe only``: the probes
+    alone; None: the full fine-tunes alone."""
+    if probe is None:
+        return tasks
+    probes = [dataclasses.replace(t, name=f"{t.name}-probe", sets=(*PROBE_SETS, *t.sets))
+              for t in tasks]
+    return probes if probe == "only" else [*tasks, *probes]
+
 
 def parse_objectives(text: str) -> list[str]:
     names = [s.strip() for s in text.split(",") if s.strip()]

@@ -1,0 +1,78 @@
+"""What a fine-tune leaves: its staging folder (``OUT.partial``, resumable), a seed's
+report, and the fine-tuned model folders `evaluate`, `predict` and `export` read; shared by
+single-task (``electra.finetune``) and multi-task (``electra.multitask``) fine-tuning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from electra.config import FinetuneConfig, config_diffs
+from electra.errors import UserError
+from electra.io import folders
+from electra.io.files import read_json, staging_dir, write_json
+from electra.io.outputs import Claim
+from electra.tasks.base import TaskData
+
+
+def report(data: TaskData, preds: dict[str, tuple[np.ndarray, np.ndarray]],
+           selection: Any) -> dict[str, Any]:
+    """What a seed's run looked like (``selection``: its
+    ``electra.train.finetuning.Selection``): the kept evaluation, every evaluation, a confusion
+    matrix per dev split (classes, tags), and warnings for a degenerate run: every
+    prediction in one class, near-constant regression outputs, a training loss that never
+    fell below its first epoch's, skipped non-finite steps."""
+    warnings, confusion = [], {}
+    for split, (p, y) in preds.items():
+        said, matrix = data.head.report(split, p, y, data)
+        warnings += said
+        if matrix is not None:
+            confusion[split] = matrix
+    epochs = [e["loss"] for e in selection.history if float(e["epoch"]).is_integer()]
+    if len(epochs) >= 2 and min(epochs[1:]) >= epochs[0]:
+        warnings.append(f"the training loss never fell below its first epoch's "
+                        f"({epochs[0]:.4g}; later {', '.join(f'{x:.4g}' for x in epochs[1:])})")
+    if selection.skips:
+        warnings.append(f"{selection.skips} step(s) had a non-finite loss and were skipped")
+    kept = selection.kept or {}
+    return {"select": selection.mode, "epoch": kept.get("epoch"), "step": kept.get("step"),
+            "evaluations": selection.history, "confusion": confusion, "warnings": warnings}
+
+
+def staging(out: Path, settings: dict[str, Any], claim: Claim, resume: bool) -> Path:
+    """``OUT.partial``: a fresh one, or (``resume``) the interrupted one if its settings are
+    these. Rank 0 only; ``claim`` checked ``out`` and holds its lock."""
+    tmp = out.with_name(out.name + ".partial")
+    if resume and (tmp / "finetune.json").is_file():
+        saved = read_json(tmp / "finetune.json", "an interrupted fine-tune's settings")
+        diffs = config_diffs(saved, settings, {"seeds"})
+        if diffs:
+            raise UserError(f"--resume: {tmp} was started with other settings "
+                            f"({'; '.join(diffs[:3])}); resume with the same settings or "
+                            f"start again with --overwrite")
+        write_json(tmp / "finetune.json", settings)
+        return tmp
+    if resume and (out / "results.json").is_file():
+        raise UserError(f"--resume: {out} is already complete (results.json) and nothing was "
+                        f"interrupted; pass --overwrite to fine-tune again")
+    tmp = staging_dir(out)
+    claim.mark(tmp)
+    write_json(tmp / "finetune.json", settings)
+    return tmp
+
+
+def save_classifier(model: nn.Module, folder: Path, data: TaskData,
+                    cfg: FinetuneConfig, tok: Any) -> None:
+    """A fine-tuned model's folder: what `evaluate`, `export` and `--model` read."""
+    folders.write(folder, model, "classifier", tok, task=data.name,
+                  labels=data.labels, regression=data.regression, metrics=list(data.metrics),
+                  finetune=cfg.to_dict(), text_columns=list(data.columns),
+                  **data.head.meta(data))
+
+
+def load_classifier(folder: str | Path) -> tuple[nn.Module, dict[str, Any]]:
+    """A fine-tuned model and its config.json (task, labels, settings)."""
+    return folders.load(folder, "classifier")
