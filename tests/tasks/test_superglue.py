@@ -222,3 +222,59 @@ def test_an_rte_model_scores_the_diagnostics(tmp_path, tok, capsys):
         assert list(json.loads(capsys.readouterr().out.strip())["dev"]) == metrics
     assert main(["evaluate", "--model", str(tmp_path / "ft/seed-1"), "--task", "boolq",
                  "--data", str(FIXTURES / "BoolQ")]) == 2
+
+
+def test_record_windows_a_long_passage_and_scores_a_candidate_where_it_is_mentioned(
+        tmp_path, tok):
+    """A passage longer than a window: every candidate-row gets windows over it, those that
+    hold a mention of the candidate are marked, and the candidate's P(answer) is the best of
+    its marked windows."""
+    from electra.config import FinetuneConfig
+    from electra.io.tokenizer import load_tokenizer
+    from electra.tasks.sequence import SequenceClassifier
+    from electra.tasks.superglue import SuperGLUE
+
+    filler = " ".join(["the tower was tall and the river was wide ."] * 12)
+    text = f"Tracy Morgan met Jay Leno . {filler} Later Gustave Eiffel arrived ."
+    ents = [(e, text.index(e)) for e in ("Tracy Morgan", "Jay Leno", "Gustave Eiffel")]
+    row = {"passage": {"text": text, "entities": [{"start": s, "end": s + len(e) - 1}
+                                                  for e, s in ents]},
+           "qas": [{"query": "@placeholder arrived late", "idx": "q",
+                    "answers": [{"start": ents[2][1], "end": ents[2][1] + 13,
+                                 "text": "Gustave Eiffel"}]}], "idx": 0}
+    (tmp_path / "ReCoRD").mkdir()
+    for split in ("train", "val"):
+        (tmp_path / f"ReCoRD/{split}.jsonl").write_text(json.dumps(row) + "\n")
+    rows = read_split(SUPERGLUE["record"], tmp_path / "ReCoRD", "val")
+    tk = load_tokenizer(tok)
+    from electra.data.superglue import record_windows
+
+    w = record_windows(tk, rows, 48, 8)
+    per_row = [int((w["row"] == i).sum()) for i in range(3)]
+    assert min(per_row) >= 3  # the passage spans several windows
+    for i, r in enumerate(rows):
+        marked = w["covers"] & (w["row"] == i)
+        assert marked.sum() >= 1
+        for j in torch.nonzero(marked).flatten().tolist():
+            passage = [t for t, ty, m in zip(w["input_ids"][j].tolist(),
+                                             w["token_type_ids"][j].tolist(),
+                                             w["attention_mask"][j].tolist(), strict=True)
+                       if ty == 1 and m]
+            shown = tk.decode(passage)
+            assert r.candidate.lower() in shown, (r.candidate, shown)
+    # the first window (no mention of Eiffel) is not Eiffel's
+    assert not w["covers"][w["row"] == 2][0]
+    head = SuperGLUE()
+    data = head.load("record", data=str(tmp_path / "ReCoRD"), split="dev")
+    cfg = FinetuneConfig(max_length=48, doc_stride=8, precision="fp32")
+    torch.manual_seed(0)
+    model = SequenceClassifier(tiny_config(vocab_size=tk.get_vocab_size()), 2).eval()
+    probs = head.probs(model, tk, rows, data, cfg)
+    with torch.no_grad():
+        p = model(w["input_ids"], w["attention_mask"], w["token_type_ids"]).softmax(-1)[:, 1]
+    for i in range(3):
+        marked = w["covers"] & (w["row"] == i)
+        assert probs[i, 1] == pytest.approx(float(p[marked].max()), abs=1e-5)
+    train = head.encode(tk, rows, data, cfg)  # the marked windows, labelled by their row
+    assert len(train["labels"]) == int(w["covers"].sum())
+    assert train["labels"].tolist().count(1) == int((w["covers"] & (w["row"] == 2)).sum())

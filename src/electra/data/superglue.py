@@ -49,6 +49,7 @@ class Row(Example):
     group: str = ""
     candidate: str = ""
     answers: tuple[str, ...] = ()  # ReCoRD: the query's gold answers
+    mentions: tuple[tuple[int, int], ...] = ()  # ReCoRD: the candidate's spans in text_b
     ref: tuple[Any, ...] = ()  # the official ids a submission line needs
 
 
@@ -142,15 +143,16 @@ def _record(row: Any, where: str, labelled: bool) -> list[Row]:
     """One row per (query, candidate entity); ReCoRD's offsets are inclusive."""
     passage = _field(row, "passage", where, dict)
     text = _field(passage, "text", f"{where} passage")
-    candidates = []
+    mentions: dict[str, list[tuple[int, int]]] = {}  # each candidate: its spans, in order
     for e in _field(passage, "entities", f"{where} passage", list):
         start, end = (_field(e, k, f"{where} entity", int) for k in ("start", "end"))
         if not 0 <= start <= end < len(text):
             raise UserError(f"{where}: entity {start}-{end} is outside the passage "
                             f"({len(text)} characters)")
-        if text[start : end + 1] not in candidates:
-            candidates.append(text[start : end + 1])
-    shown = text.replace("@highlight\n", "- ")
+        mentions.setdefault(text[start : end + 1], []).append((start, end + 1))
+    candidates = list(mentions)
+    # the highlights as dashes, the characters where they were (the spans stay right)
+    shown = text.replace("@highlight\n", "-" + " " * 9 + "\n")
     out = []
     for qa in _field(row, "qas", where, list):
         query = _field(qa, "query", f"{where} query")
@@ -164,7 +166,8 @@ def _record(row: Any, where: str, labelled: bool) -> list[Row]:
             out.append(Row(query.replace("@placeholder", cand), shown,
                            None if not labelled else BOOL[cand in gold],
                            guid=f"{qa.get('idx')}:{cand}", group=str(qa.get("idx")),
-                           candidate=cand, answers=gold, ref=(qa.get("idx"),)))
+                           candidate=cand, answers=gold, mentions=tuple(mentions[cand]),
+                           ref=(qa.get("idx"),)))
         if not candidates:  # scored (as wrong), never trained on
             out.append(Row(query, shown, None, guid=str(qa.get("idx")),
                            group=str(qa.get("idx")), answers=gold, ref=(qa.get("idx"),)))
@@ -232,6 +235,42 @@ def read_split(task: SuperGlueTask, folder: str | Path, split: str) -> list[Row]
     if not out:
         raise UserError(f"{path}: no rows")
     return out
+
+
+def record_windows(tok: Any, rows: list[Row], max_length: int,
+                   stride: int) -> dict[str, Any]:
+    """ReCoRD's (filled query, passage) pairs in windows over the passage, as SQuAD's
+    contexts are: tensors input_ids, token_type_ids, attention_mask (padded to the longest),
+    ``row`` (each window's row) and ``covers`` (whether the window holds a mention of the
+    row's candidate: those windows train it and score it)."""
+    import torch
+
+    from electra.io.tokenizer import special_names
+
+    tok.no_padding()
+    tok.no_truncation()
+    longest = max(len(tok.encode(r.text_a, add_special_tokens=False).ids) for r in rows)
+    room = max_length - longest - 3
+    if room < 16:
+        raise UserError(f"max_length={max_length} leaves {room} passage tokens per window "
+                        f"after a {longest}-token query; raise max_length (e.g. --set "
+                        f"max_length=256)")
+    tok.enable_truncation(max_length, stride=min(stride, room // 2), strategy="only_second")
+    ids, types, row, covers = [], [], [], []
+    for i, enc in enumerate(tok.encode_batch([(r.text_a, r.text_b) for r in rows])):
+        for w in [enc, *enc.overflowing]:
+            span = [o for o, seq in zip(w.offsets, w.sequence_ids, strict=True) if seq == 1]
+            first, last = (span[0][0], span[-1][1]) if span else (0, 0)
+            ids.append(w.ids)
+            types.append(w.type_ids)
+            row.append(i)
+            covers.append(any(first <= a and b <= last for a, b in rows[i].mentions))
+    pad = tok.token_to_id(special_names(tok)["pad"])
+    T = max(map(len, ids))
+    return {"input_ids": torch.tensor([r + [pad] * (T - len(r)) for r in ids]),
+            "token_type_ids": torch.tensor([r + [0] * (T - len(r)) for r in types]),
+            "attention_mask": torch.tensor([[1] * len(r) + [0] * (T - len(r)) for r in ids]),
+            "row": torch.tensor(row), "covers": torch.tensor(covers)}
 
 
 # -- metrics ------------------------------------------------------------------------------

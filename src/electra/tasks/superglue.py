@@ -30,6 +30,7 @@ from electra.data.superglue import (
     read_split,
     record_answers,
     record_scores,
+    record_windows,
     write_submission,
 )
 from electra.errors import UserError
@@ -92,18 +93,44 @@ class SuperGLUE(Sequence):
 
     def encode(self, tok: Any, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
-        out = super().encode(tok, examples, data, cfg)
-        if "labels" not in out and any(e.label is not None for e in examples):
-            # ReCoRD's queries without candidates have none: scored, never trained on
-            out["labels"] = torch.tensor([data.labels.get(str(e.label), -1) for e in examples])
-        return out
+        """Pairs as the sequence head reads them; ReCoRD's in windows over the passage,
+        training on the windows that hold a mention of the row's candidate."""
+        if self.spec(data).name == "record":
+            labelled = [e for e in examples if e.label is not None]
+            w = record_windows(tok, labelled, cfg.max_length, cfg.doc_stride)  # type: ignore[arg-type]
+            keep = w.pop("covers")
+            ids = torch.tensor([data.labels[str(e.label)] for e in labelled])
+            return {k: v[keep] for k, v in {**w, "labels": ids[w.pop("row")]}.items()}
+        return super().encode(tok, examples, data, cfg)
+
+    def probs(self, model: Any, tok: Any, rows: list[Row], data: TaskData,
+              cfg: FinetuneConfig) -> np.ndarray:
+        """Each row's class probabilities; a ReCoRD candidate's P(answer) is its best
+        window's among those that mention it (any window where none does)."""
+        if self.spec(data).name != "record":
+            out = logits(model, super().encode(tok, rows, data, cfg), cfg.precision)
+            return out.softmax(-1).numpy()
+        w = record_windows(tok, rows, cfg.max_length, cfg.doc_stride)  # type: ignore[arg-type]
+        p = logits(model, w, cfg.precision).softmax(-1)[:, 1]
+        none = torch.full((len(rows),), -1.0)
+        c = w["covers"]
+        covering = none.scatter_reduce(0, w["row"][c], p[c], "amax")
+        anywhere = none.scatter_reduce(0, w["row"], p, "amax")
+        best = torch.where(covering >= 0, covering, anywhere)
+        return torch.stack([1 - best, best], 1).numpy()
 
     def predict(self, model: Any, tok: Any, examples: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> tuple[Any, Any]:
-        batch = self.encode(tok, examples, data, cfg)
-        probs = logits(model, batch, cfg.precision).softmax(-1).numpy()
-        ids = batch["labels"].numpy() if "labels" in batch else np.full(len(examples), -1)
-        return probs, Labelled(ids, examples)
+        ids = np.array([data.labels.get(str(e.label), -1) for e in examples])
+        return self.probs(model, tok, examples, data, cfg), Labelled(ids, examples)
+
+    def records(self, model: Any, tok: Any, items: list[Any], data: TaskData,
+                cfg: FinetuneConfig) -> list[dict[str, Any]]:
+        names = {i: n for n, i in data.labels.items()}
+        return [{"label": names[int(p.argmax())], **({"candidate": r.candidate}
+                                                      if r.candidate else {}),
+                 "probs": {names[j]: round(float(p[j]), 6) for j in range(len(names))}}
+                for r, p in zip(items, self.probs(model, tok, items, data, cfg), strict=True)]
 
     def score(self, data: TaskData, preds: Any, labels: Any) -> dict[str, float]:
         spec, ids = self.spec(data), preds.argmax(-1)
@@ -132,7 +159,7 @@ class SuperGLUE(Sequence):
         spec, names = self.spec(data), {i: n for n, i in data.labels.items()}
         written = []
         for rows in data.test.values():
-            probs, _ = self.predict(model, tok, rows, data, cfg)
+            probs = self.probs(model, tok, rows, data, cfg)
             if spec.name == "record":
                 answers = self._answers(probs, rows)
                 firsts = list({r.group: r for r in rows}.values())
