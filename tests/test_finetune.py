@@ -378,7 +378,7 @@ def test_a_collapsed_classifier_is_flagged_with_its_class(task, monkeypatch, cap
 
 
 def test_selection_keeps_the_last_or_the_best_evaluation():
-    from electra.finetune import Selection
+    from electra.train.finetuning import Selection
 
     scores = [0.5, 0.7, 0.7, float("nan"), 0.6]
 
