@@ -139,3 +139,25 @@ def no_syncs(monkeypatch):
                 raise AssertionError(f"the step called Tensor.{_name}")
             m.setattr(torch.Tensor, name, refuse)
         yield
+
+
+def ctrl_c_in_step(monkeypatch, n: int) -> None:
+    """Ctrl-C in the middle of the n-th training step of this process (after its forward),
+    as a user's lands: the scaffold saves the last completed step and exits 130."""
+    from electra.train.trainer import Trainer
+
+    real = Trainer.train_step
+    calls = {"n": 0}
+
+    def interrupted(self, micro_step, tokens=0):
+        calls["n"] += 1
+        if calls["n"] == n:
+
+            def forward_then_ctrl_c(model, j):
+                micro_step(model, j)
+                raise KeyboardInterrupt
+
+            return real(self, forward_then_ctrl_c, tokens)
+        return real(self, micro_step, tokens)
+
+    monkeypatch.setattr(Trainer, "train_step", interrupted)

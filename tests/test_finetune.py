@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import cli_error, write_sentiment
+from helpers import cli_error, ctrl_c_in_step, write_sentiment
 from safetensors.torch import load_file
 
 from electra.cli import main
@@ -250,28 +250,12 @@ def test_interrupted_finetune_resumes_bitwise(task, monkeypatch, select):
     """Two seeds; Ctrl-C in the middle of seed 2's 12th step (after its forward). --resume
     keeps seed 1 and continues seed 2 from a checkpoint of step 11: every number and weight
     equals an uninterrupted run's (fp32, with dropout), the kept best evaluation included."""
-    from electra.train.trainer import Trainer
-
     args = ["finetune", "--random-init", "tiny", "--tokenizer", str(task / "tok"),
             *custom_args(task), "--seeds", "1,2", "--quiet", "--set", "epochs=2", "--set",
             "precision=fp32", "--set", "batch_size=16", "--set", "save_every=5", "--set",
             f"select={select}", "--set", "eval_every=4"]
     assert main([*args, "--out", str(task / "a")]) == 0
-    real = Trainer.train_step
-    calls = {"n": 0}
-
-    def interrupted(self, micro_step, tokens=0):
-        calls["n"] += 1
-        if calls["n"] == 50 + 12:  # seed 1 has 2 epochs x 25 steps
-
-            def forward_then_ctrl_c(model, j):
-                micro_step(model, j)
-                raise KeyboardInterrupt
-
-            return real(self, forward_then_ctrl_c, tokens)
-        return real(self, micro_step, tokens)
-
-    monkeypatch.setattr(Trainer, "train_step", interrupted)
+    ctrl_c_in_step(monkeypatch, 50 + 12)  # seed 1 has 2 epochs x 25 steps
     assert main([*args, "--out", str(task / "b")]) == 130
     monkeypatch.undo()
     partial = task / "b.partial"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import write_sentiment
+from helpers import ctrl_c_in_step, write_sentiment
 from safetensors.torch import load_file
 
 from electra.cli import main
@@ -111,26 +111,10 @@ def test_a_multitask_run_learns_and_each_saved_task_scores_what_it_reported(task
 
 
 def test_an_interrupted_multitask_run_resumes_bitwise(tasks, monkeypatch):
-    from electra.train.trainer import Trainer
-
     args = multi_args(tasks, "--set", "epochs=2", "--set", "save_every=7", "--set",
                       "select=best", "--set", "eval_every=10")
     assert main([*args, "--out", str(tasks / "a")]) == 0
-    real = Trainer.train_step
-    calls = {"n": 0}
-
-    def interrupted(self, micro_step, tokens=0):
-        calls["n"] += 1
-        if calls["n"] == 60:
-
-            def forward_then_ctrl_c(model, j):
-                micro_step(model, j)
-                raise KeyboardInterrupt
-
-            return real(self, forward_then_ctrl_c, tokens)
-        return real(self, micro_step, tokens)
-
-    monkeypatch.setattr(Trainer, "train_step", interrupted)
+    ctrl_c_in_step(monkeypatch, 60)
     assert main([*args, "--out", str(tasks / "b")]) == 130
     monkeypatch.undo()
     assert (tasks / "b.partial/seed-1/checkpoints/step-0000059").is_dir()
@@ -146,3 +130,34 @@ def test_an_interrupted_multitask_run_resumes_bitwise(tasks, monkeypatch):
     drop = ("tokens_per_s",)
     assert [{k: v for k, v in json.loads(x).items() if k not in drop} for x in ma] == [
         {k: v for k, v in json.loads(x).items() if k not in drop} for x in mb]
+
+
+def test_tagging_and_squad_mix_with_a_sentence_task(tasks, capsys):
+    """Heads of three families on one encoder; each saved task scores what the run said."""
+    paras = []
+    for i in range(12):
+        ctx = f"Anna lives in Oslo number {i}. She works at a bank in the city."
+        paras.append({"context": ctx, "qas": [{"id": f"q{i}", "question": "Where is Anna?",
+                                               "answers": [{"text": "Oslo",
+                                                            "answer_start": ctx.index("Oslo")}]}]})
+    (tasks / "sq.json").write_text(json.dumps({"version": "1.1", "data": [
+        {"title": "t", "paragraphs": paras}]}))
+    (tasks / "tags.jsonl").write_text("".join(json.dumps(
+        {"tokens": ["Anna", "lives", "in", "Oslo"], "tags": ["B-PER", "O", "O", "B-LOC"]})
+        + "\n" for _ in range(16)))
+    files = {"custom": tasks / "dev.csv", "tagging": tasks / "tags.jsonl",
+             "squad1": tasks / "sq.json"}
+    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(tasks / "tok"),
+                 "--task", ",".join(files), "--train",
+                 f"{tasks / 'train.csv'},{files['tagging']},{files['squad1']}",
+                 "--dev", ",".join(map(str, files.values())), "--set", "epochs=2",
+                 "--set", "batch_size=4", "--set", "max_length=48", "--set", "doc_stride=16",
+                 "--set", "max_train_examples=64", "--out", str(tasks / "mix"),
+                 "--quiet"]) == 0
+    results = json.loads((tasks / "mix/results.json").read_text())
+    capsys.readouterr()
+    for task, dev in files.items():
+        assert main(["evaluate", "--model", str(tasks / f"mix/seed-1/{task}"), "--task", task,
+                     "--dev", str(dev)]) == 0
+        scored = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert scored["dev"] == results["seeds"]["1"][task]["dev"], task

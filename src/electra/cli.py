@@ -83,8 +83,13 @@ def _dist_timeout() -> Arg:
 def _task_args(evaluate: bool = False) -> tuple[Arg, ...]:
     return (
         arg("--task", required=True, help=f"{', '.join(GLUE)}, custom (sentence or pair "
-            "classification, regression), tagging (NER, POS), squad1 or squad2"),
-        arg("--data", help="the GLUE task folder (e.g. glue/SST-2)"),
+            "classification, regression), tagging (NER, POS), squad1 or squad2; SuperGLUE's "
+            "boolq, cb, copa, multirc, record, sg-rte, wic, wsc (ax-b, ax-g with evaluate); "
+            "choice (N-choice JSONL)" + ("" if evaluate else "; several, comma-separated, "
+                                         "fine-tune together (multi-task)")),
+        arg("--data", help="the GLUE or SuperGLUE task folder (e.g. glue/SST-2)"
+            + ("" if evaluate else "; with several tasks one per task, comma-separated "
+               "(empty for tasks read from --train/--dev, which take such lists too)")),
         *(() if evaluate else (arg("--train", help="custom: training file (.csv, .tsv, "
                                    ".jsonl); tagging: .conllu, CoNLL or .jsonl {tokens, tags}"),)),
         arg("--dev", help="custom: dev file" + (" (the file to score)" if evaluate else "")),
@@ -189,7 +194,8 @@ COMMANDS: dict[str, Command] = {
                 "demo's own, 2 minutes on 2 CPU cores with a bf16 unit, 7 without)"),
             _quiet()), interrupted="run `electra demo` again to start it over"),
     "finetune": Command(
-        "fine-tune the discriminator on GLUE or a custom task", "electra.finetune:main", (
+        "fine-tune the discriminator on a task (GLUE, SuperGLUE, SQuAD, tagging, your "
+        "files) or several at once", "electra.finetune:main", (
             arg("--model", help="a pretraining run (its discriminator/ or a checkpoint), a "
                 "fine-tuned model, or a transformers ElectraForPreTraining folder"),
             arg("--random-init", metavar="PRESET|RUN", help="instead of --model: random "
@@ -205,8 +211,8 @@ COMMANDS: dict[str, Command] = {
                    arg("--resume", action="store_true", help="continue an interrupted "
                        "fine-tune (finished seeds are kept, the one in progress restarts "
                        "from its last checkpoint)"))),
-            arg("--predict", choices=["test"], help="also write GLUE submission files for "
-                "the test split(s) to OUT/seed-N/predictions/"),
+            arg("--predict", choices=["test"], help="also write GLUE or SuperGLUE "
+                "submission files for the test split(s) to OUT/seed-N/predictions/"),
             _device(), _quiet(), _dist_timeout()),
         interrupted="continue it with the same command and --resume (finished seeds are "
         "kept)"),

@@ -202,12 +202,27 @@ def test_each_task_finetunes_writes_its_submission_and_evaluate_agrees(
         [x["idx"] for x in lines] == [q["idx"] for t in test for q in t["qas"]]
     if submission:
         assert all(isinstance(x["label"], bool) for x in lines)
+    if task == "sg-rte":  # the diagnostics, whose folders sit beside RTE's
+        for name in ("AX-b", "AX-g"):
+            sub = [json.loads(x) for x in (tmp_path / f"ft/seed-1/predictions/{name}.jsonl")
+                   .read_text().splitlines()]
+            assert [x["idx"] for x in sub] == [0, 1, 2, 3]
+            assert {x["label"] for x in sub} <= {"entailment", "not_entailment"}
     capsys.readouterr()
     assert main(["evaluate", "--model", str(tmp_path / "ft/seed-1"), "--task", task, "--data",
                  str(data)]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["val"] == dev
     first = dev[SUPERGLUE[task].metrics[0] if task != "copa" else "accuracy"]
     assert first > 0.6, dev  # above chance on what it trained on
+    # exported as the closest transformers head, saying what it cannot do
+    assert main(["export", str(tmp_path / "ft/seed-1"), "--out", str(tmp_path / "hf")]) == 0
+    note = capsys.readouterr().err
+    assert ("electra: note:" in note) == (task in ("wic", "wsc", "multirc", "record"))
+    transformers = pytest.importorskip("transformers")
+    cls = (transformers.ElectraForMultipleChoice if task == "copa"
+           else transformers.ElectraForSequenceClassification)
+    _, info = cls.from_pretrained(tmp_path / "hf", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
 
 
 def test_an_rte_model_scores_the_diagnostics(tmp_path, tok, capsys):

@@ -16,6 +16,7 @@ one ``ElectraForSequenceClassification`` folder with its label names), each with
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,9 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
                                  finetuning_task=meta["task"], **labels)
             print(f"wrote {out} ({HF_CLASSES[part]}, task {meta['task']}"
                   + (f", labels {list(labels['label2id'])})" if "label2id" in labels else ")"))
+            note = head.export_note(meta)
+            if note:
+                print(f"electra: note: {note}", file=sys.stderr)
             return out
         models, tok = opened.parts, load_tokenizer(opened.tokenizer)
         with staged(out) as tmp:

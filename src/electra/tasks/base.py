@@ -142,6 +142,10 @@ class Head:
         """What a fine-tuned model's config.json adds to say which head it has."""
         return {"head": self.name}
 
+    def export_note(self, meta: dict[str, Any]) -> str | None:
+        """What the transformers export cannot do that this head does (said by `export`)."""
+        return None
+
     def hf_labels(self, meta: dict[str, Any]) -> dict[str, Any]:
         """transformers' label fields for the exported config.json."""
         ids = meta["labels"]  # name -> id

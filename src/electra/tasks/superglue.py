@@ -69,11 +69,16 @@ class SuperGLUE(Sequence):
         train = read_split(spec, data, "train") if split is None else []
         if spec.train and train and not any(r.label is not None for r in train):
             raise UserError(f"{data}/train.jsonl: no labelled rows")
+        test = {"test": read_split(spec, data, "test")} if predict == "test" else {}
+        if test and spec.name == "sg-rte":  # the diagnostics' files, beside RTE's folder
+            for name in ("ax-b", "ax-g"):
+                folder = Path(data).parent / SUPERGLUE[name].folder
+                if (folder / files(SUPERGLUE[name])["dev"]).is_file():
+                    test[name] = read_split(SUPERGLUE[name], folder, "dev")
         return TaskData(spec.name, [r for r in train if r.label is not None],
                         {dev: read_split(spec, data, dev)}, spec.metrics, False,
-                        {n: i for i, n in enumerate(spec.labels)},
-                        {"test": read_split(spec, data, "test")} if predict == "test" else {},
-                        head=self, columns=("text_a", "text_b"))
+                        {n: i for i, n in enumerate(spec.labels)}, test, head=self,
+                        columns=("text_a", "text_b"))
 
     def trained_on(self, task: str) -> tuple[str, ...]:
         return DIAGNOSTIC_OF if not self.spec(task).train else (task,)
@@ -155,10 +160,13 @@ class SuperGLUE(Sequence):
 
     def write_test(self, model: Any, tok: Any, data: TaskData, cfg: FinetuneConfig,
                    folder: Path) -> list[Path]:
-        """SuperGLUE's submission file (``BoolQ.jsonl``, ...) for the test split."""
-        spec, names = self.spec(data), {i: n for n, i in data.labels.items()}
+        """SuperGLUE's submission file (``BoolQ.jsonl``, ...) for the test split; an RTE
+        model also writes ``AX-b.jsonl`` and ``AX-g.jsonl`` where their folders sit beside
+        RTE's."""
+        names = {i: n for n, i in data.labels.items()}
         written = []
-        for rows in data.test.values():
+        for split, rows in data.test.items():
+            spec = self.spec(split if split in SUPERGLUE else data.name)
             probs = self.probs(model, tok, rows, data, cfg)
             if spec.name == "record":
                 answers = self._answers(probs, rows)
@@ -175,3 +183,18 @@ class SuperGLUE(Sequence):
 
     def meta(self, data: TaskData) -> dict[str, Any]:
         return {"head": self.name}
+
+    def export_note(self, meta: dict[str, Any]) -> str | None:
+        return EXPORT_NOTES.get(meta["task"])
+
+
+EXPORT_NOTES = {
+    "wic": "transformers reads the pair as given: mark the target word *so* in both "
+           "sentences, as electra does",
+    "wsc": "transformers reads the text as given: mark the noun *so* and the pronoun #so#, as "
+           "electra does",
+    "multirc": "transformers scores one (question + option, paragraph) pair; grouping the "
+               "options into questions (EM) is electra's",
+    "record": "transformers scores one (filled query, passage window) pair; the candidates, "
+              "the windows and the best candidate are electra's",
+}
