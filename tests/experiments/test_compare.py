@@ -219,15 +219,21 @@ def test_two_processes_compare_like_one(compared):
 
 
 def test_probes_train_the_head_alone_on_each_pretrained_model(compared, capsys):
-    """--probe only: the same pretraining, each model probed (TASK-probe); every probe's
-    encoder is bitwise the model it probed, and the table names the probe's column."""
+    """--probe beside: the same pretraining, each model also probed (TASK-probe); every
+    probe's encoder is bitwise the model it probed, the table names the probe's column, and
+    the average leaves the probes out; --probe only runs the probes alone."""
     from safetensors.torch import load_file
 
     out, args = compared
     seeds = args.index("--seeds") + 1
     capsys.readouterr()
-    assert main([*args[:seeds], "1", *args[seeds + 1:], "--probe", "only"]) == 0
+    assert main([*args[:seeds], "1", *args[seeds + 1:], "--probe", "beside"]) == 0
     assert "compare: pretraining" not in capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["metrics"]) == ["sent", "sent-probe"]
+    for m in results["models"]:
+        assert m["average"]["seeds"] == m["tasks"]["sent"]["seeds"]  # probes left out
+    assert main([*args[:seeds], "1", *args[seeds + 1:], "--probe", "only"]) == 0
     results = json.loads((out / "results.json").read_text())
     assert list(results["metrics"]) == ["sent-probe"]
     for m in results["models"]:

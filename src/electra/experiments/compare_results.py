@@ -18,6 +18,12 @@ def task_score(result: dict[str, Any], task: Task) -> list[float]:
     return [100 * seed_result["dev"][task.metric]
             for seed_result in result["seeds"].values()]
 
+def averaged(plan: Plan) -> list[Task]:
+    """The tasks the average is over: the full fine-tunes (``--probe beside`` keeps its
+    probes out of it), or the probes where there are only probes."""
+    return [t for t in plan.tasks if not t.probe] or list(plan.tasks)
+
+
 def summarize(plan: Plan, scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """results.json: per model, its pretraining FLOPs and, per task and for the average,
     every seed's score, the median, min and max."""
@@ -29,7 +35,7 @@ def summarize(plan: Plan, scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
             per_task[task.name] = _spread(task_score(result, task))
             per_task[task.name]["warned_seeds"] = [
                 int(s) for s, d in result.get("details", {}).items() if d.get("warnings")]
-        seeds = [statistics.mean(per_task[t.name]["seeds"][i] for t in plan.tasks)
+        seeds = [statistics.mean(per_task[t.name]["seeds"][i] for t in averaged(plan))
                  for i in range(len(plan.seeds))]
         models.append({"model": name, "objective": objective, "fraction": fraction,
                        "pretrain_flops": flops,
@@ -51,7 +57,7 @@ def table(plan: Plan, results: dict[str, Any]) -> str:
     several tasks) the average; medians over seeds (min-max)."""
     names = [t.name for t in plan.tasks]
     metric = {t.name: t.metric for t in plan.tasks}
-    avg = len(names) > 1
+    avg = len(averaged(plan)) > 1
     head = " | ".join([f"{n} ({metric[n]})" for n in names] + (["average"] if avg else []))
     lines = [f"| model | budget | pretraining FLOPs | steps | {head} |",
              f"|---|---|---|---|{'---|' * (len(names) + avg)}"]
@@ -66,7 +72,8 @@ def table(plan: Plan, results: dict[str, Any]) -> str:
     seeds = ",".join(map(str, plan.seeds))
     warned = any(m["tasks"][n]["warned_seeds"] for m in results["models"] for n in names)
     return ("\n".join(lines) + f"\n\nMedian over seeds {seeds} of each task's dev score x100 "
-            f"(min-max in brackets)" + ("; the average is each seed's mean over the tasks."
+            f"(min-max in brackets)" + (f"; the average is each seed's mean over "
+                                        f"{', '.join(t.name for t in averaged(plan))}."
                                         if avg else ".")
             + ("\n! a seed predicted one class everywhere or its training loss never fell: "
                "see finetune/MODEL/TASK/results.md" if warned else ""))
@@ -78,7 +85,7 @@ def plot(plan: Plan, results: dict[str, Any], path: Path) -> Path:
     """compare.png: one panel per task and one for the average; score against pretraining
     FLOPs, a line per objective (median, min-max bars over seeds), random init flat."""
     plt = pyplot()
-    panels = [t.name for t in plan.tasks] + (["average"] if len(plan.tasks) > 1 else [])
+    panels = [t.name for t in plan.tasks] + (["average"] if len(averaged(plan)) > 1 else [])
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)

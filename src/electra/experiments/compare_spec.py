@@ -54,6 +54,11 @@ class Task:
     sets: tuple[str, ...] = ()  # fine-tuning settings for this task (key=value)
 
     @property
+    def probe(self) -> bool:
+        """A linear probe (``--probe``): the encoder frozen, the head alone trained."""
+        return "freeze=encoder" in self.sets
+
+    @property
     def metric(self) -> str:
         if self.task == "custom":
             return "spearman" if self.regression else "accuracy"
