@@ -38,14 +38,13 @@ from electra.config import (
     model_preset,
 )
 from electra.errors import UserError
-from electra.finetuned import load_classifier, report, save_classifier, staging
+from electra.finetuned import begin, check_split, load_classifier, report, save_classifier
 from electra.io import folders
 from electra.io.files import disk_errors, publish, read_json, write_json
 from electra.io.models import open_model
 from electra.io.outputs import Claim, claim_out
 from electra.tasks.base import TaskData, head_of
 from electra.tasks.registry import head_for_task, load_task
-from electra.train.checkpoint import latest_checkpoint
 from electra.train.finetuning import (
     ModelSource,
     dev_predictions,
@@ -210,26 +209,14 @@ def _finetune(source: ModelSource, data: TaskData, out: Path, cfg: FinetuneConfi
 
     def check() -> tuple[FinetuneConfig, TaskData, Any]:
         resolved = cfg.resolved(source.config, data.name)
-        split = rt.world_size * resolved.grad_accum
-        if resolved.batch_size % split:
-            raise UserError(f"--set batch_size={resolved.batch_size} does not split into "
-                            f"{rt.world_size} processes x grad_accum={resolved.grad_accum} "
-                            f"equal micro-batches; choose a multiple of {split}")
+        check_split(resolved, rt.world_size)
         return resolved, data.head.prepare(data, resolved), load_tokenizer(source.tokenizer)
 
     cfg, data, tok = rt.agree(check, "checking the fine-tuning inputs")
     settings = {"task": data.name, "model": source.name, "config": cfg.to_dict(),
                 "labels": data.labels, "seeds": seeds}
-
-    def begin() -> tuple[Path, dict[int, Any], Path | None]:
-        tmp = staging(out, settings, claim, resume)
-        done = {s: read_json(tmp / f"seed-{s}/result.json") for s in seeds
-                if (tmp / f"seed-{s}/result.json").is_file()}
-        todo = [s for s in seeds if s not in done]
-        ckpt = latest_checkpoint(tmp / f"seed-{todo[0]}/checkpoints") if todo else None
-        return tmp, done, ckpt
-
-    tmp, done, ckpt = rt.on_main(begin, "preparing the output folder")
+    tmp, done, ckpt = rt.on_main(lambda: begin(out, settings, claim, resume, seeds),
+                                 "preparing the output folder")
     with disk_errors(tmp, f"free disk space and rerun the same command with --resume ({tmp} "
                      f"holds what is done)"):
         results = _run_seeds(source, data, cfg, seeds, rt, tok, tmp, done, ckpt, progress)

@@ -76,3 +76,25 @@ def save_classifier(model: nn.Module, folder: Path, data: TaskData,
 def load_classifier(folder: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     """A fine-tuned model and its config.json (task, labels, settings)."""
     return folders.load(folder, "classifier")
+
+
+def check_split(cfg: FinetuneConfig, world_size: int) -> None:
+    """The batch splits into equal micro-batches over the processes and accumulation."""
+    split = world_size * cfg.grad_accum
+    if cfg.batch_size % split:
+        raise UserError(f"--set batch_size={cfg.batch_size} does not split into {world_size} "
+                        f"processes x grad_accum={cfg.grad_accum} equal micro-batches; "
+                        f"choose a multiple of {split}")
+
+
+def begin(out: Path, settings: dict[str, Any], claim: Claim, resume: bool,
+          seeds: list[int]) -> tuple[Path, dict[int, Any], Path | None]:
+    """The staging folder (fresh, or the interrupted one), the finished seeds' result.json,
+    and the last checkpoint of the first seed still to run (rank 0)."""
+    from electra.train.checkpoint import latest_checkpoint
+
+    tmp = staging(out, settings, claim, resume)
+    done = {s: read_json(tmp / f"seed-{s}/result.json") for s in seeds
+            if (tmp / f"seed-{s}/result.json").is_file()}
+    todo = [s for s in seeds if s not in done]
+    return tmp, done, latest_checkpoint(tmp / f"seed-{todo[0]}/checkpoints") if todo else None

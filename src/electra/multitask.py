@@ -24,12 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from electra.config import FinetuneConfig
-from electra.errors import UserError
-from electra.finetuned import report, save_classifier, staging
-from electra.io.files import disk_errors, publish, read_json, write_json
+from electra.finetuned import begin, check_split, report, save_classifier
+from electra.io.files import disk_errors, publish, write_json
 from electra.io.outputs import claim_out
 from electra.tasks.base import TaskData
-from electra.train.checkpoint import latest_checkpoint
 from electra.train.finetuning import ModelSource, dev_predictions
 from electra.train.multitask import finetune_multi
 from electra.train.runtime import Runtime, check_compile
@@ -40,11 +38,7 @@ def resolve(source: ModelSource, tasks: dict[str, TaskData], cfg: FinetuneConfig
     """The run's settings (the paper's defaults for the model; 3 epochs unless set) and each
     task's: the same, with the task's own length (SQuAD's 512) and its checks."""
     whole = cfg.resolved(source.config, "multitask")
-    split = world_size * whole.grad_accum
-    if whole.batch_size % split:
-        raise UserError(f"--set batch_size={whole.batch_size} does not split into "
-                        f"{world_size} processes x grad_accum={whole.grad_accum} equal "
-                        f"micro-batches; choose a multiple of {split}")
+    check_split(whole, world_size)
     return whole, {t: dataclasses.replace(whole, max_length=cfg.resolved(
         source.config, t).max_length) for t in tasks}
 
@@ -71,15 +65,8 @@ def run_multitask(source: ModelSource, tasks: dict[str, TaskData], out: str | Pa
         settings = {"tasks": list(data), "model": source.name, "config": whole.to_dict(),
                     "labels": {t: d.labels for t, d in data.items()}, "seeds": seeds}
 
-        def begin() -> tuple[Path, dict[int, Any], Path | None]:
-            tmp = staging(out, settings, claim, resume)
-            done = {s: read_json(tmp / f"seed-{s}/result.json") for s in seeds
-                    if (tmp / f"seed-{s}/result.json").is_file()}
-            todo = [s for s in seeds if s not in done]
-            return tmp, done, (latest_checkpoint(tmp / f"seed-{todo[0]}/checkpoints")
-                               if todo else None)
-
-        tmp, done, ckpt = rt.on_main(begin, "preparing the output folder")
+        tmp, done, ckpt = rt.on_main(lambda: begin(out, settings, claim, resume, seeds),
+                                     "preparing the output folder")
         if rt.is_main:
             cap = whole.max_train_examples or None
             sizes = ", ".join(f"{t} ({len(d.train[:cap])} examples)" for t, d in data.items())

@@ -249,7 +249,8 @@ def record_windows(tok: Any, rows: list[Row], max_length: int,
 
     tok.no_padding()
     tok.no_truncation()
-    longest = max(len(tok.encode(r.text_a, add_special_tokens=False).ids) for r in rows)
+    longest = max(len(e.ids) for e in tok.encode_batch([r.text_a for r in rows],
+                                                       add_special_tokens=False))
     room = max_length - longest - 3
     if room < 16:
         raise UserError(f"max_length={max_length} leaves {room} passage tokens per window "

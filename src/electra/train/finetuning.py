@@ -239,10 +239,7 @@ def fit(state: Fit, tok: Any, data: TaskData, cfg: FinetuneConfig) -> None:
 
             def micro_step(step_model: nn.Module, j: int, b: dict[str, torch.Tensor] = mine,
                            denom: int = denom) -> tuple[torch.Tensor, dict]:
-                rows = {k: v[j * micro : (j + 1) * micro] for k, v in b.items()}
-                keep = int(rows["attention_mask"].sum(1).max())  # drop all-pad columns
-                rows = {k: (v[:, :keep] if v.ndim == 2 else v).to(rt.device)
-                        for k, v in rows.items()}
+                rows = micro_rows(b, j, micro, rt.device)
                 logits = step_model(rows["input_ids"], rows["attention_mask"],
                                     rows["token_type_ids"])
                 return data.head.loss(logits, rows["labels"], data) / denom, {}
@@ -255,6 +252,17 @@ def fit(state: Fit, tok: Any, data: TaskData, cfg: FinetuneConfig) -> None:
             end = (trainer.every(cfg.save_every) if cfg.save_every else batches.epoch_done)
             if end and trainer.step < state.total:
                 trainer.save()
+
+
+def micro_rows(batch: dict[str, torch.Tensor], j: int, micro: int,
+               device: torch.device) -> dict[str, torch.Tensor]:
+    """Micro-batch ``j`` of a process's rows, on the device; token rows (B, T) cut to their
+    longest row (the all-pad columns dropped; (B, choices, T) inputs stay whole)."""
+    rows = {k: v[j * micro : (j + 1) * micro] for k, v in batch.items()}
+    if rows["input_ids"].ndim == 2:
+        keep = int(rows["attention_mask"].sum(1).max())
+        rows = {k: v[:, :keep] if v.ndim == 2 else v for k, v in rows.items()}
+    return {k: v.to(device) for k, v in rows.items()}
 
 
 def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneConfig,

@@ -29,6 +29,7 @@ from electra.train.finetuning import (
     _training_examples,
     evaluate_model,
     freeze,
+    micro_rows,
 )
 from electra.train.optim import layerwise_groups
 from electra.train.runtime import Runtime
@@ -221,11 +222,7 @@ def fit(state: MultiFit, tok: Any, tasks: dict[str, TaskData],
             def micro_step(step_model: nn.Module, j: int, b: dict[str, torch.Tensor] = mine,
                            denom: int = denom, task: str = task,
                            data: TaskData = data) -> tuple[torch.Tensor, dict]:
-                rows = {k: v[j * micro : (j + 1) * micro] for k, v in b.items()}
-                if rows["input_ids"].ndim == 2:  # drop all-pad columns
-                    keep = int(rows["attention_mask"].sum(1).max())
-                    rows = {k: (v[:, :keep] if v.ndim == 2 else v) for k, v in rows.items()}
-                rows = {k: v.to(rt.device) for k, v in rows.items()}
+                rows = micro_rows(b, j, micro, rt.device)
                 logits = step_model(rows["input_ids"], rows["attention_mask"],
                                     rows["token_type_ids"], task=task)
                 return data.head.loss(logits, rows["labels"], data) / denom, {}

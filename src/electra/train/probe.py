@@ -32,25 +32,27 @@ class Probe:
         self.data: TaskData = load_task("custom", train=tc.probe_train, dev=tc.probe_dev,
                                         text_columns=tc.probe_text_columns,
                                         label_column=tc.probe_label_column)
-        self.tokenizer = tokenizer
+        self.tokenizer = tokenizer  # the run's (written once the run folder is)
+        self.tok: Any = None
         self.cfg = FinetuneConfig(freeze="encoder", lr=1e-3, epochs=tc.probe_epochs,
                                   max_train_examples=tc.probe_max_examples,
                                   precision=tc.precision)
+        self.data = self.data.head.prepare(self.data, self.cfg)  # its labels, once
 
     def run(self, encoder: torch.nn.Module, model_cfg: ModelConfig,
             rt: Runtime) -> dict[str, float]:
         """``probe_<split>_<metric>`` of a probe on ``encoder``'s current weights."""
         from electra.io.tokenizer import load_tokenizer
 
-        state = {k: v.detach().clone() for k, v in encoder.state_dict().items()}
-        source = ModelSource(None, model_cfg, self.tokenizer, "probe", state)
+        # the probe's model loads a copy of the weights: the encoder itself is not touched
+        source = ModelSource(None, model_cfg, self.tokenizer, "probe", encoder.state_dict())
         local = Runtime(device=rt.device, chosen_kernels=rt.chosen_kernels)
         cfg = dataclasses.replace(self.cfg, max_length=min(
             128, model_cfg.max_position_embeddings)).resolved(model_cfg, "custom")
-        tok = load_tokenizer(self.tokenizer)
-        data = self.data.head.prepare(self.data, cfg)
+        if self.tok is None:
+            self.tok = load_tokenizer(self.tokenizer)
         with torch.random.fork_rng(devices=rt.device_ids or []):  # a GPU's state too
-            model, _ = finetune_one(source, tok, data, cfg, self.SEED, local)
-            scores: dict[str, Any] = evaluate_model(model, tok, data, cfg)
+            model, _ = finetune_one(source, self.tok, self.data, cfg, self.SEED, local)
+            scores: dict[str, Any] = evaluate_model(model, self.tok, self.data, cfg)
         return {f"probe_{split}_{m}": v for split, res in scores.items()
                 for m, v in res.items()}
