@@ -3,6 +3,8 @@ and the help generated from the fields' docstrings."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from helpers import ROOT
 
@@ -91,3 +93,45 @@ def test_finetune_help_lists_every_setting(capsys):
         main(["finetune", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert all(f"{f}:" in text for f in ("lr", "layer_decay", "doc_stride", "article_split"))
+
+
+def _outside(spec, value_type):
+    """Values just outside a range spec (or a choice that is not one)."""
+    if isinstance(spec, tuple):
+        return ["not-a-choice"]
+    step = 1 if value_type == "int" else 0.5
+    if spec[0] in "<>":
+        op, bound = spec.split()
+        b = float(bound)
+        wrong = {">=": b - step, ">": b, "<=": b + step, "<": b}[op]
+        return [int(wrong) if value_type == "int" else wrong]
+    lo, hi = (float(x) for x in spec[1:-1].split(","))
+    values = [lo - step if spec[0] == "[" else lo, hi + step if spec[-1] == "]" else hi]
+    return [int(v) if value_type == "int" else v for v in values]
+
+
+@pytest.mark.parametrize("cls", [ModelConfig, ObjectiveConfig, TrainConfig, FinetuneConfig])
+def test_every_number_and_choice_has_its_range_and_it_is_what_is_checked(cls):
+    """``RANGES`` is what the configuration reference shows; every number (and every choice
+    but the objective's kind, whose choices are the registry's) has one, the defaults are in
+    it, and a value just outside it is refused naming the key."""
+    from dataclasses import fields
+
+    for f in fields(cls):
+        kinds = {k.strip() for k in str(f.type).split("|")} - {"None"}
+        numeric = kinds & {"int", "float"}
+        if numeric:
+            assert f.name in cls.RANGES, f"{cls.__name__}.{f.name} has no range"
+        spec = cls.RANGES.get(f.name)
+        if spec is None:
+            continue
+        if isinstance(spec, tuple):
+            assert f.default in spec
+        elif f.default is not None:
+            from electra.config import within
+
+            assert within(spec, f.default), (f.name, spec, f.default)
+        kind = "int" if "int" in kinds else "float"
+        for bad in _outside(spec, kind):
+            with pytest.raises(UserError, match=re.escape(f.name)):
+                cls(**{f.name: bad})

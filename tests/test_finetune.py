@@ -304,7 +304,7 @@ def test_resume_refuses_other_settings_and_a_finished_run(task, capsys):
     ("epochs=abc", "epochs must be an integer or unset, got 'abc'"),
     ("lr=nan", "lr must be a finite number"),
     ("lr=-1", "lr must be > 0, got -1.0"),
-    ("max_length=0", "max_length must be at least 8"),
+    ("max_length=0", "max_length must be >= 8"),
     ("batch_size=0", "batch_size must be a positive integer, got 0"),
     ("layer_decay=1.5", "layer_decay must be in (0, 1]"),
     ("freeze=decoder", "freeze must be one of none, encoder, got 'decoder'"),

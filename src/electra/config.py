@@ -96,6 +96,35 @@ def _check_types(config: Any) -> None:
             raise UserError(f"{key} must be {wanted}, got {value!r}")
 
 
+def within(spec: str, value: float) -> bool:
+    """Whether ``value`` is in ``spec``: ``">= 1"``, ``"> 0"``, ``"[0, 1)"``, ``"(0, 1]"``..."""
+    if spec[0] in "<>":
+        op, bound = spec.split()
+        b = float(bound)
+        return {">=": value >= b, ">": value > b, "<=": value <= b, "<": value < b}[op]
+    lo, hi = (float(x) for x in spec[1:-1].split(","))
+    return ((value >= lo if spec[0] == "[" else value > lo)
+            and (value <= hi if spec[-1] == "]" else value < hi))
+
+
+def _check_ranges(config: Any) -> None:
+    """Every field against its range in the class's ``RANGES``, which is also what the
+    configuration reference (docs/) shows: a bound (``">= 1"``, ``"[0, 1)"``) or a tuple of
+    choices. Unset (None) fields pass. Checks with their own advice run before this one."""
+    section = type(config).SECTION
+    for name, spec in type(config).RANGES.items():
+        value = getattr(config, name)
+        key = f"{section}.{name}" if section else name
+        if value is None:
+            continue
+        if isinstance(spec, tuple):
+            _check(value in spec, f"{key} must be one of {', '.join(spec)}, got {value!r}")
+            continue
+        wanted = ("a positive integer" if spec == ">= 1" and isinstance(value, int) else spec
+                  if spec[0] in "<>" else f"in {spec}")
+        _check(within(spec, value), f"{key} must be {wanted}, got {value!r}")
+
+
 # The largest value of each size of a model (beyond any ELECTRA or BERT, far below overflow).
 MODEL_LIMITS = {"vocab_size": 1 << 24, "embedding_size": 1 << 16, "hidden_size": 1 << 16,
                 "num_layers": 1024, "num_heads": 1024, "intermediate_size": 1 << 18,
@@ -107,6 +136,10 @@ class ModelConfig:
     """Shape of one ELECTRA transformer (the discriminator; the generator is derived)."""
 
     SECTION: ClassVar[str] = "model"
+    RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {
+        **{name: f"[1, {top}]" for name, top in MODEL_LIMITS.items()},
+        "hidden_dropout": "[0, 1)", "attention_dropout": "[0, 1)", "layer_norm_eps": "> 0",
+        "initializer_range": "> 0", "pad_token_id": ">= 0", "generator_size": "(0, 1]"}
     vocab_size: int = 30522
     """Rows of the word-embedding table (set from the tokenizer)."""
     embedding_size: int = 128
@@ -148,9 +181,13 @@ class ModelConfig:
         _check(self.hidden_size % self.num_heads == 0,
                f"model.hidden_size={self.hidden_size} is not divisible by "
                f"model.num_heads={self.num_heads}; choose heads that divide the width")
-        for name in ("hidden_dropout", "attention_dropout"):
-            value = getattr(self, name)
-            _check(0.0 <= value < 1.0, f"model.{name} must be in [0, 1), got {value!r}")
+        _check(self.layer_norm_eps > 0 and self.initializer_range > 0,
+               f"model.layer_norm_eps ({self.layer_norm_eps!r}) and model.initializer_range "
+               f"({self.initializer_range!r}) must be > 0; BERT uses 1e-12 and 0.02")
+        _check_ranges(self)
+        _check(self.pad_token_id < self.vocab_size,
+               f"model.pad_token_id={self.pad_token_id} is outside the vocabulary "
+               f"(size {self.vocab_size})")
         self._check_memory()
 
     def parameters(self) -> int:
@@ -173,14 +210,6 @@ class ModelConfig:
                f"{self.intermediate_size}, vocabulary {self.vocab_size:,}) has about "
                f"{params:,} parameters, {need / 2**30:,.1f} GiB in fp32: more than "
                f"this machine's {memory / 2**30:,.1f} GiB of memory; choose a smaller model")
-        _check(0.0 < self.generator_size <= 1.0,
-               f"model.generator_size must be in (0, 1], got {self.generator_size!r}")
-        _check(self.layer_norm_eps > 0 and self.initializer_range > 0,
-               f"model.layer_norm_eps ({self.layer_norm_eps!r}) and model.initializer_range "
-               f"({self.initializer_range!r}) must be > 0; BERT uses 1e-12 and 0.02")
-        _check(0 <= self.pad_token_id < self.vocab_size,
-               f"model.pad_token_id={self.pad_token_id} is outside the vocabulary "
-               f"(size {self.vocab_size})")
 
     def generator_config(self) -> ModelConfig:
         """The generator: same depth and embeddings; hidden, FFN, heads scaled by generator_size."""
@@ -232,6 +261,12 @@ class ObjectiveConfig:
     the paper's baselines and ablations (section 3.2), chosen with ``kind``."""
 
     SECTION: ClassVar[str] = "objective"
+    RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {
+        "mask_prob": "(0, 1)", "max_predictions": ">= 1", "mask_token_prob": "[0, 1]",
+        "random_token_prob": "[0, 1]", "replacement": ("uniform", "unigram"),
+        "disc_weight": ">= 0", "temperature": "> 0", "temperature_end": "> 0",
+        "temperature_steps": ">= 0", "sampling": ("inverse_cdf", "gumbel"),
+        "sharing": SHARINGS, "unit": UNITS, "span_mean": ">= 1", "two_stage_steps": ">= 0"}
     kind: str = "electra"
     """electra: generator + discriminator (the paper's method). mlm: BERT's masked LM on a
     discriminator-sized model (the BERT baseline). random: no generator, chosen positions get
@@ -324,6 +359,7 @@ class ObjectiveConfig:
                f"objective.unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
         _check(self.span_mean >= 1.0,
                f"objective.span_mean must be >= 1 (words), got {self.span_mean!r}")
+        _check_ranges(self)
         _check(method.generator or self.sharing == "embeddings",
                f"objective.sharing={self.sharing!r} is about the generator, and kind "
                f"{self.kind!r} has none; leave objective.sharing unset")
@@ -354,6 +390,15 @@ class TrainConfig:
     """The pretraining loop: optimisation, precision, logging and checkpoints."""
 
     SECTION: ClassVar[str] = "train"
+    RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {
+        "lr": "> 0", "batch_size": ">= 1", "grad_accum": ">= 1", "warmup_steps": ">= 0",
+        "max_steps": ">= 1", "weight_decay": ">= 0", "adam_beta1": "[0, 1)",
+        "adam_beta2": "[0, 1)", "adam_eps": "> 0", "grad_clip": ">= 0",
+        "precision": PRECISIONS, "seed": f"[0, {MAX_SEED}]", "log_every": ">= 1",
+        "eval_every": ">= 0", "eval_batches": ">= 1", "save_every": ">= 1",
+        "keep_checkpoints": ">= 1", "max_nonfinite_skips": ">= 0", "threads": "[0, 4096]",
+        "parallel": ("ddp", "fsdp"), "probe_every": ">= 0", "probe_max_examples": ">= 1",
+        "probe_epochs": ">= 1"}
     lr: float = 5e-4
     """Peak learning rate (ELECTRA-Small 5e-4, Base 2e-4, Large 2e-4)."""
     batch_size: int = 128
@@ -422,32 +467,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check_types(self)
-        for name in ("batch_size", "grad_accum", "max_steps", "log_every", "eval_batches",
-                     "probe_max_examples", "probe_epochs",
-                     "save_every", "keep_checkpoints"):
-            value = getattr(self, name)
-            _check(isinstance(value, int) and value >= 1,
-                   f"train.{name} must be a positive integer, got {value!r}")
+        _check_adam(self.adam_beta1, self.adam_beta2, self.adam_eps, "train.")
+        _check_ranges(self)
         _check(self.batch_size % self.grad_accum == 0,
                f"train.batch_size={self.batch_size} is not divisible by "
                f"train.grad_accum={self.grad_accum}; choose an accumulation that divides it")
-        _check(self.lr > 0, f"train.lr must be > 0, got {self.lr!r}")
-        for name in ("warmup_steps", "eval_every", "threads", "max_nonfinite_skips",
-                     "weight_decay", "grad_clip", "seed"):
-            value = getattr(self, name)
-            _check(value >= 0, f"train.{name} must be >= 0, got {value!r}")
-        _check(self.threads <= 4096, f"train.threads must be at most 4096, got "
-               f"{self.threads!r} (0: all cores)")
-        _check(self.seed <= MAX_SEED, f"train.seed must be at most 2**32-1 ({MAX_SEED}), got "
-               f"{self.seed!r}")
-        _check_adam(self.adam_beta1, self.adam_beta2, self.adam_eps, "train.")
-        _check(self.parallel in ("ddp", "fsdp"),
-               f"train.parallel must be ddp or fsdp, got {self.parallel!r}")
-        _check(self.precision in PRECISIONS,
-               f"train.precision must be one of {', '.join(PRECISIONS)}, got "
-               f"{self.precision!r}")
-        _check(self.probe_every >= 0, f"train.probe_every must be >= 0, got "
-               f"{self.probe_every!r}")
         _check(not self.probe_every or (self.probe_train and self.probe_dev),
                "train.probe_every needs train.probe_train and train.probe_dev (labelled "
                "CSV, TSV or JSONL files)")
@@ -649,6 +673,15 @@ class FinetuneConfig:
     """
 
     SECTION: ClassVar[str] = ""
+    RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {
+        "lr": "> 0", "layer_decay": "(0, 1]", "epochs": ">= 1", "batch_size": ">= 1",
+        "grad_accum": ">= 1", "max_length": ">= 8", "warmup_fraction": "[0, 1)",
+        "weight_decay": ">= 0", "grad_clip": ">= 0", "precision": PRECISIONS,
+        "task_sampling_alpha": ">= 0", "freeze": FREEZES, "max_train_examples": ">= 0",
+        "save_every": ">= 0", "keep_checkpoints": ">= 1", "max_nonfinite_skips": ">= 0",
+        "threads": "[0, 4096]", "eval_every": ">= 0", "select": SELECTIONS,
+        "doc_stride": ">= 1", "max_query_length": ">= 1", "n_best": ">= 1",
+        "max_answer_length": ">= 1", "article_split": "[0, 1)"}
     lr: float | None = None
     """Peak learning rate; None: 3e-4 up to width 256 (Small), else 1e-4 (Base, Large)."""
     layer_decay: float | None = None
@@ -696,6 +729,8 @@ class FinetuneConfig:
     """How many recent checkpoints to keep while a seed trains (removed when it ends)."""
     max_nonfinite_skips: int = 0
     """Batches with a non-finite loss to skip before stopping (0: stop at the first)."""
+    threads: int = 0
+    """CPU threads for torch (0: all cores); fewer help on a machine other jobs share."""
     eval_every: int = 0
     """Steps between dev evaluations besides the one at every epoch's end (0: epochs only)."""
     select: str = "last"
@@ -715,39 +750,20 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         _check_types(self)
-        _check(self.lr is None or self.lr > 0, f"lr must be > 0, got {self.lr!r}")
         _check(self.task_sampling_alpha >= 0,
                f"task_sampling_alpha must be >= 0, got {self.task_sampling_alpha!r} (1: "
                f"proportional to the tasks' sizes, 0: uniform)")
         _check(self.freeze in FREEZES,
                f"freeze must be one of {', '.join(FREEZES)}, got {self.freeze!r}; "
                f"freeze=encoder trains the head alone (a probe)")
-        _check(self.select in SELECTIONS,
-               f"select must be one of {', '.join(SELECTIONS)}, got {self.select!r}")
         _check(self.layer_decay is None or 0.0 < self.layer_decay <= 1.0,
                f"layer_decay must be in (0, 1], got {self.layer_decay!r}; the paper uses 0.8")
-        for name in ("epochs", "batch_size", "grad_accum", "keep_checkpoints"):
-            value = getattr(self, name)
-            _check(value is None or value >= 1,
-                   f"{name} must be a positive integer, got {value!r}")
+        _check(0.0 <= self.article_split < 1.0,
+               f"article_split must be in [0, 1), got {self.article_split!r}; e.g. 0.5")
+        _check_ranges(self)
         _check(self.batch_size % self.grad_accum == 0,
                f"batch_size={self.batch_size} is not divisible by grad_accum="
                f"{self.grad_accum}; choose an accumulation that divides it")
-        _check(self.max_length is None or self.max_length >= 8,
-               f"max_length must be at least 8, got {self.max_length!r}")
-        for name in ("doc_stride", "max_query_length", "n_best", "max_answer_length"):
-            value = getattr(self, name)
-            _check(value >= 1, f"{name} must be a positive integer, got {value!r}")
-        _check(0.0 <= self.article_split < 1.0,
-               f"article_split must be in [0, 1), got {self.article_split!r}; e.g. 0.5")
-        _check(0.0 <= self.warmup_fraction < 1.0,
-               f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
-        for name in ("weight_decay", "grad_clip", "max_train_examples", "save_every",
-                     "max_nonfinite_skips", "eval_every"):
-            value = getattr(self, name)
-            _check(value >= 0, f"{name} must be >= 0, got {value!r}")
-        _check(self.precision in PRECISIONS,
-               f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
 
     def resolved(self, model_cfg: ModelConfig, task: str) -> FinetuneConfig:
         """The paper's values where this config leaves them unset, for this model and task."""
