@@ -50,6 +50,7 @@ def cli_error(capsys, *args) -> str:
     """Run `electra ARGS`; assert exit code 2 and a one-line error; return that line."""
     from electra.cli import main
 
+    capsys.readouterr()  # what earlier commands printed (notes, progress) is not this one's
     assert main([str(a) for a in args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0, err

@@ -38,7 +38,14 @@ from electra.config import (
     model_preset,
 )
 from electra.errors import UserError
-from electra.finetuned import begin, check_split, load_classifier, report, save_classifier
+from electra.finetuned import (
+    begin,
+    check_split,
+    load_classifier,
+    opening,
+    report,
+    save_classifier,
+)
 from electra.io import folders
 from electra.io.files import disk_errors, publish, read_json, write_json
 from electra.io.models import open_model
@@ -213,6 +220,7 @@ def _finetune(source: ModelSource, data: TaskData, out: Path, cfg: FinetuneConfi
         return resolved, data.head.prepare(data, resolved), load_tokenizer(source.tokenizer)
 
     cfg, data, tok = rt.agree(check, "checking the fine-tuning inputs")
+    opening({data.name: data}, cfg, source.name, seeds, rt, progress)
     settings = {"task": data.name, "model": source.name, "config": cfg.to_dict(),
                 "labels": data.labels, "seeds": seeds}
     tmp, done, ckpt = rt.on_main(lambda: begin(out, settings, claim, resume, seeds),

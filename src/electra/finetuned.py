@@ -16,6 +16,7 @@ from electra.io import folders
 from electra.io.files import read_json, staging_dir, write_json
 from electra.io.outputs import Claim
 from electra.tasks.base import TaskData
+from electra.train.runtime import Runtime, resolve_precision, use_threads
 
 
 def report(data: TaskData, preds: dict[str, tuple[np.ndarray, np.ndarray]],
@@ -48,7 +49,7 @@ def staging(out: Path, settings: dict[str, Any], claim: Claim, resume: bool) -> 
     tmp = out.with_name(out.name + ".partial")
     if resume and (tmp / "finetune.json").is_file():
         saved = read_json(tmp / "finetune.json", "an interrupted fine-tune's settings")
-        diffs = config_diffs(saved, settings, {"seeds"})
+        diffs = config_diffs(saved, settings, {"seeds", "config.threads"})
         if diffs:
             raise UserError(f"--resume: {tmp} was started with other settings "
                             f"({'; '.join(diffs[:3])}); resume with the same settings or "
@@ -98,3 +99,25 @@ def begin(out: Path, settings: dict[str, Any], claim: Claim, resume: bool,
             if (tmp / f"seed-{s}/result.json").is_file()}
     todo = [s for s in seeds if s not in done]
     return tmp, done, latest_checkpoint(tmp / f"seed-{todo[0]}/checkpoints") if todo else None
+
+
+def opening(tasks: dict[str, TaskData], cfg: FinetuneConfig, source: str, seeds: list[int],
+            rt: Runtime, progress: bool) -> None:
+    """A fine-tune's first lines (rank 0, unless --quiet): each task's training and dev
+    examples, the model it starts from, the recipe, precision and device; and the note of
+    :func:`electra.train.runtime.use_threads` (every rank applies ``cfg.threads``)."""
+    busy = use_threads(cfg.threads, "threads", rt.device)
+    if not (progress and rt.is_main):
+        return
+    cap = cfg.max_train_examples or None
+    what = "; ".join(f"{name}: {len(d.train[:cap]):,} training examples, "
+                     f"{sum(len(v) for v in d.dev.values()):,} dev" for name, d in tasks.items())
+    mixed = (f", tasks drawn by size^{cfg.task_sampling_alpha:g}" if len(tasks) > 1 else "")
+    probe = ", encoder frozen (a probe)" if cfg.freeze == "encoder" else ""
+    epochs = f"{cfg.epochs} epoch{'s' if cfg.epochs != 1 else ''}"
+    print(f"electra: fine-tuning {what}; from {source}; {epochs}, batch "
+          f"{cfg.batch_size}, lr {cfg.lr:g}{mixed}{probe}, "
+          f"{resolve_precision(rt.device, cfg.precision)}, {rt.device.type}, seeds "
+          f"{','.join(map(str, seeds))}", flush=True)
+    if busy:
+        print(busy, flush=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from electra.config import FinetuneConfig
-from electra.finetuned import begin, check_split, report, save_classifier
+from electra.finetuned import begin, check_split, opening, report, save_classifier
 from electra.io.files import disk_errors, publish, write_json
 from electra.io.outputs import claim_out
 from electra.tasks.base import TaskData
@@ -67,11 +67,7 @@ def run_multitask(source: ModelSource, tasks: dict[str, TaskData], out: str | Pa
 
         tmp, done, ckpt = rt.on_main(lambda: begin(out, settings, claim, resume, seeds),
                                      "preparing the output folder")
-        if rt.is_main:
-            cap = whole.max_train_examples or None
-            sizes = ", ".join(f"{t} ({len(d.train[:cap])} examples)" for t, d in data.items())
-            print(f"multi-task fine-tuning: {sizes}; task_sampling_alpha="
-                  f"{whole.task_sampling_alpha}", flush=True)
+        opening(data, whole, source.name, seeds, rt, progress)
         with disk_errors(tmp, f"free disk space and rerun the same command with --resume "
                          f"({tmp} holds what is done)"):
             for seed in seeds:

@@ -57,6 +57,7 @@ from electra.train.runtime import (
     resolve_device,
     resolve_precision,
     start,
+    use_threads,
 )
 from electra.train.trainer import RandomStreams, Settings, Trainer, add_into, pool
 
@@ -158,8 +159,30 @@ def _pretrain(opt: PretrainOptions, rt: Runtime, claim: Claim) -> dict[str, Any]
             tok = load_tokenizer(Path(opt.out))
             for kind, module in final.parts().items():
                 folders.save(module, kind, Path(opt.out) / kind, tok)
+    if rt.is_main and opt.progress:
+        print(closing_line(opt.out, trainer.step, tc.max_steps, trainer.last), flush=True)
     rt.barrier()  # every rank returns once the run's files exist
     return trainer.last
+
+
+VAL_SHOWN = (("val_disc_acc", "held-out discriminator accuracy {:.2%}"),
+             ("val_baseline_acc", "all-original baseline {:.2%}"),
+             ("val_disc_auc", "ROC-AUC {:.3f}"),
+             ("val_gen_acc", "generator accuracy on masked tokens {:.1%}"),
+             ("val_mlm_acc", "MLM accuracy {:.1%}"))
+
+
+def closing_line(out: str, step: int, max_steps: int, last: dict[str, Any] | None) -> str:
+    """What a run's end says: where it stopped, its last validation, what it wrote."""
+    if step < max_steps:
+        return (f"electra: stopped at step {step:,} of {max_steps:,} with a checkpoint in "
+                f"{Path(out) / 'checkpoints'}; the same command with --resume continues")
+    shown = [text.format(last[key]) for key, text in VAL_SHOWN if key in (last or {})]
+    parts = [p for p in ("discriminator", "generator") if (Path(out) / p).is_dir()]
+    return (f"electra: done, {step:,} steps" + (f"; {', '.join(shown)}" if shown else "")
+            + f"\nwrote {', '.join(str(Path(out) / p) + '/' for p in parts)}; next: "
+            f"electra finetune --model {out} --task TASK ..., electra detect --model {out} "
+            f"TEXT, or electra export {out} --out HF_FOLDER")
 
 
 def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
@@ -270,8 +293,9 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
     from electra import __version__
 
     tc = opt.config.train
-    if tc.threads:
-        torch.set_num_threads(tc.threads)
+    busy = use_threads(tc.threads, "train.threads", rt.device)
+    if busy and opt.progress and rt.is_main:
+        print(busy, flush=True)
     data, val, init, cfg, loader, micro = rt.agree(
         lambda: _inputs(opt, rt), "reading data and config")
     run_config = {**cfg.to_dict(), "tokenizer_sha256": data.meta["tokenizer_sha256"],

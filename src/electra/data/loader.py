@@ -172,7 +172,8 @@ class BatchLoader:
         dataset: the memory-mapped split.
         batch_size: examples per batch *for this process*.
         seed: the order's seed.
-        rank, world_size: this process's slice of each global batch.
+        rank: this process's place among ``world_size`` processes.
+        world_size: the processes; each takes its slice of every global batch.
         shuffle: False reads in file order (validation).
     """
 

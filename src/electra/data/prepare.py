@@ -537,6 +537,9 @@ def verify_data(folder: str) -> dict[str, Any]:
     return found
 
 
+SMALL_VALIDATION = 200  # examples: fewer gets a note (a validation of 20 batches reads 2,560)
+
+
 def _report(meta: dict[str, Any], out: Path) -> None:
     mb = meta["bytes"] / 1e6
     s = max(meta["seconds"], 1e-9)
@@ -556,5 +559,10 @@ def _report(meta: dict[str, Any], out: Path) -> None:
         notes.append(f"{meta['tokens_dropped']:,} tokens ({pct:.1f}%) fell beyond the length "
                      f"where examples split, as in the original packing (--overflow carry "
                      f"keeps them)")
+    val = meta["splits"].get("val")
+    if val and val["examples"] < SMALL_VALIDATION:
+        notes.append(f"the validation split holds only {val['examples']:,} examples "
+                     f"({val['tokens']:,} tokens): its accuracy is noisy; a larger "
+                     f"--val-fraction, or --val-input FILE, gives a steadier one")
     for n in notes:
         print(f"note: {n}", file=sys.stderr)

@@ -26,7 +26,8 @@ DEMO_STEPS = 600
 # Replacements are sampled at temperature 3 (the paper: 1). At 1, a run of a few CPU minutes
 # stays on the all-original plateau: the generator's samples quickly become unigram-like and
 # can only be told apart by context, which RTD learns slowly at this size (transformers'
-# ELECTRA behaves the same; see README). Flatter samples are detectable from the start.
+# ELECTRA behaves the same; see docs/explanation/short-runs.md). Flatter samples are
+# detectable from the start.
 DEMO_TEMPERATURE = 3.0
 
 

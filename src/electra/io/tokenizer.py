@@ -377,6 +377,11 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
         with staged(out) as tmp:
             claim.mark(tmp)
             save_tokenizer(tok, tmp)
-    print(f"wrote {out}/tokenizer.json and vocab.txt ({model}, {tok.get_vocab_size()} "
+    print(f"wrote {out}/tokenizer.json and vocab.txt ({model}, {tok.get_vocab_size():,} "
           f"tokens, {'uncased' if lowercase else 'cased'})")
+    if tok.get_vocab_size() < vocab_size:
+        print(f"note: the text holds only {tok.get_vocab_size():,} tokens seen at least "
+              f"{min_frequency} times (--vocab-size asked for {vocab_size:,}); the vocabulary "
+              f"is that size and models take their size from it; more text gives more",
+              file=sys.stderr)
     return tok

@@ -103,6 +103,26 @@ def keep_freed_memory() -> bool:
     return bool(libc.mallopt(M_TRIM_THRESHOLD, 1 << 30) and libc.mallopt(M_MMAP_MAX, 0))
 
 
+def use_threads(threads: int, key: str, device: torch.device) -> str | None:
+    """Run torch's CPU ops on ``threads`` threads (0: torch's default, one per core) and say
+    when that default meets a machine already busy: its threads then compete with the other
+    jobs' and a step can run many times slower (the demo went from 0.2 to 10 s a step on a
+    shared 2-core machine). Returns that note (naming ``key``, the setting), or None."""
+    if threads:
+        torch.set_num_threads(threads)
+        return None
+    cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+    if device.type != "cpu" or load < cores:
+        return None
+    return (f"electra: note: this machine is busy (load {load:.1f} on {cores} cores) and "
+            f"torch uses all {torch.get_num_threads()} threads, so steps may run several "
+            f"times slower; if they do, --set {key}=1 (or the number of idle cores)")
+
+
 def resolve_precision(device: torch.device, precision: str) -> str:
     """``auto`` -> what this device computes fastest (see the module's docstring); any other
     precision is returned as it is."""

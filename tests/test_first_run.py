@@ -1,0 +1,83 @@
+"""What a newcomer's first commands say: a vocabulary smaller than asked, a validation split
+too small to trust, where a pretraining run ended and what it wrote, what a fine-tune trains
+on, and a machine too busy for torch's default threads. Each was a silent surprise once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from helpers import write_corpus, write_sentiment
+
+from electra.cli import main
+
+TINY = ["--preset", "tiny", "--set", "train.batch_size=8", "--set", "train.eval_batches=1",
+        "--set", "model.num_layers=1", "--set", "model.hidden_size=32", "--set",
+        "model.num_heads=2", "--set", "model.intermediate_size=64", "--set",
+        "model.embedding_size=32", "--set", "train.precision=fp32"]
+
+
+def cli(*args) -> int:
+    return main([str(a) for a in args])
+
+
+def test_a_vocabulary_smaller_than_asked_and_a_small_validation_split_get_a_note(
+        tmp_path, capsys):
+    text = tmp_path / "c.txt"
+    write_corpus(text, n_docs=60)
+    assert cli("tokenizer", "train", "--input", text, "--vocab-size", 30522, "--out",
+               tmp_path / "tok") == 0
+    err = capsys.readouterr().err
+    assert "--vocab-size asked for 30,522" in err and "the text holds only" in err
+    assert cli("prepare", "--input", text, "--tokenizer", tmp_path / "tok", "--seq-len", 32,
+               "--val-fraction", 0.05, "--out", tmp_path / "data") == 0
+    err = capsys.readouterr().err
+    assert "the validation split holds only" in err and "--val-fraction" in err
+
+
+def test_pretrain_says_where_it_ended_and_what_it_wrote(letters_data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli("pretrain", *TINY, "--set", "train.max_steps=4", "--set", "train.eval_every=2",
+               "--data", letters_data, "--out", run, "--stop-after", 2) == 0
+    out = capsys.readouterr().out
+    assert f"stopped at step 2 of 4 with a checkpoint in {run / 'checkpoints'}" in out
+    assert "--resume continues" in out
+    assert cli("pretrain", "--data", letters_data, "--out", run, "--resume") == 0
+    out = capsys.readouterr().out
+    assert "electra: done, 4 steps; held-out discriminator accuracy" in out
+    assert "all-original baseline" in out and "ROC-AUC" in out
+    assert f"wrote {run / 'discriminator'}/, {run / 'generator'}/" in out
+    assert f"electra finetune --model {run}" in out
+
+
+def test_finetune_opens_with_what_it_trains_on(letters_data, tmp_path, capsys):
+    write_sentiment(tmp_path / "train.csv", 40, seed=0)
+    write_sentiment(tmp_path / "dev.csv", 20, seed=1)
+    assert cli("finetune", "--random-init", "tiny", "--tokenizer", letters_data / "tokenizer.json",
+               "--task", "custom", "--train", tmp_path / "train.csv", "--dev",
+               tmp_path / "dev.csv", "--set", "epochs=1", "--set", "precision=fp32",
+               "--set", "max_train_examples=30", "--out", tmp_path / "ft") == 0
+    first = next(line for line in capsys.readouterr().out.splitlines() if line.strip())
+    assert first == ("electra: fine-tuning custom: 30 training examples, 20 dev; from "
+                     "random-init; 1 epoch, batch 32, lr 0.0003, fp32, cpu, seeds 1"), first
+
+
+def test_a_busy_machine_points_to_the_threads_setting(letters_data, tmp_path, capsys,
+                                                      monkeypatch):
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.0 * (os.cpu_count() or 1), 0.0, 0.0))
+    args = ("pretrain", *TINY, "--set", "train.max_steps=1", "--data", letters_data)
+    assert cli(*args, "--out", tmp_path / "a") == 0
+    out = capsys.readouterr().out
+    assert "this machine is busy" in out and "--set train.threads=1" in out
+    threads = torch.get_num_threads()
+    try:
+        assert cli(*args, "--set", "train.threads=1", "--out", tmp_path / "b") == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert "this machine is busy" not in capsys.readouterr().out
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert cli(*args, "--out", tmp_path / "c") == 0
+    assert "this machine is busy" not in capsys.readouterr().out
+    assert Path(tmp_path / "c" / "discriminator").is_dir()
