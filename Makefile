@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -q --disable-pip-version-check
 
-.PHONY: setup demo test test-fast lint bench gpu-data
+.PHONY: setup demo test test-fast lint docs docs-build bench gpu-data
 setup: $(VENV)/.installed
 
 # torch first, pinned to the CPU wheel on this machine's disk; `torch>=2.4` in pyproject
@@ -14,14 +14,16 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install torch==2.13.0 2>&1 | sed "/^WARNING: Location/d"
 	$(PIP) install -e '.[dev]' 2>&1 | sed "/^WARNING: Location/d"
-	$(PY) -c "import electra, torch, tokenizers, safetensors, transformers, sklearn, tensorboard, matplotlib, pyarrow, datasets, seqeval"
+	$(PY) -c "import electra, torch, tokenizers, safetensors, transformers, sklearn, tensorboard, matplotlib, pyarrow, datasets, seqeval, mkdocs, mkdocstrings, material"
 	touch $@
 
 demo: setup
 	$(VENV)/bin/electra demo
 
+# ~10 min on a quiet 2-core machine (per CPU: docs/results/machines.md)
 test: setup
 	$(VENV)/bin/ruff check .
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest -q
 
 # Everything but the tests marked slow (a quick check while working; `make test` is the suite).
@@ -31,6 +33,14 @@ test-fast: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# The documentation site (docs/, mkdocs.yml): built with --strict (a broken link, a missing page
+# or an API symbol that does not resolve fails it), then served on http://127.0.0.1:8000.
+docs: docs-build
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
+docs-build: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The GPU kit's data (bench/gpu_kit.py), inside the repo so it travels to a GPU machine that
 # has no ../shared: the first 4,000 SST-2 training rows, its dev set, BERT's vocabulary.

@@ -1,0 +1,96 @@
+"""MkDocs hooks: the pages generated from the code, so they cannot drift from it.
+
+- ``<!-- electra:config -->`` becomes the configuration reference: every field of the config
+  dataclasses (``electra.config``) with its ``--set`` key, type, default, range (the class's
+  ``RANGES``, which is also what validation checks) and its docstring.
+- ``<!-- electra:commands -->`` becomes every command's ``--help``, from the CLI's own parser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import re
+from contextlib import redirect_stdout
+
+MARK = re.compile(r"<!-- electra:(config|commands) -->")
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    return MARK.sub(lambda m: GENERATORS[m.group(1)](), markdown)
+
+
+def _default(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    else:
+        return "-"
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"' if value else '""'
+    return f"{value:g}" if isinstance(value, float) else f"{value:,}".replace(",", "_")
+
+
+def _range(cls: type, name: str, kind: str) -> str:
+    spec = cls.RANGES.get(name)
+    if name == "kind" and cls.__name__ == "ObjectiveConfig":
+        from electra.objectives.registry import OBJECTIVES
+
+        spec = tuple(OBJECTIVES)
+    if isinstance(spec, tuple):
+        return " \\| ".join(f"`{c}`" for c in spec)
+    if spec:
+        return f"`{spec}`"
+    return "true \\| false" if kind == "bool" else "any"
+
+
+def config_reference() -> str:
+    from electra.config import FinetuneConfig, ModelConfig, ObjectiveConfig, TrainConfig, field_docs
+
+    out = []
+    for cls, how in ((ModelConfig, "`[model]` in a `--config` TOML, or `--set model.KEY=VALUE`"),
+                     (ObjectiveConfig, "`[objective]`, or `--set objective.KEY=VALUE`"),
+                     (TrainConfig, "`[train]`, or `--set train.KEY=VALUE`"),
+                     (FinetuneConfig, "`electra finetune` / `evaluate` / `compare "
+                      "--finetune-set`: `--set KEY=VALUE` (no section)")):
+        docs = field_docs(cls)
+        section = cls.SECTION
+        title = f"`[{section}]`: {cls.__name__}" if section else f"Fine-tuning: {cls.__name__}"
+        out += [f"## {title}", "", (cls.__doc__ or "").strip().splitlines()[0], "",
+                f"Set with {how}.", "",
+                "| key | type | default | range | what it does |", "|---|---|---|---|---|"]
+        for f in dataclasses.fields(cls):
+            kind = str(f.type).replace("|", "or").replace(" or None", ", unset")
+            key = f"{section}.{f.name}" if section else f.name
+            doc = docs.get(f.name, "").replace("|", "\\|")
+            out.append(f"| `{key}` | {kind} | `{_default(f)}` | {_range(cls, f.name, str(f.type))}"
+                       f" | {doc} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def commands_reference() -> str:
+    from electra.cli import COMMANDS, build_parser
+
+    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal's width
+    parser = build_parser()
+    out = []
+    for name in COMMANDS:
+        words = name.split()
+        buf = io.StringIO()
+        try:
+            with redirect_stdout(buf):
+                parser.parse_args([*words, "--help"])
+        except SystemExit:
+            pass
+        text = buf.getvalue().replace("usage: __main__.py", "usage: electra")
+        text = re.sub(r"usage: \S+ ", "usage: electra ", text, count=1)
+        out += [f"## `electra {name}`", "", "```text", text.rstrip(), "```", ""]
+    return "\n".join(out)
+
+
+GENERATORS = {"config": config_reference, "commands": commands_reference}
