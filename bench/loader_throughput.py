@@ -4,8 +4,8 @@
 
 Reads shuffled batches (the order `electra pretrain` uses) for a few seconds and prints
 tokens/s delivered and the ratio to a training rate (default: the 30-minute CPU run's
-median, README). The loader runs in the training process, so this time is taken from the
-step; the ratio says how small that share is.
+median, docs/explanation/short-runs.md). The loader runs in the training process, so this
+time is taken from the step; the ratio says how small that share is.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 For each model: the mean pairwise cosine of token vectors (last layer) and of the [CLS]
 vectors, and their effective rank (exp of the entropy of the normalised singular values
 of the centred vectors; the width is the maximum). Collapsed representations (high
-cosine, low rank) are hard to fine-tune from; see README, "Fine-tuning after a short CPU
-pretraining".
+cosine, low rank) are hard to fine-tune from; see docs/explanation/short-runs.md,
+"Fine-tuning after a short CPU pretraining".
 
     python bench/representations.py --model RUN [--checkpoints] [--text glue/SST-2/dev.tsv]
 
