@@ -22,10 +22,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 
 
 def _default(f: dataclasses.Field) -> str:
-    if f.default is not dataclasses.MISSING:
-        value = f.default
-    else:
-        return "-"
+    value = f.default  # every config field has a plain default
     if value is None:
         return "unset"
     if isinstance(value, bool):
@@ -87,8 +84,7 @@ def commands_reference() -> str:
                 parser.parse_args([*words, "--help"])
         except SystemExit:
             pass
-        text = buf.getvalue().replace("usage: __main__.py", "usage: electra")
-        text = re.sub(r"usage: \S+ ", "usage: electra ", text, count=1)
+        text = re.sub(r"usage: \S+ ", "usage: electra ", buf.getvalue(), count=1)
         out += [f"## `electra {name}`", "", "```text", text.rstrip(), "```", ""]
     return "\n".join(out)
 

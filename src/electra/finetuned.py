@@ -109,8 +109,8 @@ def opening(tasks: dict[str, TaskData], cfg: FinetuneConfig, source: str, seeds:
     busy = use_threads(cfg.threads, "threads", rt.device)
     if not (progress and rt.is_main):
         return
-    cap = cfg.max_train_examples or None
-    what = "; ".join(f"{name}: {len(d.train[:cap]):,} training examples, "
+    cap = cfg.max_train_examples
+    what = "; ".join(f"{name}: {min(len(d.train), cap or len(d.train)):,} training examples, "
                      f"{sum(len(v) for v in d.dev.values()):,} dev" for name, d in tasks.items())
     mixed = (f", tasks drawn by size^{cfg.task_sampling_alpha:g}" if len(tasks) > 1 else "")
     probe = ", encoder frozen (a probe)" if cfg.freeze == "encoder" else ""

@@ -27,7 +27,7 @@ def averaged(plan: Plan) -> list[Task]:
 def summarize(plan: Plan, scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """results.json: per model, its pretraining FLOPs and, per task and for the average,
     every seed's score, the median, min and max."""
-    models = []
+    models, over = [], averaged(plan)
     for name, objective, fraction, flops in plan.models():
         per_task = {}
         for task in plan.tasks:
@@ -35,7 +35,7 @@ def summarize(plan: Plan, scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
             per_task[task.name] = _spread(task_score(result, task))
             per_task[task.name]["warned_seeds"] = [
                 int(s) for s, d in result.get("details", {}).items() if d.get("warnings")]
-        seeds = [statistics.mean(per_task[t.name]["seeds"][i] for t in averaged(plan))
+        seeds = [statistics.mean(per_task[t.name]["seeds"][i] for t in over)
                  for i in range(len(plan.seeds))]
         models.append({"model": name, "objective": objective, "fraction": fraction,
                        "pretrain_flops": flops,
