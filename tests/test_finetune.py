@@ -17,7 +17,7 @@ from electra.config import model_preset
 from electra.io import folders
 from electra.io.tokenizer import train_tokenizer
 from electra.model import Discriminator
-from electra.tasks.sequence import SequenceClassifier
+from electra.tasks.sequence import Sequence, SequenceClassifier
 
 
 @pytest.fixture
@@ -369,19 +369,36 @@ def test_selection_keeps_the_last_or_the_best_evaluation():
     def run(mode: str) -> Selection:
         sel = Selection(mode, "dev", "accuracy", None)
         for epoch, score in enumerate(scores, 1):
+            sel.stepped()
             sel.offer({"step": 10 * epoch, "epoch": epoch, "loss": 1.0,
-                       "dev": {"dev": {"accuracy": score}}}, torch.nn.Linear(1, 1))
+                       "dev": {"dev": {"accuracy": score}}}, torch.nn.Linear(1, 1),
+                      {"dev": (f"predictions of epoch {epoch}", None)})
         return sel
 
-    assert run("best").kept["epoch"] == 2  # the first of the two best; NaN never wins
-    assert run("last").kept["epoch"] == 5
-    assert len(run("best").history) == 5
+    best, last = run("best"), run("last")
+    assert best.kept["epoch"] == 2  # the first of the two best; NaN never wins
+    assert last.kept["epoch"] == 5
+    assert len(best.history) == 5
+    # the kept evaluation's predictions describe the model the seed ends with: the best's
+    # (its weights are restored) whatever steps follow; the last's until the next step
+    assert best.predictions == {"dev": ("predictions of epoch 2", None)}
+    assert last.predictions == {"dev": ("predictions of epoch 5", None)}
+    best.stepped()
+    last.stepped()
+    assert best.predictions is not None and last.predictions is None
+    last.load_state_dict(best.state_dict())  # resumed: its predictions are made again
+    assert last.predictions is None
 
 
 @pytest.mark.parametrize("select", ["last", "best"])
-def test_logged_dev_metrics_equal_evaluate_on_the_kept_model(task, capsys, select):
-    """Dev is scored at every epoch's end (and every eval_every steps); the kept model, saved
-    as the seed's model, gives exactly the numbers logged for its evaluation."""
+def test_logged_dev_metrics_equal_evaluate_on_the_kept_model(task, capsys, select,
+                                                             monkeypatch):
+    """Dev is scored at every epoch's end (and every eval_every steps), and only then (the
+    finished seed reuses its kept evaluation's predictions); the kept model, saved as the
+    seed's model, gives exactly the numbers logged for its evaluation."""
+    passes = []
+    real = Sequence.predict
+    monkeypatch.setattr(Sequence, "predict", lambda *a: passes.append(1) or real(*a))
     results = run_custom(task, select, "epochs=3", "lr=3e-4", "eval_every=7",
                          f"select={select}")
     details = results["details"]["1"]
@@ -391,6 +408,7 @@ def test_logged_dev_metrics_equal_evaluate_on_the_kept_model(task, capsys, selec
     assert [r["step"] for r in logged] == sorted({*range(7, 37, 7), 12, 24, 36})
     assert [r["epoch"] for r in logged if r["step"] % steps_per_epoch == 0] == [1, 2, 3]
     assert all("dev_accuracy" in r and "loss" in r for r in logged)
+    assert len(passes) == len(logged)
     kept = {e["step"]: e for e in details["evaluations"]}[details["step"]]
     if select == "best":
         assert kept["dev"]["dev"]["accuracy"] == max(r["dev_accuracy"] for r in logged)

@@ -54,9 +54,10 @@ from electra.tasks.base import TaskData, head_of
 from electra.tasks.registry import head_for_task, load_task
 from electra.train.finetuning import (
     ModelSource,
-    dev_predictions,
     evaluate_model,
     finetune_one,
+    kept_predictions,
+    scores,
 )
 from electra.train.runtime import Runtime, check_compile, start
 
@@ -253,9 +254,8 @@ def _run_seeds(source: ModelSource, data: TaskData, cfg: FinetuneConfig, seeds: 
                                         progress)
         ckpt = None  # only the first seed to run can have been interrupted
         if rt.is_main:
-            preds = dev_predictions(model, tok, data, cfg)
-            done[seed] = {"seed": seed, "dev": {split: data.head.score(data, p, y)
-                                                for split, (p, y) in preds.items()},
+            preds = kept_predictions(model, selection, tok, data, cfg)
+            done[seed] = {"seed": seed, "dev": scores(data, preds),
                           **report(data, preds, selection)}
             _finish_seed(model.cpu(), folder, data, cfg, tok, done[seed],
                          time.perf_counter() - t0)

@@ -28,7 +28,7 @@ from electra.finetuned import begin, check_split, opening, report, save_classifi
 from electra.io.files import disk_errors, publish, write_json
 from electra.io.outputs import claim_out
 from electra.tasks.base import TaskData
-from electra.train.finetuning import ModelSource, dev_predictions
+from electra.train.finetuning import ModelSource, kept_predictions, scores
 from electra.train.multitask import finetune_multi
 from electra.train.runtime import Runtime, check_compile
 
@@ -102,9 +102,8 @@ def _finish_seed(models: dict[str, Any], selections: Any, skips: int, folder: Pa
     for t, model in models.items():
         d, sel = data[t], selections.of[t]
         sel.skips = skips
-        preds = dev_predictions(model, tok, d, cfgs[t])
-        result["tasks"][t] = {"dev": {split: d.head.score(d, p, y)
-                                      for split, (p, y) in preds.items()},
+        preds = kept_predictions(model, sel, tok, d, cfgs[t])
+        result["tasks"][t] = {"dev": scores(d, preds),
                               **report(d, preds, sel)}
         save_classifier(model.cpu(), folder / t, d, cfgs[t], tok)
         d.head.write_test(model, tok, d, cfgs[t], folder / t / "predictions")

@@ -388,7 +388,7 @@ def test_ctrl_c_during_a_finetune_evaluation_keeps_that_line(outs, tmp_path, mon
             outs / "train.csv", "--dev", outs / "dev.csv", "--quiet", "--set", "epochs=3",
             "--set", "batch_size=8", "--set", "max_length=32", "--set", "precision=fp32"]
     assert cli(*base, "--out", tmp_path / "a") == 0
-    real, calls = finetune.evaluate_model, [0]
+    real, calls = finetune.dev_predictions, [0]
 
     def interrupted(*a, **k):
         calls[0] += 1
@@ -396,12 +396,12 @@ def test_ctrl_c_during_a_finetune_evaluation_keeps_that_line(outs, tmp_path, mon
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(finetune, "evaluate_model", interrupted)
+    monkeypatch.setattr(finetune, "dev_predictions", interrupted)
     assert cli(*base, "--out", tmp_path / "b") == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "electra: interrupted; continue it with the same command and --resume (finished "
         "seeds are kept)")
-    monkeypatch.setattr(finetune, "evaluate_model", real)
+    monkeypatch.setattr(finetune, "dev_predictions", real)
     assert cli(*base, "--out", tmp_path / "b", "--resume") == 0
 
     def lines(seed: Path) -> list[dict]:

@@ -117,7 +117,12 @@ def _training_examples(data: TaskData, cfg: FinetuneConfig) -> list[Any]:
 class Selection:
     """The dev evaluations of a seed, and which one it keeps: the last (``select=last``, the
     paper's protocol) or the best on the task's first metric (``select=best``; its weights
-    are kept in ``folder/best.safetensors`` as it is found). Part of the resumable state."""
+    are kept in ``folder/best.safetensors`` as it is found). Part of the resumable state.
+
+    ``predictions``: the kept evaluation's (predictions, labels) by split, while they still
+    describe the model the seed ends with (the best's weights are restored; under
+    ``select=last`` a later step outdates them, :meth:`stepped`), so the finished seed is not
+    evaluated twice; not part of the state (a resumed seed evaluates its kept model again)."""
 
     def __init__(self, mode: str, split: str, metric: str, folder: Path | None,
                  name: str = "") -> None:
@@ -126,18 +131,21 @@ class Selection:
         self.history: list[dict[str, Any]] = []  # one per evaluation: step, epoch, loss, dev
         self.kept: dict[str, Any] | None = None
         self.skips = 0  # steps skipped for a non-finite loss (the trainer's count)
+        self.predictions: dict[str, tuple[Any, Any]] | None = None
 
     def score(self, entry: dict[str, Any]) -> float:
         value = entry["dev"][self.split][self.metric]
         return value if math.isfinite(value) else -math.inf
 
-    def offer(self, entry: dict[str, Any], model: nn.Module) -> None:
-        """An evaluation of ``model``: kept if it is the last, or the best so far."""
+    def offer(self, entry: dict[str, Any], model: nn.Module,
+              predictions: dict[str, tuple[Any, Any]] | None = None) -> None:
+        """An evaluation of ``model`` (its dev ``predictions``, as :func:`dev_predictions`
+        makes them): kept if it is the last, or the best so far."""
         self.history.append(entry)
         if self.mode == "best" and self.kept is not None and (
                 self.score(entry) <= self.score(self.kept)):
             return  # the earliest of equal scores stays
-        self.kept = entry
+        self.kept, self.predictions = entry, predictions
         if self.mode == "best" and self.folder is not None:
             from safetensors.torch import save_file
 
@@ -145,6 +153,11 @@ class Selection:
             save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
                       str(part))
             part.replace(self.folder / self.file)
+
+    def stepped(self) -> None:
+        """The model took a step: under ``select=last`` the kept predictions are outdated."""
+        if self.mode == "last":
+            self.predictions = None
 
     def restore(self, model: nn.Module) -> None:
         """Load the kept evaluation's weights into ``model`` (select=best)."""
@@ -156,6 +169,7 @@ class Selection:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.history, self.kept = list(state["history"]), state["kept"]
+        self.predictions = None
 
 
 @dataclass
@@ -214,10 +228,11 @@ def validate(fit: Fit, tok: Any, data: TaskData, cfg: FinetuneConfig) -> None:
     record = {**trainer.metrics(), "epoch": round(
         batches.epoch + batches.position / batches.steps_per_epoch, 4)}
     if trainer.rt.is_main:
-        dev = evaluate_model(trainer.model, tok, data, cfg)
+        preds = dev_predictions(trainer.model, tok, data, cfg)
+        dev = scores(data, preds)
         record.update({f"{split}_{m}": v for split, res in dev.items() for m, v in res.items()})
         selection.offer({"step": trainer.step, "epoch": record["epoch"],
-                         "loss": record["loss"], "dev": dev}, trainer.model)
+                         "loss": record["loss"], "dev": dev}, trainer.model, preds)
     trainer.log(record, show=("loss", f"{selection.split}_{data.metrics[0]}"))
 
 
@@ -246,6 +261,7 @@ def fit(state: Fit, tok: Any, data: TaskData, cfg: FinetuneConfig) -> None:
 
             if trainer.train_step(micro_step, train["attention_mask"][index].sum()) is None:
                 continue  # a non-finite loss: the step was skipped
+            state.selection.stepped()
             if batches.epoch_done or trainer.every(cfg.eval_every):
                 validate(state, tok, data, cfg)
             trainer.advance()
@@ -292,8 +308,21 @@ def dev_predictions(model: nn.Module, tok: Any, data: TaskData,
             for split, examples in data.dev.items()}
 
 
+def kept_predictions(model: nn.Module, selection: Selection, tok: Any, data: TaskData,
+                     cfg: FinetuneConfig) -> dict[str, tuple[Any, Any]]:
+    """The dev predictions of a finished seed's kept ``model``: those its selection made of
+    it, else made now."""
+    if selection.predictions is not None:
+        return selection.predictions
+    return dev_predictions(model, tok, data, cfg)
+
+
+def scores(data: TaskData, preds: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
+    """The task's metrics of (predictions, labels) on each dev split."""
+    return {split: data.head.score(data, p, y) for split, (p, y) in preds.items()}
+
+
 def evaluate_model(model: nn.Module, tok: Any, data: TaskData,
                    cfg: FinetuneConfig) -> dict[str, Any]:
     """The task's metrics on each dev split."""
-    return {split: data.head.score(data, p, y)
-            for split, (p, y) in dev_predictions(model, tok, data, cfg).items()}
+    return scores(data, dev_predictions(model, tok, data, cfg))

@@ -27,9 +27,10 @@ from electra.train.finetuning import (
     ModelSource,
     Selection,
     _training_examples,
-    evaluate_model,
+    dev_predictions,
     freeze,
     micro_rows,
+    scores,
 )
 from electra.train.optim import layerwise_groups
 from electra.train.runtime import Runtime
@@ -190,13 +191,14 @@ def validate(fit: MultiFit, tok: Any, tasks: dict[str, TaskData],
     if trainer.rt.is_main:
         for t, data in tasks.items():
             view = fit.model.view(t)
-            dev = evaluate_model(view, tok, data, cfgs[t])
+            preds = dev_predictions(view, tok, data, cfgs[t])
+            dev = scores(data, preds)
             record.update({f"{t}_{split}_{m}": v for split, res in dev.items()
                            for m, v in res.items()})
             sel = fit.selections.of[t]
             shown.append(f"{t}_{sel.split}_{sel.metric}")
             sel.offer({"step": trainer.step, "epoch": record["epoch"], "loss": record["loss"],
-                       "dev": dev}, view)
+                       "dev": dev}, view, preds)
     trainer.log(record, show=tuple(shown))
 
 
@@ -229,6 +231,8 @@ def fit(state: MultiFit, tok: Any, tasks: dict[str, TaskData],
 
             if trainer.train_step(micro_step, train["attention_mask"][index].sum()) is None:
                 continue
+            for selection in state.selections.of.values():
+                selection.stepped()
             if sampler.epoch_done or trainer.every(cfg.eval_every):
                 validate(state, tok, tasks, cfgs)
             trainer.advance()
