@@ -1,6 +1,7 @@
 """Unpadding (``electra.model.kernels.Unpadded``): a padded batch computed on its real tokens
 only gives the padded computation's outputs, losses and gradients (fp32, 1e-6), on real text
-of mixed lengths, for the encoder under every head."""
+of mixed lengths, for the encoder under every head; a head that reads [CLS] alone, whose
+last block computes that position alone, gives the whole computation's outputs too."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from electra.experiments.demo import python_docs_corpus
 from electra.io.tokenizer import train_tokenizer
 from electra.model import Discriminator, Generator
 from electra.model.kernels import FAST_CPU, REFERENCE, Padded, Unpadded, use
+from electra.tasks.choice import MultipleChoice
 from electra.tasks.qa import QuestionAnswerer
 from electra.tasks.sequence import SequenceClassifier
 from electra.tasks.tagging import TokenClassifier
@@ -127,3 +129,49 @@ def test_without_a_varlen_kernel_unpadded_attention_falls_back_to_the_padded_one
         use(d, dataclasses.replace(REFERENCE, unpad=False))
         b = d(ids, mask, types)
     torch.testing.assert_close(a[mask.bool()], b[mask.bool()], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["unpadded", "padded", "no padding"])
+def test_a_head_on_cls_alone_equals_the_whole_last_block(real_batch, layout):
+    """The sequence and choice heads read [CLS] alone, so the last block computes it alone
+    past its keys and values: losses and gradients equal the whole block's (fp32, 1e-6)."""
+    ids, mask, types, V = real_batch
+    if layout == "no padding":
+        mask = torch.ones_like(mask)
+    cfg = tiny_config(vocab_size=V, hidden_dropout=0.0, attention_dropout=0.0)
+    y = torch.arange(len(ids)) % 2
+    for model, loss in ((SequenceClassifier(cfg, 2), lambda o: F.cross_entropy(o, y)),
+                        (MultipleChoice(cfg), lambda o: F.cross_entropy(o, y[:2]))):
+        use(model, PADDED if layout == "padded" else FAST_CPU)
+        inputs = (ids, mask, types) if isinstance(model, SequenceClassifier) else (
+            ids.view(2, 4, -1), mask.view(2, 4, -1), types.view(2, 4, -1))
+        runs = []
+        for first in (False, True):
+            model.reads_first = first
+            model.zero_grad(set_to_none=True)
+            out = loss(model(*inputs))
+            out.backward()
+            runs.append((out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                        if p.grad is not None}))
+        assert_same(*runs)
+        model.reads_first = True
+        h = model.encoder(ids, mask, types, first_only=True)
+        assert h.shape == (len(ids), 1, cfg.hidden_size)
+
+
+def test_a_row_whose_first_position_is_padding_gets_the_whole_computation(real_batch):
+    # unpadded rows begin with their first real token; where a row's first position is
+    # padding (a left-padded row), [CLS] is not among the real tokens: every position is
+    # computed, and the head reads position 0 as the padded model does
+    ids, mask, types, V = real_batch
+    left = mask.clone()
+    left[0, :2] = 0
+    torch.manual_seed(0)
+    model = SequenceClassifier(tiny_config(vocab_size=V), 2).eval()
+    assert not FAST_CPU.layout(left).reads_first() and FAST_CPU.layout(mask).reads_first()
+    with torch.no_grad():
+        h = model.encoder(ids, left, types, first_only=True)
+        assert h.shape == (*ids.shape, model.config.hidden_size)
+        a = model(ids, left, types)
+        model.reads_first = False
+        torch.testing.assert_close(a, model(ids, left, types), rtol=0, atol=0)

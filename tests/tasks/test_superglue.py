@@ -185,10 +185,14 @@ def test_each_task_finetunes_writes_its_submission_and_evaluate_agrees(
         tmp_path, tok, capsys, task, folder, submission):
     """Learnt enough to be told apart from chance: every task's training set is its dev set
     here, and the tiny model memorises it (WSC's rows differ only in their marks: it takes
-    longer)."""
+    longer). ReCoRD's three queries, two of whose candidates share a word (Eiffel), are
+    memorised by most seeds, not all (0.5 to 1.0 F1 over seeds 1-5): its median of three
+    seeds is what is held above chance."""
     data = FIXTURES / folder
+    seeds = "1,2,3" if task == "record" else "1"
     assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(tok), "--task", task,
                  "--data", str(data), "--out", str(tmp_path / "ft"), "--predict", "test",
+                 "--seeds", seeds,
                  "--set", "batch_size=2", "--set", f"epochs={40 if task == 'wsc' else 15}",
                  "--set", "lr=2e-3",
                  "--set", "precision=fp32", "--set", "warmup_fraction=0", "--quiet"]) == 0
@@ -212,8 +216,9 @@ def test_each_task_finetunes_writes_its_submission_and_evaluate_agrees(
     assert main(["evaluate", "--model", str(tmp_path / "ft/seed-1"), "--task", task, "--data",
                  str(data)]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["val"] == dev
-    first = dev[SUPERGLUE[task].metrics[0] if task != "copa" else "accuracy"]
-    assert first > 0.6, dev  # above chance on what it trained on
+    first = results["median"]["val"][SUPERGLUE[task].metrics[0] if task != "copa" else
+                                      "accuracy"]
+    assert first > 0.6, results["seeds"]  # above chance on what it trained on
     # exported as the closest transformers head, saying what it cannot do
     assert main(["export", str(tmp_path / "ft/seed-1"), "--out", str(tmp_path / "hf")]) == 0
     note = capsys.readouterr().err

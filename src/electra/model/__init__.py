@@ -113,13 +113,18 @@ class Block(nn.Module):
         self.dropout = Dropout(cfg.hidden_dropout, kernels)
         self.probs_dropout = Dropout(cfg.attention_dropout, kernels)  # written attention
 
-    def forward(self, x: torch.Tensor, layout: Layout) -> torch.Tensor:
-        """(B, T, H), or (N, H) under an unpadded layout, to the same shape."""
+    def forward(self, x: torch.Tensor, layout: Layout, first: bool = False) -> torch.Tensor:
+        """(B, T, H), or (N, H) under an unpadded layout, to the same shape; ``first``: only
+        each row's first position past the keys and values, (B, H)."""
         # Q, K and V in one matrix multiply; the three modules stay (transformers' keys).
         qkv = F.linear(x, torch.cat([self.query.weight, self.key.weight, self.value.weight]),
                        torch.cat([self.query.bias, self.key.bias, self.value.bias]))
-        a = layout.attend(self.kernels, qkv, self.num_heads,
-                          self.attention_dropout if self.training else 0.0, self.probs_dropout)
+        p = self.attention_dropout if self.training else 0.0
+        if first:
+            a = layout.attend_first(self.kernels, qkv, self.num_heads, p, self.probs_dropout)
+            x = layout.first(x)
+        else:
+            a = layout.attend(self.kernels, qkv, self.num_heads, p, self.probs_dropout)
         x = self.attention_norm(x + self.dropout(self.attention_out(a)))
         h = self.ffn_out(F.gelu(self.ffn_in(x)))
         return self.ffn_norm(x + self.dropout(h))
@@ -144,17 +149,27 @@ class Encoder(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        first_only: bool = False,
     ) -> torch.Tensor:
         """Hidden states (B, T, H). ``attention_mask`` (B, T) is 1/True on real tokens; with
-        unpadding kernels (``electra.model.kernels``) the padding's states are zeros."""
+        unpadding kernels (``electra.model.kernels``) the padding's states are zeros.
+
+        ``first_only``: the caller reads each row's first position alone ([CLS]), so the last
+        block computes only that position past its keys and values (a twelfth of a 12-layer
+        model's work, less one layer's K and V): the states come back as (B, 1, H), or as
+        (B, T, H) where a row's first position is padding under unpadding."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         layout = self.kernels.layout(attention_mask)
+        first = first_only and layout.reads_first()
         x = layout.tokens(self.embeddings(input_ids, token_type_ids))
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        for layer in self.layers:
-            x = layer(x, layout)
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x = layer(x, layout, first=first and i == last)
+        if first and last >= 0:
+            return x[:, None]  # (B, 1, H)
         return layout.repad(x)  # (B, T, H), zeros at padding when unpadded
 
 
@@ -183,9 +198,12 @@ def init_weights(module: nn.Module, std: float, skip: nn.Module | None = None) -
 
 class EncoderWithHead(nn.Module):
     """An encoder and a head on its hidden states: the discriminator and every fine-tuning
-    model. ``forward(input_ids, attention_mask, token_type_ids)`` is ``head(encoder(...))``."""
+    model. ``forward(input_ids, attention_mask, token_type_ids)`` is ``head(encoder(...))``.
+    ``reads_first``: the head reads each row's first position ([CLS]) alone, and the encoder
+    computes its last block for that position only (``Encoder.forward``'s ``first_only``)."""
 
     encoder: Encoder
+    reads_first = False
 
     def forward(
         self,
@@ -194,7 +212,8 @@ class EncoderWithHead(nn.Module):
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The head's output; ``attention_mask`` (B, T) is 1/True on real tokens."""
-        return self.head(self.encoder(input_ids, attention_mask, token_type_ids))
+        return self.head(self.encoder(input_ids, attention_mask, token_type_ids,
+                                      first_only=self.reads_first))
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

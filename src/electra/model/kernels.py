@@ -19,6 +19,8 @@ one is unpadded (:class:`Unpadded`): its real tokens packed after the embeddings
 computing those alone, attention per sequence (FlashAttention's varlen kernel where the entry
 allows it, else over the repadded rows with the mask), the heads reading the hidden states
 repadded with zeros. ``unpad=False`` keeps every position (:class:`Padded` with the mask).
+A head that reads each row's first position alone ([CLS]) has the last block compute that
+position alone past its keys and values (:meth:`Layout.first`, MosaicBERT's last-layer subset).
 """
 
 from __future__ import annotations
@@ -83,6 +85,20 @@ class Layout:
                dropout: torch.nn.Module) -> torch.Tensor:
         raise NotImplementedError
 
+    def reads_first(self) -> bool:
+        """Whether :meth:`first` and :meth:`attend_first` can serve a head that reads each
+        row's first position alone."""
+        return True
+
+    def first(self, x: torch.Tensor) -> torch.Tensor:
+        """The blocks' states at each row's first position: (B, H)."""
+        raise NotImplementedError
+
+    def attend_first(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
+                     dropout: torch.nn.Module) -> torch.Tensor:
+        """Attention of each row's first position alone, over its row: (B, H)."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True)
 class Padded(Layout):
@@ -99,6 +115,17 @@ class Padded(Layout):
         q, k, v = qkv.view(B, T, 3, num_heads, H // num_heads).permute(2, 0, 3, 1, 4)
         a = kernels.attention(q, k, v, self.mask, p, dropout)  # (B, nh, T, hs)
         return a.transpose(1, 2).reshape(B, T, H)
+
+    def first(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, 0]
+
+    def attend_first(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
+                     dropout: torch.nn.Module) -> torch.Tensor:
+        """Fused projections (B, T, 3H) -> the first position's attention (B, H)."""
+        B, T, three_h = qkv.shape
+        q, k, v = qkv.view(B, T, 3, num_heads, three_h // 3 // num_heads).permute(2, 0, 3, 1, 4)
+        a = kernels.attention(q[:, :, :1], k, v, self.mask, p, dropout)  # (B, nh, 1, hs)
+        return a.reshape(B, three_h // 3)
 
 
 @dataclass(frozen=True)
@@ -145,6 +172,21 @@ class Unpadded(Layout):
         q, k, v = qkv.view(N, 3, num_heads, three_h // 3 // num_heads).unbind(1)
         a = varlen(q, k, v, self.cu_seqlens, self.cu_seqlens, self.max_len, self.max_len)
         return a.reshape(N, three_h // 3)
+
+    def reads_first(self) -> bool:
+        """Each row's first position is among the real tokens (a [CLS]; reads the mask: a
+        sync on a GPU)."""
+        return bool(self.padded.mask[:, 0, 0, 0].all())  # type: ignore[index]
+
+    def first(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, H) -> (B, H): each sequence's first token (rows begin with a real token)."""
+        return x.index_select(0, self.cu_seqlens[:-1])
+
+    def attend_first(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
+                     dropout: torch.nn.Module) -> torch.Tensor:
+        """Fused projections (N, 3H) -> the first tokens' attention (B, H), over the repadded
+        rows with the mask (one query a row: the varlen kernel would save nothing)."""
+        return self.padded.attend_first(kernels, self.repad(qkv), num_heads, p, dropout)
 
 
 @dataclass(frozen=True)

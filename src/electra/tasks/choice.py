@@ -34,6 +34,8 @@ class MultipleChoice(EncoderWithHead):
     returns (N, 1) (how evaluation batches them). Keys map onto transformers'
     ElectraForMultipleChoice (``sequence_summary.summary``, ``classifier``)."""
 
+    reads_first = True  # [CLS]
+
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
         super().__init__()
         self.config = cfg

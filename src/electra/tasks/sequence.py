@@ -40,6 +40,8 @@ class SequenceClassifier(EncoderWithHead):
     (``num_labels`` logits; 1 for regression). Keys map onto transformers'
     ElectraForSequenceClassification (``classifier.dense``, ``classifier.out_proj``)."""
 
+    reads_first = True  # [CLS]
+
     def __init__(self, cfg: ModelConfig, num_labels: int,
                  kernels: Kernels | None = None) -> None:
         super().__init__()
