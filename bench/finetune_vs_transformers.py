@@ -2,11 +2,12 @@
 timed interleaved in one run (one repeat: every side once, in turn).
 
     python bench/finetune_vs_transformers.py [--tasks SST-2,MRPC,RTE] [--rows 2000]
-        [--repeats 3] [--before /tmp/electra-before] [--sides ours,ours-fp32,hf-fp32,...]
+        [--epochs 1] [--repeats 3] [--before /tmp/electra-before]
+        [--sides ours,ours-fp32,hf-fp32,...]
 
 ELECTRA-Small from random init (BERT's vocabulary), the same ``--rows`` training rows of a
-GLUE task from ../shared/data/glue (our ``max_train_examples`` subset), one epoch, batch 32,
-seed ``repeat + 1`` on every side; the dev set scored at the end. Sides:
+GLUE task from ../shared/data/glue (our ``max_train_examples`` subset), ``--epochs`` epochs
+(one), batch 32, seed ``repeat + 1`` on every side; the dev set scored at the end. Sides:
 
 - ``ours``: `electra finetune` as a user runs it (default precision: bf16 autocast where the
   CPU multiplies bf16 natively), which unpads; ``ours-grouped`` adds
@@ -18,11 +19,13 @@ seed ``repeat + 1`` on every side; the dev set scored at the end. Sides:
   an ``ElectraConfig`` of the same shape, ``BertTokenizerFast`` on the same vocabulary,
   ``DataCollatorWithPadding`` (dynamic padding, what ``Trainer`` does) over shuffled batches,
   torch's AdamW (lr 3e-4, weight decay 0.01, eps 1e-6), linear warmup (10%) and decay, clipping
-  at 1.0; ``hf-bf16`` under CPU bf16 autocast. The script (this file, ``--worker``) is timed
-  from its start, imports included, as ours is.
+  at 1.0; ``hf-bf16`` under CPU bf16 autocast; ``hf-fp32-ld`` adds our layer-wise
+  learning-rate decay (0.8 a layer below the head, as `electra finetune` trains ELECTRA-Small),
+  for an accuracy comparison with the same optimizer. The script (this file, ``--worker``)
+  is timed from its start, imports included, as ours is.
 
 Prints each side's seconds (min/median/max), its dev scores by seed, and every side's paired
-ratio against ``hf-fp32``.
+ratio against the first ``hf-fp32*`` side.
 """
 
 from __future__ import annotations
@@ -43,8 +46,28 @@ SMALL = dict(vocab_size=30522, embedding_size=128, hidden_size=256, num_hidden_l
              num_attention_heads=4, intermediate_size=1024, max_position_embeddings=512)
 
 
-def hf_worker(task: Path, rows: int, seed: int, precision: str) -> dict:
-    """One epoch of a plain transformers loop; returns the dev accuracy."""
+def layerwise(model, lr: float, decay: float, weight_decay: float) -> list[dict]:
+    """transformers' ELECTRA parameters in `electra finetune`'s groups: lr * decay ** (L -
+    depth), depth 0 the embeddings, i + 1 layer i, L + 1 the classifier."""
+    L = model.config.num_hidden_layers
+    groups: dict = {}
+    for name, p in model.named_parameters():
+        if name.startswith("electra.embeddings"):  # and embeddings_project
+            depth = 0
+        elif name.startswith("electra.encoder.layer."):
+            depth = int(name.split(".")[3]) + 1
+        else:
+            depth = L + 1
+        plain = p.ndim < 2 or name.endswith(".bias")
+        g = groups.setdefault((depth, plain), {"params": [], "lr": lr * decay ** max(0, L - depth),
+                                               "weight_decay": 0.0 if plain else weight_decay})
+        g["params"].append(p)
+    return list(groups.values())
+
+
+def hf_worker(task: Path, rows: int, seed: int, precision: str, epochs: int,
+              layer_decay: float) -> dict:
+    """A plain transformers loop; returns the dev accuracy."""
     import torch
     from torch.utils.data import DataLoader
     from transformers import (
@@ -77,12 +100,14 @@ def hf_worker(task: Path, rows: int, seed: int, precision: str) -> dict:
     collate = DataCollatorWithPadding(tok)
     loader = DataLoader(encode(train), batch_size=32, shuffle=True, collate_fn=collate,
                         drop_last=True)
-    steps = len(loader)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01, eps=1e-6)
+    steps = len(loader) * epochs
+    params = (layerwise(model, 3e-4, layer_decay, 0.01) if layer_decay < 1 else
+              model.parameters())
+    opt = torch.optim.AdamW(params, lr=3e-4, weight_decay=0.01, eps=1e-6)
     schedule = get_linear_schedule_with_warmup(opt, int(0.1 * steps), steps)
     half = precision == "bf16"
     model.train()
-    for batch in loader:
+    for batch in (b for _ in range(epochs) for b in loader):  # reshuffled every epoch
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=half):
             loss = model(**batch).loss
         loss.backward()
@@ -98,18 +123,18 @@ def hf_worker(task: Path, rows: int, seed: int, precision: str) -> dict:
     return {"accuracy": right / len(dev)}
 
 
-def run(side: str, task: Path, out: Path, rows: int, seed: int,
+def run(side: str, task: Path, out: Path, rows: int, seed: int, epochs: int,
         before: Path | None) -> tuple[float, float]:
     """(seconds, dev accuracy) of one side's whole command."""
     if side.startswith("hf"):
         cmd = [sys.executable, __file__, "--worker", str(task), str(rows), str(seed),
-               side.split("-")[1]]
+               side.split("-")[1], str(epochs), "0.8" if side.endswith("-ld") else "1"]
         env_src = ROOT
     else:
         cmd = [sys.executable, "-m", "electra", "finetune", "--random-init", "small",
                "--tokenizer", str(VOCAB), "--task", task.name.lower().replace("-", ""),
                "--data", str(task), "--out", str(out), "--quiet", "--seeds", str(seed),
-               "--set", "epochs=1", "--set", f"max_train_examples={rows}"]
+               "--set", f"epochs={epochs}", "--set", f"max_train_examples={rows}"]
         cmd += ["--set", "precision=fp32"] if side.endswith("fp32") else []
         cmd += ["--set", "group_by_length=true"] if "grouped" in side else []
         cmd += ["--set", "unpad=false"] if "padded" in side else []
@@ -127,12 +152,14 @@ def run(side: str, task: Path, out: Path, rows: int, seed: int,
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        task, rows, seed, precision = sys.argv[2:6]
-        print(json.dumps(hf_worker(Path(task), int(rows), int(seed), precision)))
+        task, rows, seed, precision, epochs, decay = sys.argv[2:8]
+        print(json.dumps(hf_worker(Path(task), int(rows), int(seed), precision, int(epochs),
+                                   float(decay))))
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", default="SST-2,MRPC,RTE")
     ap.add_argument("--rows", type=int, default=2000)
+    ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sides", default="hf-fp32,ours,ours-fp32,ours-grouped")
     ap.add_argument("--before", type=Path, help="another checkout, for sides before*")
@@ -147,20 +174,21 @@ def main() -> None:
             for r in range(args.repeats):
                 for side in sides:
                     seconds, acc = run(side, GLUE / name, Path(tmp) / f"{side}-{r}",
-                                       args.rows, r + 1, args.before)
+                                       args.rows, r + 1, args.epochs, args.before)
                     times[side].append(seconds)
                     scores[side].append(acc)
                     print(f"  {name} repeat {r} {side}: {seconds:.1f} s, dev {acc:.4f}",
                           flush=True)
-        print(f"{name}, {args.rows} rows, 1 epoch, ELECTRA-Small from random init, "
+        print(f"{name}, {args.rows} rows, {args.epochs} epoch(s), ELECTRA-Small from random init, "
               f"{args.repeats} interleaved repeats (seeds 1..{args.repeats})")
         for side in sides:
             v = times[side]
             line = (f"{side:13s} seconds min/med/max {min(v):6.1f} {statistics.median(v):6.1f} "
                     f"{max(v):6.1f}   dev acc by seed {[round(a, 4) for a in scores[side]]}")
-            if "hf-fp32" in times and side != "hf-fp32":
-                ratios = [h / s for h, s in zip(times["hf-fp32"], v, strict=True)]
-                line += (f"   hf-fp32/{side} min/med/max {min(ratios):.2f} "
+            ref = next((x for x in sides if x.startswith("hf-fp32")), None)
+            if ref is not None and side != ref:
+                ratios = [h / s for h, s in zip(times[ref], v, strict=True)]
+                line += (f"   {ref}/{side} min/med/max {min(ratios):.2f} "
                          f"{statistics.median(ratios):.2f} {max(ratios):.2f}")
             print(line, flush=True)
 
