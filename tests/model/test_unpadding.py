@@ -134,7 +134,7 @@ def test_without_a_varlen_kernel_unpadded_attention_falls_back_to_the_padded_one
 @pytest.mark.parametrize("layout", ["unpadded", "padded", "no padding"])
 def test_a_head_on_cls_alone_equals_the_whole_last_block(real_batch, layout):
     """The sequence and choice heads read [CLS] alone, so the last block computes it alone
-    past its keys and values: losses and gradients equal the whole block's (fp32, 1e-6)."""
+    after its fused Q/K/V projection: losses and gradients equal the whole block's (fp32, 1e-6)."""
     ids, mask, types, V = real_batch
     if layout == "no padding":
         mask = torch.ones_like(mask)

@@ -115,7 +115,7 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, layout: Layout, first: bool = False) -> torch.Tensor:
         """(B, T, H), or (N, H) under an unpadded layout, to the same shape; ``first``: only
-        each row's first position past the keys and values, (B, H)."""
+        each row's first position after the fused Q/K/V projection, (B, H)."""
         # Q, K and V in one matrix multiply; the three modules stay (transformers' keys).
         qkv = F.linear(x, torch.cat([self.query.weight, self.key.weight, self.value.weight]),
                        torch.cat([self.query.bias, self.key.bias, self.value.bias]))
@@ -155,8 +155,9 @@ class Encoder(nn.Module):
         unpadding kernels (``electra.model.kernels``) the padding's states are zeros.
 
         ``first_only``: the caller reads each row's first position alone ([CLS]), so the last
-        block computes only that position past its keys and values (a twelfth of a 12-layer
-        model's work, less one layer's K and V): the states come back as (B, 1, H), or as
+        block computes only that position after its fused Q/K/V projection (attention, the
+        output projection and the feed-forward layers: most of a block, a twelfth of a 12-layer
+        model's work): the states come back as (B, 1, H), or as
         (B, T, H) where a row's first position is padding under unpadding."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)

@@ -20,7 +20,8 @@ computing those alone, attention per sequence (FlashAttention's varlen kernel wh
 allows it, else over the repadded rows with the mask), the heads reading the hidden states
 repadded with zeros. ``unpad=False`` keeps every position (:class:`Padded` with the mask).
 A head that reads each row's first position alone ([CLS]) has the last block compute that
-position alone past its keys and values (:meth:`Layout.first`, MosaicBERT's last-layer subset).
+position alone after its fused query/key/value projection (:meth:`Layout.first`, MosaicBERT's
+last-layer subset).
 """
 
 from __future__ import annotations
