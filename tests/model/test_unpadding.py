@@ -145,7 +145,9 @@ def test_a_head_on_cls_alone_equals_the_whole_last_block(real_batch, layout):
         use(model, PADDED if layout == "padded" else FAST_CPU)
         inputs = (ids, mask, types) if isinstance(model, SequenceClassifier) else (
             ids.view(2, 4, -1), mask.view(2, 4, -1), types.view(2, 4, -1))
-        runs = []
+        runs, last_out = [], []
+        hook = model.encoder.layers[-1].register_forward_hook(
+            lambda m, args, out, seen=last_out: seen.append(out.shape))
         for first in (False, True):
             model.reads_first = first
             model.zero_grad(set_to_none=True)
@@ -153,6 +155,8 @@ def test_a_head_on_cls_alone_equals_the_whole_last_block(real_batch, layout):
             out.backward()
             runs.append((out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
                                         if p.grad is not None}))
+        hook.remove()
+        assert last_out[1] == (len(ids), cfg.hidden_size) != last_out[0]  # [CLS] rows alone
         assert_same(*runs)
         model.reads_first = True
         h = model.encoder(ids, mask, types, first_only=True)

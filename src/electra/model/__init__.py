@@ -162,14 +162,14 @@ class Encoder(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         layout = self.kernels.layout(attention_mask)
-        first = first_only and layout.reads_first()
+        first = first_only and len(self.layers) > 0 and layout.reads_first()
         x = layout.tokens(self.embeddings(input_ids, token_type_ids))
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             x = layer(x, layout, first=first and i == last)
-        if first and last >= 0:
+        if first:
             return x[:, None]  # (B, 1, H)
         return layout.repad(x)  # (B, T, H), zeros at padding when unpadded
 

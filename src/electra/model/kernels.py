@@ -101,6 +101,12 @@ class Layout:
         raise NotImplementedError
 
 
+def _heads(qkv: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Fused projections (B, T, 3H) -> q, k, v stacked: (3, B, nh, T, hs)."""
+    B, T, three_h = qkv.shape
+    return qkv.view(B, T, 3, num_heads, three_h // 3 // num_heads).permute(2, 0, 3, 1, 4)
+
+
 @dataclass(frozen=True)
 class Padded(Layout):
     """Every position computed; ``mask`` (B, 1, 1, T) bool marks the keys to attend, None:
@@ -112,10 +118,8 @@ class Padded(Layout):
                dropout: torch.nn.Module) -> torch.Tensor:
         """Fused projections (B, T, 3H) -> attention (B, T, H)."""
         B, T, three_h = qkv.shape
-        H = three_h // 3
-        q, k, v = qkv.view(B, T, 3, num_heads, H // num_heads).permute(2, 0, 3, 1, 4)
-        a = kernels.attention(q, k, v, self.mask, p, dropout)  # (B, nh, T, hs)
-        return a.transpose(1, 2).reshape(B, T, H)
+        a = kernels.attention(*_heads(qkv, num_heads), self.mask, p, dropout)  # (B, nh, T, hs)
+        return a.transpose(1, 2).reshape(B, T, three_h // 3)
 
     def first(self, x: torch.Tensor) -> torch.Tensor:
         return x[:, 0]
@@ -123,10 +127,9 @@ class Padded(Layout):
     def attend_first(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
                      dropout: torch.nn.Module) -> torch.Tensor:
         """Fused projections (B, T, 3H) -> the first position's attention (B, H)."""
-        B, T, three_h = qkv.shape
-        q, k, v = qkv.view(B, T, 3, num_heads, three_h // 3 // num_heads).permute(2, 0, 3, 1, 4)
+        q, k, v = _heads(qkv, num_heads)
         a = kernels.attention(q[:, :, :1], k, v, self.mask, p, dropout)  # (B, nh, 1, hs)
-        return a.reshape(B, three_h // 3)
+        return a.reshape(len(qkv), -1)
 
 
 @dataclass(frozen=True)
