@@ -266,6 +266,40 @@ def test_tokenizer_cli_trains_and_refuses_existing_folder(corpus, tmp_path, caps
     assert "--overwrite" in capsys.readouterr().err
 
 
+def test_case_of_a_bare_vocab_is_what_lowercasing_would_change(tmp_path):
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "witness", "##es"]
+    (tmp_path / "uncased.txt").write_text("\n".join([*words, "ℝ"]) + "\n", encoding="utf-8")
+    (tmp_path / "cased.txt").write_text("\n".join([*words, "The"]) + "\n", encoding="utf-8")
+    # 'ℝ' is upper case with no lower case: lowercasing cannot have made it, nor removed it.
+    assert load_tokenizer(tmp_path / "uncased.txt").encode("The Witnesses").tokens == [
+        "[CLS]", "the", "witness", "##es", "[SEP]"]
+    assert load_tokenizer(tmp_path / "cased.txt").encode("The Witnesses").tokens == [
+        "[CLS]", "The", "[UNK]", "[SEP]"]
+
+
+def test_bert_uncased_vocab_tokenizes_as_transformers_does():
+    """bert-base-uncased's vocab.txt alone gives transformers' ElectraTokenizerFast's ids
+    (lowercased, accents stripped; it holds 'ℝ'), on real mixed-case pairs."""
+    import shutil
+    import tempfile
+
+    from helpers import shared_data
+
+    transformers = pytest.importorskip("transformers")
+    from electra.data.tasks import glue_task, read_glue
+
+    vocab, mrpc = shared_data("vocab/bert-base-uncased-vocab.txt"), shared_data("glue/MRPC")
+    with tempfile.TemporaryDirectory() as folder:
+        shutil.copy(vocab, Path(folder) / "vocab.txt")
+        theirs = transformers.ElectraTokenizerFast.from_pretrained(folder)
+    ours = load_tokenizer(vocab)
+    pairs = [(e.text_a, e.text_b) for e in read_glue(glue_task("mrpc"), mrpc, "dev")][:200]
+    pairs.append(("Café Ünder the ℝ-line", "NAÏVE Résumé"))
+    assert [e.ids for e in ours.encode_batch(pairs)] == [
+        theirs(a, b)["input_ids"] for a, b in pairs]
+    assert sum(e.ids.count(100) for e in ours.encode_batch(pairs)) < 20  # [UNK] is rare
+
+
 def test_real_corpus_with_bert_vocab_round_trips(tmp_path):
     from helpers import shared_data
 

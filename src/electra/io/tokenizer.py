@@ -199,8 +199,9 @@ def load_tokenizer(path: str | Path, special_tokens: str | Mapping[str, str] | N
     WordPiece ``vocab.txt``, with its five special roles resolved (:func:`resolve_roles`;
     ``special_tokens`` as ``cls=<s>,sep=</s>,...``) and ELECTRA's pair template installed.
 
-    For a bare ``vocab.txt`` the case is inferred: a vocabulary with no upper-case word is
-    treated as uncased (lowercase + strip accents), like bert-base-uncased.
+    For a bare ``vocab.txt`` the case is inferred: a vocabulary with no word that lowercasing
+    changes is treated as uncased (lowercase + strip accents), like bert-base-uncased (whose
+    upper-case 'ℝ' has no lower case).
 
     Raises:
         UserError: a path that holds no tokenizer, or a tokenizer without the five roles.
@@ -235,7 +236,7 @@ def load_tokenizer(path: str | Path, special_tokens: str | Mapping[str, str] | N
                 raise UserError(f"--tokenizer {path}: the vocabulary file is empty")
             unk = given.get("unk", "[UNK]")
             tok = Tokenizer(WordPiece(vocab, unk_token=unk, max_input_chars_per_word=100))
-            cased = any(any(c.isupper() for c in t) for t in vocab
+            cased = any(t.lower() != t for t in vocab
                         if not (t.startswith("[") or t.startswith("<")))
             _bert_pipeline(tok, lowercase=not cased)
     except UserError:
