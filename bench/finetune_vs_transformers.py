@@ -16,7 +16,9 @@ GLUE task from ../shared/data/glue (our ``max_train_examples`` subset), ``--epoc
 - ``before`` / ``before-fp32``: the same command from another checkout (``--before``, e.g. a
   worktree of the commit before unpadding).
 - ``hf-fp32`` / ``hf-bf16``: transformers' ``ElectraForSequenceClassification`` built from
-  an ``ElectraConfig`` of the same shape, ``BertTokenizerFast`` on the same vocabulary,
+  an ``ElectraConfig`` of the same shape, ``ElectraTokenizerFast.from_pretrained`` on the
+  same vocabulary (a folder holding it as ``vocab.txt``, as a user's checkpoint does; the
+  worker stops unless its ids equal ours on every training row),
   ``DataCollatorWithPadding`` (dynamic padding, what ``Trainer`` does) over shuffled batches,
   torch's AdamW (lr 3e-4, weight decay 0.01, eps 1e-6), linear warmup (10%) and decay, clipping
   at 1.0; ``hf-bf16`` under CPU bf16 autocast; ``hf-fp32-ld`` adds our layer-wise
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -71,22 +74,25 @@ def hf_worker(task: Path, rows: int, seed: int, precision: str, epochs: int,
     import torch
     from torch.utils.data import DataLoader
     from transformers import (
-        BertTokenizerFast,
         DataCollatorWithPadding,
         ElectraConfig,
         ElectraForSequenceClassification,
+        ElectraTokenizerFast,
         get_linear_schedule_with_warmup,
     )
 
     sys.path.insert(0, str(ROOT / "src"))
     from electra.data.tasks import glue_task, read_glue
+    from electra.io.tokenizer import load_tokenizer
 
     spec = glue_task(task.name.lower().replace("-", ""))
     train, dev = read_glue(spec, task, "train"), read_glue(spec, task, next(iter(spec.dev)))
     pick = torch.randperm(len(train), generator=torch.Generator().manual_seed(0))
     train = [train[i] for i in sorted(pick[:rows].tolist())]  # ours: max_train_examples
     label = {name: i for i, name in enumerate(spec.labels)}
-    tok = BertTokenizerFast(vocab_file=str(VOCAB), do_lower_case=True)
+    with tempfile.TemporaryDirectory() as folder:  # transformers 5 ignores vocab_file=
+        shutil.copy(VOCAB, Path(folder) / "vocab.txt")
+        tok = ElectraTokenizerFast.from_pretrained(folder)
 
     def encode(examples):
         pairs = examples[0].text_b is not None
@@ -95,10 +101,20 @@ def hf_worker(task: Path, rows: int, seed: int, precision: str, epochs: int,
         return [{**{k: v[i] for k, v in enc.items()}, "labels": label[e.label]}
                 for i, e in enumerate(examples)]
 
+    theirs = encode(train)
+    t0 = time.perf_counter()  # the check's time is not the loop's: the parent subtracts it
+    ours = load_tokenizer(VOCAB)
+    ours.enable_truncation(128)
+    mine = ours.encode_batch([(e.text_a, e.text_b) if e.text_b is not None else e.text_a
+                              for e in train])
+    if [r["input_ids"] for r in theirs] != [e.ids for e in mine]:
+        raise SystemExit("the transformers tokenizer's ids differ from electra's")
+    check_s = time.perf_counter() - t0
+
     torch.manual_seed(seed)
     model = ElectraForSequenceClassification(ElectraConfig(**SMALL, num_labels=len(label)))
     collate = DataCollatorWithPadding(tok)
-    loader = DataLoader(encode(train), batch_size=32, shuffle=True, collate_fn=collate,
+    loader = DataLoader(theirs, batch_size=32, shuffle=True, collate_fn=collate,
                         drop_last=True)
     steps = len(loader) * epochs
     params = (layerwise(model, 3e-4, layer_decay, 0.01) if layer_decay < 1 else
@@ -120,7 +136,7 @@ def hf_worker(task: Path, rows: int, seed: int, precision: str, epochs: int,
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=half):
         for batch in DataLoader(encode(dev), batch_size=128, collate_fn=collate):
             right += int((model(**batch).logits.argmax(-1) == batch["labels"]).sum())
-    return {"accuracy": right / len(dev)}
+    return {"accuracy": right / len(dev), "check_s": check_s}
 
 
 def run(side: str, task: Path, out: Path, rows: int, seed: int, epochs: int,
@@ -146,7 +162,8 @@ def run(side: str, task: Path, out: Path, rows: int, seed: int, epochs: int,
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - t0
     if side.startswith("hf"):
-        return seconds, json.loads(done.stdout.strip().splitlines()[-1])["accuracy"]
+        worker = json.loads(done.stdout.strip().splitlines()[-1])
+        return seconds - worker["check_s"], worker["accuracy"]
     return seconds, json.loads((out / "results.json").read_text())["median"]["dev"]["accuracy"]
 
 
