@@ -189,6 +189,9 @@ def world(tmp_path_factory) -> Iterator[Path]:
     tok["added_tokens"] = [t for t in tok["added_tokens"] if t["content"] != "[MASK]"]
     tok["model"]["vocab"]["[MAS]"] = tok["model"]["vocab"].pop("[MASK]")
     (w / "nomask.json").write_text(json.dumps(tok))
+    (w / "badcase").mkdir()  # a vocab.txt whose transformers settings beside it are torn
+    shutil.copy(w / "tok/vocab.txt", w / "badcase/vocab.txt")
+    (w / "badcase/tokenizer_config.json").write_text('{"do_lower_case": tr')
     add_issue_23_fixtures(w)
     holder = hold_lock(w / "locked")  # another process writing --out locked
     yield w
@@ -403,6 +406,8 @@ CASES = [
     ("data", ("prepare", "--input", P("c.txt"), "--tokenizer", P("data/meta.json")),
      "not a tokenizer file"),
     ("data", ("tokenizer", "train", "--input", P("nothing/*.txt")), "matches no file"),
+    ("data", ("prepare", "--input", P("c.txt"), "--tokenizer", P("badcase/vocab.txt")),
+     "badcase/tokenizer_config.json: not valid JSON (a transformers tokenizer's settings"),
     ("data", ("prepare", "--verify", P("ids_big")), "token id 5000 is outside"),
     ("model", ("detect", "--model", P("run", "generator"), "x"),
      "holds a generator, not a discriminator"),

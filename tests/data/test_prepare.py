@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -275,12 +276,20 @@ def test_case_of_a_bare_vocab_is_what_lowercasing_would_change(tmp_path):
         "[CLS]", "the", "witness", "##es", "[SEP]"]
     assert load_tokenizer(tmp_path / "cased.txt").encode("The Witnesses").tokens == [
         "[CLS]", "The", "[UNK]", "[SEP]"]
+    # A transformers tokenizer_config.json beside it says the case.
+    for name, lower, tokens in (("uncased", False, ["[UNK]", "[UNK]"]),
+                                ("cased", True, ["the", "witness", "##es"])):
+        (tmp_path / name).mkdir()
+        shutil.copy(tmp_path / f"{name}.txt", tmp_path / name / "vocab.txt")
+        (tmp_path / name / "tokenizer_config.json").write_text(json.dumps(
+            {"do_lower_case": lower, "tokenizer_class": "ElectraTokenizer"}))
+        for given in (tmp_path / name, tmp_path / name / "vocab.txt"):
+            assert load_tokenizer(given).encode("The Witnesses").tokens[1:-1] == tokens
 
 
 def test_bert_uncased_vocab_tokenizes_as_transformers_does():
     """bert-base-uncased's vocab.txt alone gives transformers' ElectraTokenizerFast's ids
     (lowercased, accents stripped; it holds 'ℝ'), on real mixed-case pairs."""
-    import shutil
     import tempfile
 
     from helpers import shared_data

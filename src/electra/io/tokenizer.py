@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from electra.errors import UserError
+from electra.io.files import read_json
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -193,15 +194,27 @@ def _bert_pipeline(tok, lowercase: bool) -> None:
     tok.decoder = decoders.WordPiece(prefix="##")
 
 
+def _stated_lowercase(folder: Path) -> bool | None:
+    """``do_lower_case`` of a transformers ``tokenizer_config.json`` in ``folder``, if it
+    states one."""
+    file = folder / "tokenizer_config.json"
+    if not file.is_file():
+        return None
+    stated = read_json(file, "a transformers tokenizer's settings")
+    value = stated.get("do_lower_case") if isinstance(stated, dict) else None
+    return value if isinstance(value, bool) else None
+
+
 def load_tokenizer(path: str | Path, special_tokens: str | Mapping[str, str] | None = None
                    ) -> Tokenizer:
     """A tokenizer from a folder, a ``tokenizer.json`` (WordPiece, BPE, Unigram) or a
     WordPiece ``vocab.txt``, with its five special roles resolved (:func:`resolve_roles`;
     ``special_tokens`` as ``cls=<s>,sep=</s>,...``) and ELECTRA's pair template installed.
 
-    For a bare ``vocab.txt`` the case is inferred: a vocabulary with no word that lowercasing
-    changes is treated as uncased (lowercase + strip accents), like bert-base-uncased (whose
-    upper-case 'ℝ' has no lower case).
+    A ``vocab.txt``'s case is what a ``tokenizer_config.json`` beside it says
+    (``do_lower_case``, as transformers' checkpoints do); without one it is inferred: a
+    vocabulary with no word that lowercasing changes is uncased (lowercase + strip accents),
+    like bert-base-uncased (whose upper-case 'ℝ' has no lower case).
 
     Raises:
         UserError: a path that holds no tokenizer, or a tokenizer without the five roles.
@@ -236,9 +249,11 @@ def load_tokenizer(path: str | Path, special_tokens: str | Mapping[str, str] | N
                 raise UserError(f"--tokenizer {path}: the vocabulary file is empty")
             unk = given.get("unk", "[UNK]")
             tok = Tokenizer(WordPiece(vocab, unk_token=unk, max_input_chars_per_word=100))
-            cased = any(t.lower() != t for t in vocab
-                        if not (t.startswith("[") or t.startswith("<")))
-            _bert_pipeline(tok, lowercase=not cased)
+            lowercase = _stated_lowercase(p.parent)
+            if lowercase is None:
+                lowercase = not any(t.lower() != t for t in vocab
+                                    if not (t.startswith("[") or t.startswith("<")))
+            _bert_pipeline(tok, lowercase=lowercase)
     except UserError:
         raise
     except Exception as err:  # tokenizers raises plain Exceptions on malformed files
