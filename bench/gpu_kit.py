@@ -31,8 +31,11 @@ Part 1 (``1``), each on one GPU:
 - ``nccl``: `electra pretrain` under torchrun with one process in a process group
   (``ELECTRA_PROCESS_GROUP=1``), DDP and FSDP2, 3 steps each.
 
-Part 2 (``2``): `electra compare` (electra against mlm, ELECTRA-Small's shape, fine-tuned on
-the SST-2 rows) with a pretraining budget sized to the time left.
+Part 2 (``2``):
+- ``vocab``: our Small 128x128 step with the generator's output layer 30,522 wide and padded
+  to 30,528 (a multiple of 64, what a GPU's kernels do by default), from the same weights.
+- ``compare``: `electra compare` (electra against mlm, ELECTRA-Small's shape, fine-tuned on
+  the SST-2 rows) with a pretraining budget sized to the time left.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("KIT_DATA", ROOT / "bench" / "data"))
@@ -176,9 +180,10 @@ def batch(B: int, T: int, seed: int, dev: torch.device, padded: bool = False) ->
 
 
 def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = False,
-              dropout: float = 0.1) -> tuple[Callable[[dict], torch.Tensor], int]:
+              dropout: float = 0.1, kernels: Any = None
+              ) -> tuple[Callable[[dict], torch.Tensor], int]:
     """Our pretraining step (the command's), built from seed 0: (step(batch) -> loss, its
-    training FLOPs)."""
+    training FLOPs). ``kernels``: other than the device's (``kernels_for``)."""
     from electra.config import RunConfig, TrainConfig
     from electra.model.kernels import kernels_for
     from electra.objectives.flops import step_flops_per_sequence
@@ -193,7 +198,7 @@ def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = Fa
         batch_size=B, precision="bf16", warmup_steps=0, compile=compile))
     torch.manual_seed(0)
     rt = Runtime(device=dev)
-    model = ElectraPretrainingModel(cfg, obj, SPECIAL, kernels_for(dev))
+    model = ElectraPretrainingModel(cfg, obj, SPECIAL, kernels or kernels_for(dev))
     trainer = make_trainer(model, run, rt)
 
     def step(b: dict) -> torch.Tensor:
@@ -307,6 +312,27 @@ def compile_stage(dev: torch.device) -> dict:
         out[f"{name}_first_loss_after"] = round(loss, 4)
         out[f"{name}_total_s"] = round(time.perf_counter() - t0, 1)
     out["compiled_over_eager"] = round(out["compiled_tokens_per_s"] / out["eager_tokens_per_s"], 2)
+    return out
+
+
+def vocab_stage(dev: torch.device) -> dict:
+    """Our step with the generator's output layer at the vocabulary's width (30,522) and
+    padded to a multiple of 64 (30,528, the GPU's default), from the same weights."""
+    import dataclasses
+
+    from electra.model.kernels import kernels_for
+
+    preset, B, T = ("tiny", 4, 32) if SMOKE else ("small", 128, 128)
+    n, warmup = (3, 1) if SMOKE else (12, 4)
+    batches = [batch(B, T, i, dev, padded=True) for i in range(n)]
+    out: dict = {"model": preset, "batch": B, "seq_len": T}
+    for multiple in (1, 64):
+        kernels = dataclasses.replace(kernels_for(dev), vocab_multiple=multiple)
+        t, loss = timed(ours_step(preset, B, T, dev, kernels=kernels)[0], batches, dev, warmup)
+        out[f"multiple_{multiple}_tokens_per_s"] = round(B * T / t)
+        out[f"multiple_{multiple}_last_loss"] = round(loss, 4)
+    out["padded_over_unpadded"] = round(
+        out["multiple_64_tokens_per_s"] / out["multiple_1_tokens_per_s"], 2)
     return out
 
 
@@ -479,6 +505,7 @@ def part1(kit: Kit) -> None:
 
 
 def part2(kit: Kit) -> None:
+    kit.stage("vocab", 10 if SMOKE else 25, lambda: vocab_stage(kit.dev))
     kit.stage("compare", 30 if SMOKE else 120, lambda: compare_stage(kit.left()))
 
 

@@ -8,6 +8,8 @@ Variants of *our* step (same model, batch, data, seed), timed interleaved A B C 
     -lanes       torch's Bernoulli dropout masks (F.dropout, and SDPA's own attention dropout)
                  instead of masks cut from 16-bit lanes of 64-bit random words
     -icdf        Gumbel-max sampling instead of inverse-CDF sampling (same distribution)
+    +vocab64     the generator's output layer padded to a multiple of 64 (a GPU's default,
+                 ``Kernels.vocab_multiple``)
 
 For changes that are not switches (the fused MLM loss, the written-out attention), compare
 two checkouts with bench/ab_step.py.
@@ -98,8 +100,11 @@ def main() -> None:
 
     variants = {
         "current": ("inverse_cdf", FAST_CPU),
-        "-lanes": ("inverse_cdf", REFERENCE),  # torch's dropout, SDPA's attention dropout
+        # torch's dropout, SDPA's attention dropout (the output layer as wide as current's)
+        "-lanes": ("inverse_cdf", dataclasses.replace(
+            REFERENCE, vocab_multiple=FAST_CPU.vocab_multiple)),
         "-icdf": ("gumbel", FAST_CPU),
+        "+vocab64": ("inverse_cdf", dataclasses.replace(FAST_CPU, vocab_multiple=64)),
     }
     for _ in range(2):
         step("inverse_cdf")  # warm up

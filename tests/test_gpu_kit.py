@@ -29,7 +29,7 @@ def test_both_commands_run_every_stage_and_keep_each_line(tmp_path):
     results = tmp_path / "results"
     env = {**os.environ, "SMOKE": "1", "KIT_DATA": str(data), "KIT_WORK": str(tmp_path / "w")}
     env.pop("OMP_NUM_THREADS", None)  # one process at a time: every core (74 s on one, 58 on two)
-    for part, stages in (("1", PART1), ("2", ["compare"])):
+    for part, stages in (("1", PART1), ("2", ["vocab", "compare"])):
         done = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_kit.py"), part,
                                str(results)], env=env, capture_output=True, text=True,
                               timeout=600)
@@ -46,6 +46,8 @@ def test_both_commands_run_every_stage_and_keep_each_line(tmp_path):
     assert by["finetune"]["eval_logits_max_abs_diff"] < 0.1  # bf16, the same weights
     assert by["nccl"]["ddp"]["step"] == by["nccl"]["fsdp"]["step"] == 3
     assert set(by["compare"]["models"]) >= {"electra-100", "mlm-100", "random-init"}
+    # The same weights and batches: the padded output layer trains to the same losses.
+    assert abs(by["vocab"]["multiple_1_last_loss"] - by["vocab"]["multiple_64_last_loss"]) < 1e-3
 
 
 def test_without_its_data_the_kit_says_how_to_make_it(tmp_path):

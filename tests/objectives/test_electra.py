@@ -111,7 +111,7 @@ def test_generator_always_original_gives_no_replaced_labels():
 
         config = model.generator.config
 
-        def forward(self, masked_ids, token_type_ids, attention_mask, positions):
+        def forward(self, masked_ids, token_type_ids, attention_mask, positions, padded=False):
             target = torch.gather(ids, 1, positions)
             return F.one_hot(target, self.config.vocab_size).float() * 1e4
 
@@ -299,3 +299,58 @@ def test_mlm_loss_backward_twice_is_refused():
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backward ran twice"):
         loss.backward()
+
+
+@pytest.mark.parametrize("kind,sampling,temperature", [
+    ("electra", "inverse_cdf", 1.0), ("electra", "gumbel", 1.0), ("electra", "inverse_cdf", 2.0),
+    ("replace_mlm", "inverse_cdf", 1.0), ("all_tokens_mlm", "inverse_cdf", 1.0)])
+def test_a_padded_vocabulary_changes_nothing_but_the_gemm_width(kind, sampling, temperature):
+    """Kernels with ``vocab_multiple`` (a GPU's 64) pad the generator's output layer: the
+    101-token table computes 128 logits, the 27 extra -inf. Losses, samples, statistics and
+    every gradient equal the unpadded model's in fp32; the stored table keeps 101 rows."""
+    import copy
+    import dataclasses
+
+    from electra.model.kernels import FAST_CPU, use
+
+    torch.manual_seed(0)
+    cfg = ObjectiveConfig(kind=kind, sampling=sampling, temperature=temperature)
+    plain = ElectraPretrainingModel(tiny_config(hidden_dropout=0.1), cfg, SPECIAL)
+    padded = copy.deepcopy(plain)
+    use(padded, dataclasses.replace(FAST_CPU, name="fast-cpu-64", vocab_multiple=64))
+    ids, mask, types = make_batch([30, 25, 32, 12], 32)
+    outs = []
+    for model in (plain, padded):
+        torch.manual_seed(7)  # the same dropout masks
+        out = electra_forward(model, ids, mask, types, SPECIAL, cfg,
+                              torch.Generator().manual_seed(11))
+        out.loss.backward()
+        outs.append(out)
+    a, b = outs
+    assert torch.equal(a.corrupted_ids, b.corrupted_ids)
+    torch.testing.assert_close(b.loss, a.loss, rtol=1e-6, atol=1e-6)
+    for key in a.stats:
+        torch.testing.assert_close(b.stats[key], a.stats[key], rtol=1e-6, atol=1e-6)
+    for (name, p), q in zip(plain.named_parameters(), padded.parameters(), strict=True):
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-7, msg=name)
+    assert padded.state_dict().keys() == plain.state_dict().keys()
+    assert all(v.shape == plain.state_dict()[k].shape for k, v in padded.state_dict().items())
+    gen = padded.generator if padded.generator is not None else padded.main_mlm
+    h = gen.encoder(ids, mask, types)
+    wide, narrow = gen.logits(h, padded=True), gen.logits(h)
+    assert wide.shape[-1] == 128 and narrow.shape[-1] == 101
+    assert torch.equal(wide[..., 101:], torch.full_like(wide[..., 101:], -torch.inf))
+    torch.testing.assert_close(wide[..., :101], narrow, rtol=1e-6, atol=1e-6)
+
+
+def test_a_draw_at_the_end_of_a_padded_row_is_the_last_real_token():
+    """Weights zero past ``size`` (a padded vocabulary): a uniform of 1 (the rounding edge)
+    lands on the last real token, never on padding."""
+    from electra.objectives.sampling import locate
+
+    w = torch.zeros(3, 320)
+    w[:, :300] = 1.0
+    u = torch.tensor([[1.0], [0.999999999], [0.0]])
+    assert locate(w, u, None, size=300).tolist() == [299, 299, 0]
+    assert locate(w, u, None)[0] == 319  # unaware of the padding, the edge falls on it

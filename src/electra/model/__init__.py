@@ -263,17 +263,30 @@ class Generator(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
+        padded: bool = False,
     ) -> torch.Tensor:
-        """Logits (B, P, V) at ``positions`` (B, P), or (B, T, V) when ``positions`` is None."""
-        return self.logits(self.encoder(input_ids, attention_mask, token_type_ids), positions)
+        """Logits (B, P, V) at ``positions`` (B, P), or (B, T, V) when ``positions`` is None;
+        ``padded``: V padded as :meth:`logits` says."""
+        return self.logits(self.encoder(input_ids, attention_mask, token_type_ids), positions,
+                           padded)
 
-    def logits(self, h: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """Hidden states (B, T, H) -> logits (B, P, V) at ``positions``, or (B, T, V)."""
+    def logits(self, h: torch.Tensor, positions: torch.Tensor | None = None,
+               padded: bool = False) -> torch.Tensor:
+        """Hidden states (B, T, H) -> logits (B, P, V) at ``positions``, or (B, T, V).
+
+        ``padded``: the table is padded with zero rows to a multiple of the kernels'
+        ``vocab_multiple`` and the extra logits are -inf (what the objectives read: their
+        softmax gives those 0, so no sample, loss or gradient comes from them)."""
         if positions is not None:
             h = torch.gather(h, 1, positions[..., None].expand(-1, -1, h.shape[-1]))  # (B, P, H)
         h = self.head_norm(F.gelu(self.head_dense(h)))  # (B, P, E)
         # Read the (possibly shared) word table at call time: the tie can never go stale.
-        return F.linear(h, self.encoder.embeddings.word_table(), self.output_bias)
+        table, bias = self.encoder.embeddings.word_table(), self.output_bias
+        pad = -table.shape[0] % self.encoder.kernels.vocab_multiple if padded else 0
+        if pad:
+            table = F.pad(table, (0, 0, 0, pad))
+            bias = torch.cat([bias, bias.new_full((pad,), -torch.inf)])
+        return F.linear(h, table, bias)
 
 
 def count_parameters(module: nn.Module) -> int:

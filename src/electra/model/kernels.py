@@ -22,6 +22,11 @@ repadded with zeros. ``unpad=False`` keeps every position (:class:`Padded` with 
 A head that reads each row's first position alone ([CLS]) has the last block compute that
 position alone after its fused query/key/value projection (:meth:`Layout.first`, MosaicBERT's
 last-layer subset).
+
+``vocab_multiple``: the objectives' vocabulary-wide GEMM (the generator's output layer) runs
+on a table padded with zero rows to a multiple of it, the extra logits -inf (never sampled,
+no loss, no gradient); a GPU's tensor cores want aligned widths (64 on ``REFERENCE``). The
+stored table, checkpoints and exports keep the real vocabulary.
 """
 
 from __future__ import annotations
@@ -198,13 +203,15 @@ class Kernels:
     """How the model drops out and attends. ``written_attention``: attention with dropout in
     training runs :func:`written_attention` with the block's own dropout (else SDPA).
     ``unpad``: a padded batch computes only its real tokens (:class:`Unpadded`); ``varlen``:
-    their attention may run FlashAttention's variable-length kernel."""
+    their attention may run FlashAttention's variable-length kernel; ``vocab_multiple``: the
+    width the generator's output layer is padded to in training (1: none)."""
 
     name: str
     dropout: Callable[[torch.Tensor, float], torch.Tensor]  # training-mode dropout of x at p
     written_attention: bool
     unpad: bool = True
     varlen: bool = False
+    vocab_multiple: int = 1
 
     def layout(self, attention_mask: torch.Tensor | None) -> Layout:
         """The layout of a batch with this (B, T) mask (1/True on real tokens; None: no
@@ -228,7 +235,8 @@ class Kernels:
 
 
 FAST_CPU = Kernels("fast-cpu", lane_dropout, written_attention=True)
-REFERENCE = Kernels("reference", torch_dropout, written_attention=False, varlen=True)
+REFERENCE = Kernels("reference", torch_dropout, written_attention=False, varlen=True,
+                    vocab_multiple=64)
 KERNELS = {k.name: k for k in (FAST_CPU, REFERENCE)}
 
 

@@ -25,7 +25,7 @@ class AllTokensMLM(Objective):
         h = model.discriminator.encoder(corrupted, mask, step.token_type_ids)  # (B, T, H)
         disc_logits = model.discriminator.head(h)  # (B, T): "replaced", D_i = sigmoid(-it)
         step.losses["mlm_loss"], correct = copy_mlm_loss(
-            model.main_mlm.logits(h), disc_logits, step.input_ids, corrupted, mask,
+            model.main_mlm.logits(h, padded=True), disc_logits, step.input_ids, corrupted, mask,
             step.tokens)
         real = mask.bool()
         step.counts["mlm_acc"] = pair((correct & real).sum(), real.sum())

@@ -116,17 +116,17 @@ def generate(model: Any, step: Step) -> torch.Tensor:
     frozen = step.stage == 2
     with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
         gen_logits = model.generator(masked.input_ids, step.attention_mask, step.token_type_ids,
-                                     masked.positions)  # (B, P, V)
+                                     masked.positions, padded=True)  # (B, P, V padded)
         step.losses["gen_loss"], probs, zmax, target_logit = mlm_loss(
             gen_logits, masked.targets, masked.weights, step.chosen)
-    cfg, T = step.cfg, step.temperature
+    cfg, T, V = step.cfg, step.temperature, model.generator.config.vocab_size
     with torch.no_grad():
         if cfg.sampling == "inverse_cdf" and T == 1.0:
             # The loss's exp(z - max z) is the sampler's too: no pass over the logits is new.
-            sampled = locate(probs, step.noise.sample_u, step.rng)  # (B, P)
+            sampled = locate(probs, step.noise.sample_u, step.rng, size=V)  # (B, P)
         else:
             z = gen_logits.detach().to(torch.float32, copy=True)  # consumed by sampling
-            sampled = sample_fp32(z, T, cfg.sampling, step.rng, step.noise.sample_u)[0]
+            sampled = sample_fp32(z, T, cfg.sampling, step.rng, step.noise.sample_u, V)[0]
             del z
         step.counts["gen_acc"] = mlm_accuracy(target_logit, zmax, masked.weights)
         step.counts["sampled_original_frac"] = pair(
@@ -146,7 +146,8 @@ def full_mlm(model: Any, step: Step, inputs: torch.Tensor) -> None:
     """The full-size MLM head predicts the originals at the chosen slots from ``inputs``
     (``mlm_loss``, ``mlm_acc``)."""
     masked = step.masked
-    logits = model.main_mlm(inputs, step.attention_mask, step.token_type_ids, masked.positions)
+    logits = model.main_mlm(inputs, step.attention_mask, step.token_type_ids, masked.positions,
+                            padded=True)
     step.losses["mlm_loss"], _, zmax, target_logit = mlm_loss(
         logits, masked.targets, masked.weights, step.chosen)
     step.counts["mlm_acc"] = mlm_accuracy(target_logit, zmax, masked.weights)

@@ -28,17 +28,19 @@ def sample(logits: torch.Tensor, temperature: float = 1.0, method: str = "invers
 
 
 def sample_fp32(z: torch.Tensor, temperature: float, method: str,
-                 rng: torch.Generator | None,
-                 u: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 rng: torch.Generator | None, u: torch.Tensor | None = None,
+                 size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample from fp32 logits ``z``, which this overwrites; also returns the rows' max of z.
-    ``u`` (..., 1): inverse-CDF uniforms drawn beforehand (else drawn from ``rng``)."""
+    ``u`` (..., 1): inverse-CDF uniforms drawn beforehand (else drawn from ``rng``); ``size``:
+    the real vocabulary of logits padded past it with -inf (:func:`locate`)."""
     zmax = z.amax(-1, keepdim=True)  # (..., 1), before any scaling
     if method == "inverse_cdf":
         w = z.sub_(zmax)
         if temperature != 1.0:
             w.div_(temperature)
-        return locate(w.exp_(), u, rng), zmax  # in place: no new 4*V*rows bytes
+        return locate(w.exp_(), u, rng, size=size), zmax  # in place: no new 4*V*rows bytes
     if method == "gumbel":
+        z = z if size is None else z[..., :size]  # the real tokens' noise alone
         if temperature != 1.0:
             z = z / temperature
         u = torch.rand(z.shape, generator=rng, device=z.device)
@@ -49,13 +51,15 @@ def sample_fp32(z: torch.Tensor, temperature: float, method: str,
 
 
 def locate(weights: torch.Tensor, u: torch.Tensor | None, rng: torch.Generator | None,
-            block: int = 256) -> torch.Tensor:
+            block: int = 256, size: int | None = None) -> torch.Tensor:
     """Inverse-CDF draw from unnormalised probabilities ``weights`` (..., V): the token where
     ``u`` (..., 1) times the row's total falls in its cumulative sum.
 
     In two levels, so that no (..., V) cumulative sum is written: the rows' sums over blocks
     of ``block`` tokens locate the block, then the cumulative sum inside that one block
     locates the token. The same distribution as one ``searchsorted`` over ``cumsum``.
+    ``size``: the real tokens, the weights past them zeros (a padded vocabulary), so that
+    rounding at a row's end lands on the last real token.
     """
     *lead, V = weights.shape
     w = weights.reshape(-1, V)
@@ -73,7 +77,7 @@ def locate(weights: torch.Tensor, u: torch.Tensor | None, rng: torch.Generator |
     idx = b * block + torch.arange(block, device=w.device)  # (N, block): the block's tokens
     inside = torch.where(idx < V, w.gather(1, idx.clamp(max=V - 1)), 0).double().cumsum_(1)
     j = torch.searchsorted(inside, target - before, right=True)
-    last = (V - 1 - b * block).clamp(max=block - 1)  # the block's last real token
+    last = ((V if size is None else size) - 1 - b * block).clamp(max=block - 1)  # its last
     return (b * block + torch.minimum(j, last)).view(lead)
 
 
