@@ -72,13 +72,15 @@ def training_step(data_dir: str, config: str, batch: int) -> Callable[[str], int
                                                     "train.grad_accum=1"])
     cfg = dataclasses.replace(cfg, model=cfg.model.replace(vocab_size=data.vocab_size))
     torch.manual_seed(0)
-    model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special)
-    trainer = make_trainer(model, cfg, Runtime())
+    rt = Runtime()
+    command = rt.model_kernels(cfg.train.unpad)  # what `electra pretrain` builds the model with
+    model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special, command)
+    trainer = make_trainer(model, cfg, rt)
     loader = BatchLoader(data, batch, seed=0)
 
     def step(sampling: str = "inverse_cdf", kernels: Kernels = FAST_CPU) -> int:
         b = next(loader)
-        use(model, kernels)
+        use(model, dataclasses.replace(kernels, unpad=command.unpad))  # the command's layout
         model.objective = dataclasses.replace(cfg.objective, sampling=sampling)
         train_step(trainer, b, cfg, data.special, batch)
         return int(b["attention_mask"].sum())
