@@ -34,6 +34,8 @@ Part 1 (``1``), each on one GPU:
 Part 2 (``2``):
 - ``vocab``: our Small 128x128 step with the generator's output layer 30,522 wide and padded
   to 30,528 (a multiple of 64, what a GPU's kernels do by default), from the same weights.
+- ``graphs``: the same step compiled, and compiled with ``train.cuda_graphs`` (each block's
+  kernels recorded as CUDA graphs and replayed).
 - ``compare``: `electra compare` (electra against mlm, ELECTRA-Small's shape, fine-tuned on
   the SST-2 rows) with a pretraining budget sized to the time left.
 """
@@ -109,7 +111,7 @@ def sync(dev: torch.device) -> None:
 
 
 def env(dev: torch.device) -> dict:
-    n = 1024 if SMOKE else 8192
+    n = 256 if SMOKE else 8192  # (a CPU without bf16 units emulates it: 1.4 GFLOP/s)
     a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
     for _ in range(3):
         a @ a
@@ -180,10 +182,11 @@ def batch(B: int, T: int, seed: int, dev: torch.device, padded: bool = False) ->
 
 
 def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = False,
-              dropout: float = 0.1, kernels: Any = None
+              dropout: float = 0.1, kernels: Any = None, cuda_graphs: bool = False
               ) -> tuple[Callable[[dict], torch.Tensor], int]:
     """Our pretraining step (the command's), built from seed 0: (step(batch) -> loss, its
-    training FLOPs). ``kernels``: other than the device's (``kernels_for``)."""
+    training FLOPs). ``kernels``: other than the device's (``kernels_for``); ``compile``,
+    ``cuda_graphs``: ``train.compile``, ``train.cuda_graphs``."""
     from electra.config import RunConfig, TrainConfig
     from electra.model.kernels import kernels_for
     from electra.objectives.flops import step_flops_per_sequence
@@ -195,7 +198,8 @@ def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = Fa
                        attention_dropout=dropout, max_position_embeddings=max(512, T))
     obj = ObjectiveConfig(max_predictions=int(0.155 * T))
     run = RunConfig(model=cfg, objective=obj, train=TrainConfig(
-        batch_size=B, precision="bf16", warmup_steps=0, compile=compile))
+        batch_size=B, precision="bf16", warmup_steps=0, compile=compile,
+        cuda_graphs=cuda_graphs))
     torch.manual_seed(0)
     rt = Runtime(device=dev)
     model = ElectraPretrainingModel(cfg, obj, SPECIAL, kernels or kernels_for(dev))
@@ -312,6 +316,29 @@ def compile_stage(dev: torch.device) -> dict:
         out[f"{name}_first_loss_after"] = round(loss, 4)
         out[f"{name}_total_s"] = round(time.perf_counter() - t0, 1)
     out["compiled_over_eager"] = round(out["compiled_tokens_per_s"] / out["eager_tokens_per_s"], 2)
+    return out
+
+
+def graphs_stage(dev: torch.device) -> dict:
+    """Our step compiled (``train.compile``) and replayed as CUDA graphs (``train.cuda_graphs``:
+    each block's kernels recorded once, static shapes), from the same weights and batches."""
+    preset, B, T = ("tiny", 4, 32) if SMOKE else ("small", 128, 128)
+    n, warmup = (3, 1) if SMOKE else (14, 6)
+    batches = [batch(B, T, i, dev, padded=True) for i in range(n)]
+    out: dict = {"model": preset, "batch": B, "seq_len": T}
+    for name, graphs in (("compiled", False), ("graphs", True)):
+        t0 = time.perf_counter()
+        step = ours_step(preset, B, T, dev, compile=True, cuda_graphs=graphs)[0]
+        t, loss = timed(step, batches, dev, warmup)
+        out[f"{name}_tokens_per_s"] = round(B * T / t)
+        out[f"{name}_last_loss"] = round(loss, 4)
+        out[f"{name}_total_s"] = round(time.perf_counter() - t0, 1)
+        del step
+    out["graphs_over_compiled"] = round(out["graphs_tokens_per_s"]
+                                        / out["compiled_tokens_per_s"], 2)
+    from torch._dynamo.utils import counters  # inductor counts each graph it would not record
+
+    out["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"]
     return out
 
 
@@ -506,6 +533,7 @@ def part1(kit: Kit) -> None:
 
 def part2(kit: Kit) -> None:
     kit.stage("vocab", 10 if SMOKE else 25, lambda: vocab_stage(kit.dev))
+    kit.stage("graphs", 10 if SMOKE else 80, lambda: graphs_stage(kit.dev))
     kit.stage("compare", 30 if SMOKE else 120, lambda: compare_stage(kit.left()))
 
 
@@ -522,10 +550,12 @@ def main() -> int:
               file=sys.stderr)
         return 2
     if SMOKE:  # the rehearsal traces with dynamo, without inductor's minutes of CPU codegen
-        import functools
+        compile_ = torch.nn.Module.compile  # (nor reduce-overhead's CUDA graphs)
 
-        torch.nn.Module.compile = functools.partialmethod(  # type: ignore[method-assign]
-            torch.nn.Module.compile, backend="eager")
+        def eager(self: torch.nn.Module, *args: Any, mode: str | None = None, **kw: Any) -> None:
+            compile_(self, *args, backend="eager", **kw)
+
+        torch.nn.Module.compile = eager  # type: ignore[method-assign]
     kit = Kit(args.results)
     with contextlib.suppress(KeyboardInterrupt):
         (part1 if args.part == "1" else part2)(kit)

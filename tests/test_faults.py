@@ -364,6 +364,11 @@ CASES = [
      "compile must be true or false (or yes/no, 1/0), got 2"),
     ("config", (*PRETRAIN, "--set", "train.compile=sometimes"),
      "train.compile must be true or false (or yes/no, 1/0), got 'sometimes'"),
+    ("config", (*PRETRAIN, "--set", "train.cuda_graphs=true", "--set", "train.unpad=true"),
+     "train.cuda_graphs=true needs static shapes, and train.unpad=true changes them every "
+     "batch: set train.unpad=false"),
+    ("config", (*PRETRAIN, "--set", "train.cuda_graphs=often"),
+     "train.cuda_graphs must be true or false (or yes/no, 1/0), got 'often'"),
     ("config", (*PRETRAIN, "--set", "objective.max_predictions=0"),
      "objective.max_predictions must be a positive integer, got 0 (or leave it unset"),
     ("config", (*FINETUNE, "--seeds", "abc"), "--seeds abc"),
@@ -389,6 +394,9 @@ CASES = [
     ("device", (*PRETRAIN, "--device", "bogus"), "--device bogus: not a device"),
     ("device", (*PRETRAIN, "--device", "cuda"), "--device cuda: this machine has no CUDA"),
     ("device", (*FINETUNE, "--device", "cuda:7"), "--device cuda:7"),
+    ("device", (*PRETRAIN, "--set", "train.cuda_graphs=true"),
+     "train.cuda_graphs=true: CUDA graphs need a CUDA device and this run is on cpu; run "
+     "without it (--set train.cuda_graphs=false)"),
     # -- files read: data folders --
     ("data", ("pretrain", "--preset", "tiny", "--data", P("tok")), "not prepared data"),
     ("data", ("pretrain", "--preset", "tiny", "--data", P("meta_cut")),

@@ -433,6 +433,10 @@ class TrainConfig:
     padding, and on a CPU packing them costs more than it saves (bench/RESULTS.md)."""
     compile: bool = False
     """torch.compile the model (the first steps compile it; a GPU's win, off by default)."""
+    cuda_graphs: bool = False
+    """Replay each compiled block as CUDA graphs (torch.compile's reduce-overhead mode, static
+    shapes): the step's kernel launches go. Implies train.compile; a CUDA device and
+    train.unpad=false only (unpadding changes the shapes every batch)."""
     probe_every: int = 0
     """Steps between linear probes of the discriminator (0: none): a head trained on its
     frozen encoder on probe_train, scored on probe_dev and logged as probe_* beside the
@@ -462,6 +466,9 @@ class TrainConfig:
                "CSV, TSV or JSONL files)")
         _check(not self.probe_every or self.parallel == "ddp",
                "train.probe_every probes a whole model: use train.parallel=ddp (or no probe)")
+        _check(not (self.cuda_graphs and self.unpad),
+               "train.cuda_graphs=true needs static shapes, and train.unpad=true changes them "
+               "every batch: set train.unpad=false (or train.cuda_graphs=false)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

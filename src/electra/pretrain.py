@@ -54,6 +54,7 @@ from electra.train.runtime import (
     Runtime,
     autocast,
     check_compile,
+    check_cuda_graphs,
     resolve_device,
     resolve_precision,
     start,
@@ -64,6 +65,8 @@ from electra.train.trainer import RandomStreams, Settings, Trainer, add_into, po
 # Settings that may change when a run is resumed; all others must match the saved run.
 RESUMABLE_CHANGES = {"log_every", "eval_every", "eval_batches", "save_every",
                      "keep_checkpoints", "threads", "max_nonfinite_skips", "parallel",
+                     # how the same step runs (a run started on a GPU resumes on a CPU)
+                     "compile", "cuda_graphs",
                      # probes read the model and change nothing
                      "probe_every", "probe_train", "probe_dev", "probe_text_columns",
                      "probe_label_column", "probe_max_examples", "probe_epochs"}
@@ -117,6 +120,7 @@ def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
     """Run (or resume) pretraining; returns the last logged metrics."""
     rt = rt or Runtime(device=resolve_device(opt.device))
     check_compile(opt.config.train.compile, rt.device, "train.compile")
+    check_cuda_graphs(opt.config.train.cuda_graphs, rt.device)
     inputs = [("--data", opt.data), ("--init", opt.init)]
     with claim_out(opt.out, "run", "pretrain", overwrite=opt.overwrite, resume=opt.resume,
                    inputs=inputs, rt=rt) as claim:
@@ -348,7 +352,7 @@ def make_trainer(model: ElectraPretrainingModel, cfg: RunConfig, rt: Runtime,
                         grad_clip=tc.grad_clip, betas=(tc.adam_beta1, tc.adam_beta2),
                         eps=tc.adam_eps, max_nonfinite_skips=tc.max_nonfinite_skips,
                         keep_checkpoints=tc.keep_checkpoints, parallel=tc.parallel,
-                        compile=tc.compile, prefix="train.",
+                        compile=tc.compile, cuda_graphs=tc.cuda_graphs, prefix="train.",
                         # two-stage: one part of the model gets no gradient in each stage
                         find_unused=bool(cfg.objective.two_stage_steps))
     # Masking and sampling draw from one stream shared by all ranks (each takes its rows of

@@ -130,3 +130,22 @@ def test_compile_compiles_each_compile_unit_of_the_model():
     t = trainer(model, compile=True)
     compiled = [m._compiled_call_impl is not None for m in t.model]
     assert compiled == [True, False, True]
+
+
+def test_cuda_graphs_compile_each_unit_static_in_reduce_overhead_and_mark_every_step(
+        monkeypatch):
+    """``cuda_graphs``: each compile unit compiled in reduce-overhead mode (CUDA graphs) with
+    static shapes, and every optimizer step starts a new generation of the graphs (their
+    outputs of the step before may then be overwritten), once per step, not per micro-batch."""
+    class Unit(nn.Linear):
+        compile_unit = True
+
+    how, marks = [], []
+    monkeypatch.setattr(nn.Module, "compile", lambda self, **kw: how.append((type(self), kw)))
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    t = trainer(nn.Sequential(Unit(4, 4), nn.Linear(4, 1)), cuda_graphs=True, grad_accum=2)
+    assert how == [(Unit, {"mode": "reduce-overhead", "dynamic": False})]
+    step = regression()
+    for _ in range(3):
+        t.train_step(lambda m, j: step(m, j, 2), tokens=8)
+    assert len(marks) == 3

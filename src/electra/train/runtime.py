@@ -168,6 +168,16 @@ def check_compile(enabled: bool, device: torch.device, key: str) -> None:
         raise UserError(f"{key}=true: {missing}; run without it (--set {key}=false)")
 
 
+def check_cuda_graphs(enabled: bool, device: torch.device) -> None:
+    """``train.cuda_graphs=true`` off a CUDA device, or where torch cannot compile: a
+    UserError naming the fallback, before anything is written."""
+    key = "train.cuda_graphs"
+    if enabled and device.type != "cuda":
+        raise UserError(f"{key}=true: CUDA graphs need a CUDA device and this run is on "
+                        f"{device.type}; run without it (--set {key}=false)")
+    check_compile(enabled, device, key)
+
+
 def _cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively (AMX tiles or AVX512-BF16)."""
     cpu = torch.cpu

@@ -95,6 +95,9 @@ class Settings:
     compile: bool = False
     """torch.compile the model's repeated blocks (modules with ``compile_unit``): one graph
     serves every layer, and what lies between (sampling, losses) stays eager."""
+    cuda_graphs: bool = False
+    """Compile them in reduce-overhead mode, with static shapes: each block's kernels are
+    recorded once as a CUDA graph and replayed (a CUDA device, batches of one shape)."""
     prefix: str = "train."
     """How the user names these settings in ``--set`` (``train.lr`` or ``lr``), for messages."""
 
@@ -253,10 +256,11 @@ class Trainer:
         self.precision = resolve_precision(rt.device, settings.precision)  # once, not per step
         self.step_model = parallel.wrap(self.model, rt, settings.parallel,
                                         settings.find_unused, self.precision)
-        if settings.compile:  # the command checked that torch can (check_compile)
+        if settings.compile or settings.cuda_graphs:  # the command checked that torch can
+            how = {"mode": "reduce-overhead", "dynamic": False} if settings.cuda_graphs else {}
             for m in self.model.modules():  # each block, compiled once for all of them
                 if getattr(m, "compile_unit", False):
-                    m.compile()
+                    m.compile(**how)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = adamw(groups(self.model), settings.lr, settings.betas, settings.eps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -379,6 +383,8 @@ class Trainer:
         summed over micro-batches (this rank's), with ``loss``; None when a non-finite loss
         made it skip the step."""
         s, rt = self.settings, self.rt
+        if s.cuda_graphs:  # a new step: the last one's graph outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         stats: dict[str, torch.Tensor] = {}
         for j in range(s.grad_accum):
             with parallel.no_sync(self.step_model, j == s.grad_accum - 1), autocast(
