@@ -31,7 +31,8 @@ def test_both_commands_run_every_stage_and_keep_each_line(tmp_path):
     # first part took 75 s on an AVX2-only AMD EPYC); on a GPU each part plans for 285 s.
     env = {**os.environ, "SMOKE": "1", "KIT_DATA": str(data), "KIT_WORK": str(tmp_path / "w"),
            "KIT_SECONDS": "400"}
-    env.pop("OMP_NUM_THREADS", None)  # one process at a time: every core (74 s on one, 58 on two)
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # alone: every core (74 s on one, 58 on two)
+        env.pop("OMP_NUM_THREADS", None)
     for part, stages in (("1", PART1), ("2", ["vocab", "graphs", "compare"])):
         done = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_kit.py"), part,
                                str(results)], env=env, capture_output=True, text=True,
@@ -46,7 +47,7 @@ def test_both_commands_run_every_stage_and_keep_each_line(tmp_path):
     by = {r["stage"]: r for r in lines}
     assert by["fp32"]["fp32_ok"] and by["step_tiny_4x32"]["ours_over_hf"] > 0
     assert by["finetune"]["pad_fraction"] > 0.5  # SST-2 batches of 32 are mostly padding
-    assert by["finetune"]["eval_logits_max_abs_diff"] < 0.1  # bf16, the same weights
+    assert by["finetune"]["eval_logits_max_abs_diff"] < 0.1  # the same weights (bf16 or fp32)
     assert by["nccl"]["ddp"]["step"] == by["nccl"]["fsdp"]["step"] == 3
     assert set(by["compare"]["models"]) >= {"electra-100", "mlm-100", "random-init"}
     # The same weights and batches: the padded output layer trains to the same losses.
