@@ -14,22 +14,24 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install torch==2.13.0 2>&1 | sed "/^WARNING: Location/d"
 	$(PIP) install -e '.[dev]' 2>&1 | sed "/^WARNING: Location/d"
-	$(PY) -c "import electra, torch, tokenizers, safetensors, transformers, sklearn, tensorboard, matplotlib, pyarrow, datasets, seqeval, mkdocs, mkdocstrings, material"
+	$(PY) -c "import electra, torch, tokenizers, safetensors, transformers, sklearn, tensorboard, matplotlib, pyarrow, datasets, seqeval, mkdocs, mkdocstrings, material, xdist"
 	touch $@
 
 demo: setup
 	$(VENV)/bin/electra demo
 
-# ~10 min on a quiet 2-core machine (per CPU: docs/results/machines.md)
+# A pytest-xdist worker per core, each test file on one worker in its order (the docs' pages
+# build on each other); per CPU: docs/results/machines.md. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= auto
 test: setup
 	$(VENV)/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Everything but the tests marked slow (a quick check while working; `make test` is the suite).
 test-fast: setup
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import SPECIAL, write_corpus
 
 from electra.io.tokenizer import SpecialTokens
+
+
+def pytest_configure(config) -> None:
+    """Under pytest-xdist (``make test`` runs a worker per core) the workers share the cores:
+    each worker's torch, and every command its tests start, gets its share of threads instead
+    of one per core each (threads that wait on each other's cores run many times slower)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        threads = max(1, (os.cpu_count() or 1) // int(workers))
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture
