@@ -20,9 +20,11 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/electra demo
 
-# A pytest-xdist worker per core, each test file on one worker in its order (the docs' pages
-# build on each other); per CPU: docs/results/machines.md. TEST_WORKERS=0: one process.
-TEST_WORKERS ?= auto
+# One process (per CPU: docs/results/machines.md). TEST_WORKERS=auto: a pytest-xdist worker per
+# core, each test file on one worker in its order (the docs' pages build on each other): 17:19
+# on a 2-core Zen 3 at c6feb1e. Not yet the default: the load it makes exposes a hang of
+# `prepare --workers` on Ctrl-C, and tests/io/test_outputs.py's test of that times out.
+TEST_WORKERS ?= 0
 test: setup
 	$(VENV)/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
