@@ -308,63 +308,50 @@ def pad_free_step(preset: str, B: int, T: int, dev: torch.device, peak: dict) ->
             "mfu_measured_peak": round(flops / t / peak["measured"], 3), "loss": round(loss, 3)}
 
 
-def compile_stage(dev: torch.device) -> dict:
+def step_variants(dev: torch.device, variants: dict[str, dict], warmup: int = 6) -> dict:
+    """Our Small 128x128 step (tiny in SMOKE) built each way of ``variants`` (name -> keyword
+    arguments of :func:`ours_step`) from the same weights, on the same batches: each one's
+    tokens/s, last loss and seconds with building (and compiling), and the last over the first."""
     preset, B, T = ("tiny", 4, 32) if SMOKE else ("small", 128, 128)
-    n, warmup = (3, 1) if SMOKE else (14, 6)
-    batches = [batch(B, T, i, dev, padded=True) for i in range(n)]
-    out = {}
-    for name, on in (("eager", False), ("compiled", True)):
-        t0 = time.perf_counter()
-        t, loss = timed(ours_step(preset, B, T, dev, compile=on)[0], batches, dev, warmup)
-        out[f"{name}_tokens_per_s"] = round(B * T / t)
-        out[f"{name}_first_loss_after"] = round(loss, 4)
-        out[f"{name}_total_s"] = round(time.perf_counter() - t0, 1)
-    out["compiled_over_eager"] = round(out["compiled_tokens_per_s"] / out["eager_tokens_per_s"], 2)
-    return out
-
-
-def graphs_stage(dev: torch.device) -> dict:
-    """Our step compiled (``train.compile``) and replayed as CUDA graphs (``train.cuda_graphs``:
-    each block's kernels recorded once, static shapes), from the same weights and batches."""
-    preset, B, T = ("tiny", 4, 32) if SMOKE else ("small", 128, 128)
-    n, warmup = (3, 1) if SMOKE else (14, 6)
+    n, warmup = (3, 1) if SMOKE else (warmup + 8, warmup)
     batches = [batch(B, T, i, dev, padded=True) for i in range(n)]
     out: dict = {"model": preset, "batch": B, "seq_len": T}
-    for name, graphs in (("compiled", False), ("graphs", True)):
+    for name, kw in variants.items():
         t0 = time.perf_counter()
-        step = ours_step(preset, B, T, dev, compile=True, cuda_graphs=graphs)[0]
-        t, loss = timed(step, batches, dev, warmup)
+        t, loss = timed(ours_step(preset, B, T, dev, **kw)[0], batches, dev, warmup)
         out[f"{name}_tokens_per_s"] = round(B * T / t)
         out[f"{name}_last_loss"] = round(loss, 4)
         out[f"{name}_total_s"] = round(time.perf_counter() - t0, 1)
-        del step
-    out["graphs_over_compiled"] = round(out["graphs_tokens_per_s"]
-                                        / out["compiled_tokens_per_s"], 2)
-    from torch._dynamo.utils import counters  # inductor counts each graph it would not record
-
-    out["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"]
+    first, last = next(iter(variants)), list(variants)[-1]
+    out[f"{last}_over_{first}"] = round(out[f"{last}_tokens_per_s"]
+                                        / out[f"{first}_tokens_per_s"], 2)
     return out
 
 
+def compile_stage(dev: torch.device) -> dict:
+    return step_variants(dev, {"eager": {}, "compiled": {"compile": True}})
+
+
+def graphs_stage(dev: torch.device) -> dict:
+    """Compiled (``train.compile``) against replayed as CUDA graphs (``train.cuda_graphs``:
+    each block's kernels recorded once, static shapes); and how many graphs inductor would not
+    record (it then runs them without, silently)."""
+    from torch._dynamo.utils import counters
+
+    out = step_variants(dev, {"compiled": {"compile": True},
+                              "graphs": {"compile": True, "cuda_graphs": True}})
+    return {**out, "cudagraph_skips": counters["inductor"]["cudagraph_skips"]}
+
+
 def vocab_stage(dev: torch.device) -> dict:
-    """Our step with the generator's output layer at the vocabulary's width (30,522) and
-    padded to a multiple of 64 (30,528, the GPU's default), from the same weights."""
+    """The generator's output layer at the vocabulary's width (30,522) and padded to a
+    multiple of 64 (30,528, the GPU's default)."""
     import dataclasses
 
     from electra.model.kernels import kernels_for
 
-    preset, B, T = ("tiny", 4, 32) if SMOKE else ("small", 128, 128)
-    n, warmup = (3, 1) if SMOKE else (12, 4)
-    batches = [batch(B, T, i, dev, padded=True) for i in range(n)]
-    out: dict = {"model": preset, "batch": B, "seq_len": T}
-    for multiple in (1, 64):
-        kernels = dataclasses.replace(kernels_for(dev), vocab_multiple=multiple)
-        t, loss = timed(ours_step(preset, B, T, dev, kernels=kernels)[0], batches, dev, warmup)
-        out[f"multiple_{multiple}_tokens_per_s"] = round(B * T / t)
-        out[f"multiple_{multiple}_last_loss"] = round(loss, 4)
-    out["padded_over_unpadded"] = round(
-        out["multiple_64_tokens_per_s"] / out["multiple_1_tokens_per_s"], 2)
-    return out
+    return step_variants(dev, {f"multiple_{m}": {"kernels": dataclasses.replace(
+        kernels_for(dev), vocab_multiple=m)} for m in (1, 64)}, warmup=4)
 
 
 def sst2_rows(n: int) -> list[str]:
