@@ -480,3 +480,33 @@ def test_freeze_encoder_trains_the_head_alone(task):
         assert not torch.equal(tuned[key], fresh.state_dict()[key]), key
     result = json.loads((task / "probe/results.json").read_text())
     assert result["config"]["freeze"] == "encoder"
+
+
+def test_a_glue_finetune_imports_neither_scikit_learn_nor_scipy(tmp_path):
+    """F1, accuracy and the confusion matrix are numpy's (test_metrics_are_scikit_learns):
+    an MRPC fine-tune and its report never import scikit-learn or scipy, 2-3 s of a short
+    command's start."""
+    import subprocess
+    import sys
+
+    rng = random.Random(0)
+    mrpc = tmp_path / "MRPC"
+    mrpc.mkdir()
+    for name, n in (("train.tsv", 64), ("dev.tsv", 32)):
+        rows = ["\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String"]
+        for i in range(n):
+            a = " ".join(rng.choice("the a cat dog sat ran".split()) for _ in range(6))
+            same = rng.random() < 0.5
+            rows.append(f"{int(same)}\t{i}\t{i}\t{a}\t{a if same else a[::-1]}")
+        (mrpc / name).write_text("\n".join(rows) + "\n")
+    train_tokenizer([str(mrpc / "train.tsv")], 100, tmp_path / "tok")
+    args = ["finetune", "--random-init", "tiny", "--tokenizer", str(tmp_path / "tok"),
+            "--task", "mrpc", "--data", str(mrpc), "--out", str(tmp_path / "ft"), "--quiet",
+            "--set", "epochs=1", "--set", "precision=fp32"]
+    code = ("import sys; from electra.cli import main; rc = main(sys.argv[1:]); "
+            "print(rc, sorted({m.split('.')[0] for m in sys.modules} & {'sklearn', 'scipy'}))")
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 []"
+    dev = json.loads((tmp_path / "ft/results.json").read_text())["median"]["dev"]
+    assert set(dev) == {"f1", "accuracy"}

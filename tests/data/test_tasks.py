@@ -93,17 +93,42 @@ def test_metrics_against_hand_computed_values():
     assert r["pearson"] == pytest.approx(expected)
 
 
-def test_accuracy_is_scikit_learns():
-    """Accuracy is computed without scikit-learn (its import costs a short fine-tune 1.2 s):
-    it equals ``accuracy_score`` exactly."""
-    from sklearn.metrics import accuracy_score
+def test_metrics_are_scikit_learns():
+    """Accuracy, F1, MCC and the report's confusion matrix are computed without scikit-learn
+    (its import costs a short fine-tune 2-3 s): each equals scikit-learn's on random inputs
+    and on the degenerate ones (one class predicted, one class labelled, nothing positive)."""
+    import warnings
+
+    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, matthews_corrcoef
+
+    from electra.data.tasks import confusion_counts
 
     rng = np.random.default_rng(0)
-    for n, classes in ((1, 2), (97, 2), (1000, 3), (408, 5)):
-        p, y = rng.integers(classes, size=n), rng.integers(classes, size=n)
-        assert compute_metrics(("accuracy",), p, y)["accuracy"] == accuracy_score(y, p)
+    cases = [(rng.integers(c, size=n), rng.integers(c, size=n))
+             for n, c in ((1, 2), (97, 2), (1000, 3), (408, 5), (408, 2))]
+    cases += [(np.ones(50, int), rng.integers(2, size=50)),  # one class predicted
+              (rng.integers(2, size=50), np.zeros(50, int)),  # one class labelled
+              (np.zeros(9, int), np.zeros(9, int)),  # nothing positive
+              (np.ones(9, int), np.ones(9, int)),
+              (np.array([1, 0]), np.array([0, 1]))]  # every prediction wrong
+    for p, y in cases:
+        binary = bool(np.isin(p, (0, 1)).all() and np.isin(y, (0, 1)).all())
+        names = ("accuracy", "mcc") + (("f1",) if binary else ())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # scikit-learn's zero-division warnings
+            ref = {"accuracy": accuracy_score(y, p), "mcc": matthews_corrcoef(y, p),
+                   "f1": f1_score(y, p) if binary else None}
+        ours = compute_metrics(names, p, y)
+        assert ours["accuracy"] == ref["accuracy"]
+        assert ours["mcc"] == pytest.approx(ref["mcc"], abs=1e-12)
+        if binary:
+            assert ours["f1"] == pytest.approx(ref["f1"], abs=1e-12)
+        k = int(max(p.max(), y.max())) + 1
+        assert (confusion_counts(y, p, k) == confusion_matrix(y, p, labels=range(k))).all()
     with pytest.raises(ValueError, match="predictions against"):
         compute_metrics(("accuracy",), [1, 0], [[1, 0]])
+    with pytest.raises(ValueError, match="ids must be 0 or 1"):
+        compute_metrics(("f1",), [2, 0], [1, 0])
 
 
 def test_custom_csv_tsv_jsonl(tmp_path):

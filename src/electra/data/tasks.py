@@ -3,7 +3,7 @@
 GLUE quirks handled here: CoLA's train/dev have no header (its test has one), MRPC starts
 with a UTF-8 byte-order mark, MNLI has matched and mismatched dev sets, STS-B is regression,
 QQP's train has a few malformed rows (skipped and counted, as the original processors do).
-Metrics are GLUE's own definitions, computed with scikit-learn and scipy.
+Metrics are GLUE's own definitions, by scikit-learn's and scipy's formulas.
 
 ``electra.tasks.sequence`` reads tasks through these; :func:`encode` tokenizes examples as
 the model sees them, in training and evaluation alike.
@@ -247,10 +247,13 @@ def compute_metrics(names: tuple[str, ...], preds: Any, labels: Any) -> dict[str
     """GLUE's metrics: mcc (CoLA), pearson/spearman (STS-B), f1 of class 1, accuracy.
 
     Correlations of constant predictions are NaN (scipy's warning about it is silenced: the
-    fine-tuning report names such a run itself). Accuracy is numpy's mean of the matches, what
-    scikit-learn's ``accuracy_score`` computes (a test holds them equal): importing
-    scikit-learn costs 1.2-1.5 s (it imports scipy), a sixteenth of a short SST-2 fine-tune,
-    so only the metrics that need it import it."""
+    fine-tuning report names such a run itself). Accuracy, F1 and MCC are computed from the
+    confusion counts with numpy, by scikit-learn's definitions (``accuracy_score``,
+    ``f1_score`` with its binary default and 0 where nothing is positive,
+    ``matthews_corrcoef`` with its multi-class form and 0 where a marginal is constant; a
+    test holds them equal to scikit-learn's on random and degenerate inputs): importing
+    scikit-learn costs 2-3 s (it imports scipy and pandas), 4-6% of a short MRPC fine-tune,
+    so only the correlations import a library, scipy's."""
     import importlib
     import warnings
 
@@ -262,8 +265,8 @@ def compute_metrics(names: tuple[str, ...], preds: Any, labels: Any) -> dict[str
         return importlib.import_module(name)
 
     scores = {"accuracy": lambda: np.mean(p == y),
-              "f1": lambda: lib("sklearn.metrics").f1_score(y, p),
-              "mcc": lambda: lib("sklearn.metrics").matthews_corrcoef(y, p),
+              "f1": lambda: binary_f1(y, p),
+              "mcc": lambda: matthews(y, p),
               "pearson": lambda: lib("scipy.stats").pearsonr(p, y)[0],
               "spearman": lambda: lib("scipy.stats").spearmanr(p, y)[0]}
     unknown = [n for n in names if n not in scores]
@@ -274,6 +277,46 @@ def compute_metrics(names: tuple[str, ...], preds: Any, labels: Any) -> dict[str
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="An input array is constant")
         return {name: float(scores[name]()) for name in names}
+
+
+def confusion_counts(labels: Any, preds: Any, classes: int) -> Any:
+    """The classes x classes matrix of counts, row = label, column = prediction (what
+    scikit-learn's ``confusion_matrix(labels, preds, labels=range(classes))`` returns; pairs
+    with an id outside the range are not counted)."""
+    import numpy as np
+
+    y, p = np.asarray(labels, dtype=np.int64).ravel(), np.asarray(preds, dtype=np.int64).ravel()
+    keep = (y >= 0) & (y < classes) & (p >= 0) & (p < classes)
+    cells = np.bincount(y[keep] * classes + p[keep], minlength=classes * classes)
+    return cells.reshape(classes, classes)
+
+
+def binary_f1(labels: Any, preds: Any) -> float:
+    """F1 of class 1 over 0/1 ids: 2 tp / (2 tp + fp + fn), 0 where no label or prediction is
+    1 (scikit-learn's ``f1_score`` default)."""
+    import numpy as np
+
+    y, p = np.asarray(labels), np.asarray(preds)
+    if not (np.isin(y, (0, 1)).all() and np.isin(p, (0, 1)).all()):
+        raise ValueError("f1 is the binary F1 of class 1: ids must be 0 or 1")
+    (_, fp), (fn, tp) = confusion_counts(y, p, 2)
+    return float(2 * tp / (2 * tp + fp + fn)) if tp + fp + fn else 0.0
+
+
+def matthews(labels: Any, preds: Any) -> float:
+    """Matthews' correlation over any number of classes (Gorodkin's form, which is
+    scikit-learn's): 0 where the labels or the predictions are all one class."""
+    import numpy as np
+
+    y, p = np.asarray(labels, dtype=np.int64), np.asarray(preds, dtype=np.int64)
+    if y.size == 0:
+        return 0.0
+    lo = int(min(y.min(), p.min()))
+    c = confusion_counts(y - lo, p - lo, int(max(y.max(), p.max())) - lo + 1).astype(np.float64)
+    t, q, n = c.sum(axis=1), c.sum(axis=0), c.sum()
+    cov_tp = np.trace(c) * n - t @ q
+    cov_pp, cov_tt = n * n - q @ q, n * n - t @ t
+    return float(cov_tp / np.sqrt(cov_tt * cov_pp)) if cov_tt * cov_pp else 0.0
 
 
 def encode(tok: Any, examples: list[Example], max_length: int,

@@ -161,10 +161,10 @@ def confusion(preds: np.ndarray, labels: np.ndarray, names: dict[int, str], spli
               ) -> tuple[list[str], dict[str, Any]]:
     """A split's confusion matrix of class ids, and a warning when every prediction is one
     class."""
-    from sklearn.metrics import confusion_matrix
+    from electra.data.tasks import confusion_counts
 
     matrix = {"labels": [names[i] for i in range(len(names))],
-              "matrix": confusion_matrix(labels, preds, labels=range(len(names))).tolist()}
+              "matrix": confusion_counts(labels, preds, len(names)).tolist()}
     warnings = []
     if len(np.unique(preds)) == 1:
         only = int(preds[0])
