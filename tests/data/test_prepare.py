@@ -90,16 +90,73 @@ def test_no_example_mixes_documents_and_tokens_keep_their_order(corpus, tmp_path
 
 def test_workers_do_not_change_the_output(corpus, tmp_path):
     m1 = run_prepare(corpus, tmp_path / "w1", workers=1, val_fraction=0.2)
-    m2 = run_prepare(corpus, tmp_path / "w2", workers=2, val_fraction=0.2)
-    assert m1["splits"] == m2["splits"]
-    for split in ("train", "val"):
-        for name in ("ids.bin", "segments.bin"):
-            a = (tmp_path / "w1" / split / name).read_bytes()
-            assert a == (tmp_path / "w2" / split / name).read_bytes()
+    for n in (2, 3):  # 3: the round-robin of chunks does not divide their number
+        m2 = run_prepare(corpus, tmp_path / f"w{n}", workers=n, val_fraction=0.2)
+        assert m1["splits"] == m2["splits"]
+        for split in ("train", "val"):
+            for name in ("ids.bin", "segments.bin", "word_starts.bin"):
+                a = (tmp_path / "w1" / split / name).read_bytes()
+                assert a == (tmp_path / f"w{n}" / split / name).read_bytes()
     m3 = run_prepare(corpus, tmp_path / "s2", seed=99, val_fraction=0.2)
     assert (tmp_path / "s2/train/ids.bin").read_bytes() != (
         tmp_path / "w1/train/ids.bin").read_bytes()
     assert m3["format_version"] == 1
+
+
+def test_ctrl_c_while_a_chunk_is_being_sent_stops_the_workers_at_once(corpus):
+    """Ctrl-C while the main thread writes a 16 MB chunk to a worker that is still starting
+    (nothing reads its pipe yet): the send is interrupted, and close() kills the workers and
+    returns, with nothing left blocked (``multiprocessing.Pool.terminate()`` hung here, its
+    task thread stuck sending a chunk to the workers it had killed)."""
+    import signal
+    import threading
+    import time
+
+    from electra.data.text import Chunk
+
+    tok_json = load_tokenizer(str(corpus[1])).to_str()
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    workers = prep._Workers(2, tok_json, {})
+    main_thread = threading.main_thread().ident
+    timer = threading.Timer(0.05, signal.pthread_kill, (main_thread, signal.SIGINT))
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            for i in range(4):  # 2 a worker: at most what the workers would take
+                workers.submit(Chunk(i, ["word " * 200_000] * 16))
+            time.sleep(30)  # (not reached: a 16 MB send outlasts 50 ms)
+        sent = workers.sent
+        t0 = time.perf_counter()
+        workers.close()
+        assert time.perf_counter() - t0 < 10
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, before)
+    assert sent < 4 and not any(p.is_alive() for p in workers.procs)
+
+
+def test_a_worker_that_dies_or_fails_is_one_line_not_a_hang(corpus):
+    """A worker killed (as the kernel's OOM killer does) is a UserError naming the signal and
+    the fix; an exception inside a worker's packing is raised in the parent as itself."""
+    import os
+    import signal
+
+    from electra.data.text import Chunk
+
+    tok_json = load_tokenizer(str(corpus[1])).to_str()
+    workers = prep._Workers(2, tok_json, {})  # no settings: packing raises KeyError
+    try:
+        workers.submit(Chunk(0, ["a b c"]))
+        with pytest.raises(KeyError, match="seq_len"):
+            workers.next_result()
+        os.kill(workers.procs[1].pid, signal.SIGKILL)
+        workers.procs[1].join()
+        with pytest.raises(UserError, match=r"worker \(--workers 2\) was killed by signal 9, "
+                                            r"most likely out of memory; run again with fewer"):
+            workers.submit(Chunk(1, ["a b c"]))
+            workers.next_result()
+    finally:
+        workers.close()
 
 
 def test_jsonl_and_gzip_inputs_pack_like_plain_text(corpus, tmp_path):

@@ -223,23 +223,129 @@ def _init_worker(tokenizer_json: str, settings: dict[str, Any]) -> None:
     _SETTINGS = settings
 
 
-def _start_worker(tokenizer_json: str, settings: dict[str, Any]) -> None:
-    """A worker process: Ctrl-C is the parent's to handle (it stops the pool), so the workers
-    ignore it instead of each printing a traceback."""
+def _worker(conn: Any, tokenizer_json: str, settings: dict[str, Any]) -> None:
+    """A worker process: packs the chunks that arrive on ``conn`` and sends back each
+    :class:`Packed` (or the exception that stopped it), in order, until ``None`` or the end of
+    the pipe. A thread takes the chunks off the pipe as they come, so the parent's send never
+    waits on this process's packing while this process waits to send a result (the two
+    multi-MB writes would otherwise block each other). Ctrl-C is the parent's to handle (it
+    kills the workers), so the workers ignore it instead of each printing a traceback."""
+    import queue
     import signal
+    import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (started ignoring it: see _sigint_held)
     _init_worker(tokenizer_json, settings)
+    inbox: queue.SimpleQueue[Chunk | None] = queue.SimpleQueue()
+
+    def receive() -> None:
+        while True:
+            try:
+                chunk = conn.recv()
+            except (EOFError, OSError):
+                chunk = None
+            inbox.put(chunk)
+            if chunk is None:
+                return
+
+    threading.Thread(target=receive, daemon=True).start()
+    while (chunk := inbox.get()) is not None:
+        try:
+            result: Any = pack_chunk(chunk)
+        except Exception as err:  # the parent raises it (as itself where it pickles)
+            import pickle
+
+            try:
+                pickle.dumps(err)
+                result = _Failed(err)
+            except Exception:
+                result = _Failed(RuntimeError(f"packing a chunk failed: {err!r}"))
+        try:
+            conn.send(result)
+        except OSError:
+            return  # the parent is gone or stopped the workers
+
+
+@dataclass
+class _Failed:
+    """What a worker sends back in place of a chunk's :class:`Packed`: the error it raised."""
+
+    error: BaseException
+
+
+class _Workers:
+    """``n`` spawned packing processes, each with its own pipe, run from the main thread.
+
+    The chunks go round-robin, at most ``2 n`` in flight, and come back in their order, so the
+    output is the same as one process's. Nothing here runs in a thread of this process: on
+    Ctrl-C (or any error) :meth:`close` kills the workers and closes the pipes, and no write
+    can be left blocked on a pipe that nobody reads any more (``multiprocessing.Pool`` hung
+    there, in ``terminate()``, joining its task thread stuck sending a chunk to killed
+    workers). A worker that dies (the kernel's OOM killer) is one line naming it, not a hang."""
+
+    def __init__(self, n: int, tokenizer_json: str, settings: dict[str, Any]) -> None:
+        ctx = mp.get_context("spawn")
+        self.procs: list[Any] = []
+        self.conns: list[Any] = []
+        self.pending: deque[int] = deque()
+        with _sigint_held():  # the workers start ignoring Ctrl-C (see _sigint_held)
+            for _ in range(n):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(target=_worker, args=(child, tokenizer_json, settings),
+                                   daemon=True, name="electra-prepare")
+                self.procs.append(proc)
+                self.conns.append(parent)
+                proc.start()
+                child.close()
+        self.sent = 0
+
+    def submit(self, chunk: Chunk) -> None:
+        w = self.sent % len(self.procs)
+        self.sent += 1
+        self._guard(w, lambda: self.conns[w].send(chunk))
+        self.pending.append(w)
+
+    def full(self) -> bool:
+        return len(self.pending) >= 2 * len(self.procs)
+
+    def next_result(self) -> Packed:
+        w = self.pending.popleft()
+        result = self._guard(w, self.conns[w].recv)
+        if isinstance(result, _Failed):
+            raise result.error
+        return result
+
+    def _guard(self, w: int, io: Any) -> Any:
+        try:
+            return io()
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            proc = self.procs[w]
+            proc.join(5)
+            code = proc.exitcode
+            how = f"was killed by signal {-code}" if code is not None and code < 0 else \
+                f"exited with code {code}"
+            raise UserError(f"a packing worker (--workers {len(self.procs)}) {how}, most "
+                            f"likely out of memory; run again with fewer --workers") from None
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.kill()
+        for conn in self.conns:
+            conn.close()
+        for proc in self.procs:
+            proc.join()
 
 
 @contextlib.contextmanager
 def _sigint_held() -> Iterator[None]:
-    """Ctrl-C held back while the worker processes are started (``Pool()`` returned in
-    29 ms for 2 workers, 46 ms for 8, on the 2-core AMD EPYC Zen 4). They start with it
-    ignored, which a process started that way keeps, so a Ctrl-C that reaches the whole
-    process group while they import (before ``_start_worker`` runs) cannot print a traceback
-    from each. Here it is blocked as well as ignored: Linux keeps a blocked signal pending
-    even while it is ignored, so it is raised once the handler is back, not lost."""
+    """Ctrl-C held back while the worker processes are started (``Pool()``, which started
+    them before, returned in 29 ms for 2 workers, 46 ms for 8, on the 2-core AMD EPYC Zen 4).
+    They start with it ignored, which a process started that way keeps, so a Ctrl-C that
+    reaches the whole process group while they import (before :func:`_worker` runs) cannot
+    print a traceback from each. Here it is blocked as well as ignored: Linux keeps a blocked
+    signal pending even while it is ignored, so it is raised once the handler is back, not
+    lost."""
     import signal
     import threading
 
@@ -399,25 +505,20 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
         return
     # Spawned workers, one tokenizer thread each; at most 2 chunks in flight per worker so
     # memory stays bounded however large the corpus.
-    ctx = mp.get_context("spawn")
     env_before = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    pool = None
+    workers = None
     try:
-        with _sigint_held():  # the workers start ignoring Ctrl-C (see _sigint_held)
-            pool = ctx.Pool(opt.workers, initializer=_start_worker,
-                            initargs=(tok_json, settings))
-        with pool:
-            pending: deque[Any] = deque()
-            for chunk in chunks:
-                pending.append(pool.apply_async(pack_chunk, (chunk,)))
-                if len(pending) >= 2 * opt.workers:
-                    consume(pending.popleft().get())
-            while pending:
-                consume(pending.popleft().get())
+        workers = _Workers(opt.workers, tok_json, settings)
+        for chunk in chunks:
+            if workers.full():
+                consume(workers.next_result())
+            workers.submit(chunk)
+        while workers.pending:
+            consume(workers.next_result())
     finally:
-        if pool is not None:  # a Ctrl-C let in right after the start: stop the workers too
-            pool.terminate()
+        if workers is not None:  # done, or a Ctrl-C or an error: stop the workers
+            workers.close()
         if env_before is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
         else:
