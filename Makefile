@@ -20,11 +20,9 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/electra demo
 
-# One process (per CPU: docs/results/machines.md). TEST_WORKERS=auto: a pytest-xdist worker per
-# core, each test file on one worker in its order (the docs' pages build on each other): 17:19
-# against 18:49-22:38 on a 2-core Zen 3. Not yet the default: the load it makes exposes a hang of
-# `prepare --workers` on Ctrl-C, and tests/io/test_outputs.py's test of that times out.
-TEST_WORKERS ?= 0
+# A pytest-xdist worker per core, each test file on one worker in its order (the docs' pages
+# build on each other); TEST_WORKERS=0: one process. Times per CPU: docs/results/machines.md.
+TEST_WORKERS ?= auto
 test: setup
 	$(VENV)/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
