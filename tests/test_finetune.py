@@ -495,7 +495,7 @@ def test_a_glue_finetune_imports_neither_scikit_learn_nor_scipy(tmp_path):
     for name, n in (("train.tsv", 64), ("dev.tsv", 32)):
         rows = ["\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String"]
         for i in range(n):
-            a = " ".join(rng.choice("the a cat dog sat ran".split()) for _ in range(6))
+            a = " ".join(rng.choice(["the", "a", "cat", "dog", "sat", "ran"]) for _ in range(6))
             same = rng.random() < 0.5
             rows.append(f"{int(same)}\t{i}\t{i}\t{a}\t{a if same else a[::-1]}")
         (mrpc / name).write_text("\n".join(rows) + "\n")

@@ -288,16 +288,22 @@ class _Workers:
         self.procs: list[Any] = []
         self.conns: list[Any] = []
         self.pending: deque[int] = deque()
-        with _sigint_held():  # the workers start ignoring Ctrl-C (see _sigint_held)
-            for _ in range(n):
-                parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker, args=(child, tokenizer_json, settings),
-                                   daemon=True, name="electra-prepare")
-                self.procs.append(proc)
-                self.conns.append(parent)
-                proc.start()
-                child.close()
         self.sent = 0
+        try:
+            with _sigint_held():  # the workers start ignoring Ctrl-C (see _sigint_held)
+                for _ in range(n):
+                    parent, child = ctx.Pipe()
+                    self.conns.append(parent)
+                    proc = ctx.Process(target=_worker, args=(child, tokenizer_json, settings),
+                                       daemon=True, name="electra-prepare")
+                    try:
+                        proc.start()
+                    finally:
+                        child.close()
+                    self.procs.append(proc)
+        except BaseException:  # the Ctrl-C held back above is raised on leaving it
+            self.close()
+            raise
 
     def submit(self, chunk: Chunk) -> None:
         w = self.sent % len(self.procs)
@@ -322,10 +328,11 @@ class _Workers:
             proc = self.procs[w]
             proc.join(5)
             code = proc.exitcode
-            how = f"was killed by signal {-code}" if code is not None and code < 0 else \
-                f"exited with code {code}"
-            raise UserError(f"a packing worker (--workers {len(self.procs)}) {how}, most "
-                            f"likely out of memory; run again with fewer --workers") from None
+            how = (f"was killed by signal {-code}, most likely out of memory (the kernel's "
+                   f"OOM killer)") if code is not None and code < 0 else (
+                f"exited with code {code} (its error, if it printed one, is above)")
+            raise UserError(f"a packing worker (--workers {len(self.procs)}) {how}; run again "
+                            f"with fewer --workers") from None
 
     def close(self) -> None:
         for proc in self.procs:

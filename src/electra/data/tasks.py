@@ -252,8 +252,8 @@ def compute_metrics(names: tuple[str, ...], preds: Any, labels: Any) -> dict[str
     ``f1_score`` with its binary default and 0 where nothing is positive,
     ``matthews_corrcoef`` with its multi-class form and 0 where a marginal is constant; a
     test holds them equal to scikit-learn's on random and degenerate inputs): importing
-    scikit-learn costs 2-3 s (it imports scipy and pandas), 4-6% of a short MRPC fine-tune,
-    so only the correlations import a library, scipy's."""
+    scikit-learn costs 2-3 s (it imports scipy and pandas; 2.6 s of a 53 s MRPC fine-tune on
+    a Zen 4, bench/RESULTS.md), so only the correlations import a library, scipy's."""
     import importlib
     import warnings
 
