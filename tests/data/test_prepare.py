@@ -121,9 +121,11 @@ def test_ctrl_c_while_a_chunk_is_being_sent_stops_the_workers_at_once(corpus):
     timer = threading.Timer(0.05, signal.pthread_kill, (main_thread, signal.SIGINT))
     try:
         timer.start()
+        # 16 distinct 1 MB lines (pickle would send one line repeated only once)
+        lines = [f"{j} " + "word " * 200_000 for j in range(16)]
         with pytest.raises(KeyboardInterrupt):
             for i in range(4):  # 2 a worker: at most what the workers would take
-                workers.submit(Chunk(i, ["word " * 200_000] * 16))
+                workers.submit(Chunk(i, lines))
             time.sleep(30)  # (not reached: a 16 MB send outlasts 50 ms)
         sent = workers.sent
         t0 = time.perf_counter()

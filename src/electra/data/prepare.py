@@ -225,11 +225,11 @@ def _init_worker(tokenizer_json: str, settings: dict[str, Any]) -> None:
 
 def _worker(conn: Any, tokenizer_json: str, settings: dict[str, Any]) -> None:
     """A worker process: packs the chunks that arrive on ``conn`` and sends back each
-    :class:`Packed` (or the exception that stopped it), in order, until ``None`` or the end of
-    the pipe. A thread takes the chunks off the pipe as they come, so the parent's send never
-    waits on this process's packing while this process waits to send a result (the two
-    multi-MB writes would otherwise block each other). Ctrl-C is the parent's to handle (it
-    kills the workers), so the workers ignore it instead of each printing a traceback."""
+    :class:`Packed` (or the exception that stopped it), in order, until the pipe ends. A
+    thread takes the chunks off the pipe as they come, so the parent's send never waits on
+    this process's packing while this process waits to send a result (the two multi-MB
+    writes would otherwise block each other). Ctrl-C is the parent's to handle (it kills the
+    workers), so the workers ignore it instead of each printing a traceback."""
     import queue
     import signal
     import threading
