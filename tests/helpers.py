@@ -103,6 +103,26 @@ def snapshot(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): sha(p) if p.is_file() else "dir"
             for p in sorted(root.rglob("*"))}
 
+# What a dying process prints about why: a C++ exception's std::terminate (gloo's I/O threads
+# throw there), faulthandler's report of a fatal signal, a Python error's last line.
+FATAL = ("terminate called", "what():", "Fatal Python error", "Error: ", "Error(")
+
+
+def why_failed(res: subprocess.CompletedProcess, tail: int = 2000, context: int = 40) -> str:
+    """A failed launch's stderr for an assertion message: each report of a fatal error, from
+    whichever rank printed it (with ``context`` lines after it: faulthandler's stacks), then
+    the last ``tail`` characters. torchrun ends with the rank it stopped, which buries the
+    first rank to die."""
+    lines = res.stderr.splitlines()
+    keep: set[int] = set()
+    for i, line in enumerate(lines):
+        if any(marker in line for marker in FATAL):
+            keep.update(range(i, min(i + context, len(lines))))
+    reports = "\n".join(lines[i] for i in sorted(keep))
+    return f"exit {res.returncode}; fatal reports:\n{reports[-12000:]}\n--- tail:\n" \
+        f"{res.stderr[-tail:]}"
+
+
 def launch(nproc: int, *args, timeout: float = 240, prefix: list[str] | None = None,
            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc-per-node N -m electra ARGS` (one thread per process)."""

@@ -200,13 +200,13 @@ def test_other_seeds_reuse_the_pretraining_and_another_budget_is_refused(compare
 def test_two_processes_compare_like_one(compared):
     """Under torchrun, through the same scaffold: the same steps and discriminators (up to
     float summation order), and the same fine-tuned scores."""
-    from helpers import launch
+    from helpers import launch, why_failed
     from safetensors.torch import load_file
 
     out, args = compared
     two = out.parent / "two"
     res = launch(2, *args[:args.index("--out")], "--out", two, "--quiet")
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.returncode == 0, why_failed(res)
     one_r = json.loads((out / "results.json").read_text())
     two_r = json.loads((two / "results.json").read_text())
     assert [m["steps"] for m in one_r["models"]] == [m["steps"] for m in two_r["models"]]

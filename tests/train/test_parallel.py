@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import launch
+from helpers import launch, why_failed
 from safetensors.torch import load_file
 
 from electra.io.tokenizer import train_tokenizer
@@ -62,7 +62,7 @@ def pretrain(nproc: int, data: Path, config: Path, out: Path, *extra,
              env: dict[str, str] | None = None) -> None:
     res = launch(nproc, "pretrain", "--config", config, "--data", data, "--out", out,
                  "--quiet", *extra, env=env)
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.returncode == 0, why_failed(res)
 
 
 def metrics(run: Path) -> list[dict]:
@@ -266,7 +266,7 @@ def test_finetune_on_two_processes_equals_one(tmp_path):
               "--set", "precision=fp32", "--set", "batch_size=16"]
     for n in (1, 2):
         res = launch(n, *common, "--out", tmp_path / f"ft{n}")
-        assert res.returncode == 0, res.stderr[-3000:]
+        assert res.returncode == 0, why_failed(res)
     r1 = json.loads((tmp_path / "ft1/results.json").read_text())
     r2 = json.loads((tmp_path / "ft2/results.json").read_text())
     assert r1["seeds"] == r2["seeds"]
@@ -284,7 +284,7 @@ def test_finetune_on_two_processes_equals_one(tmp_path):
              f"{tmp_path / 'train.csv'},", "--dev", f"{tmp_path / 'dev.csv'},", *common[9:]]
     for n in (1, 2):
         res = launch(n, *multi, "--out", tmp_path / f"mt{n}")
-        assert res.returncode == 0, res.stderr[-3000:]
+        assert res.returncode == 0, why_failed(res)
     r1, r2 = (json.loads((tmp_path / f"mt{n}/results.json").read_text()) for n in (1, 2))
     assert r1["seeds"] == r2["seeds"]
     for task in ("custom", "copa"):
