@@ -162,6 +162,23 @@ def no_syncs(monkeypatch):
         yield
 
 
+@contextlib.contextmanager
+def host_reads(monkeypatch):
+    """The reads of a tensor's value on the host (each a device sync on a GPU) made inside,
+    by name, in order: SYNCS and ``nonzero``, whose output's size is read. (Boolean-mask
+    indexing reads too, inside C++, where this cannot see it.)"""
+    reads: list[str] = []
+    with monkeypatch.context() as m:
+        for name in (*SYNCS, "nonzero"):
+            real = getattr(torch.Tensor, name)
+            def counted(self, *a, _name=name, _real=real, **k):
+                reads.append(_name)
+                return _real(self, *a, **k)
+            m.setattr(torch.Tensor, name, counted)
+        m.setattr(torch, "nonzero", lambda x, *a, **k: torch.Tensor.nonzero(x, *a, **k))
+        yield reads
+
+
 def ctrl_c_in_step(monkeypatch, n: int) -> None:
     """Ctrl-C in the middle of the n-th training step of this process (after its forward),
     as a user's lands: the scaffold saves the last completed step and exits 130."""

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import tiny_config
+from helpers import host_reads, tiny_config
 
 from electra.experiments.demo import python_docs_corpus
 from electra.io.tokenizer import train_tokenizer
@@ -116,6 +116,25 @@ def test_layouts():
     assert FAST_CPU.layout(torch.ones(2, 5)) == Padded(None)
     assert FAST_CPU.layout(None) == Padded(None)
     assert isinstance(PADDED.layout(mask), Padded) and PADDED.layout(mask).mask is not None
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_an_unpadded_forward_reads_the_device_once(real_batch, monkeypatch, train):
+    """A GPU waits at each read of a tensor's value: the layout makes one (the real tokens'
+    count, the longest row, whether every row starts with a real token, together), and a
+    [CLS] head's forward no other. Its positions equal nonzero's, left-padded rows too."""
+    ids, mask, types, V = real_batch
+    torch.manual_seed(0)
+    model = SequenceClassifier(tiny_config(vocab_size=V), 2).train(train)
+    with host_reads(monkeypatch) as reads:
+        model(ids, mask, types).sum().backward()
+    assert reads == ["tolist"]
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        m = torch.rand(5, 9, generator=g) < 0.6
+        u = Unpadded.of(m)
+        assert torch.equal(u.index, m.reshape(-1).nonzero().squeeze(1))
+        assert u.max_len == int(m.sum(1).max()) and u.reads_first() == bool(m[:, 0].all())
 
 
 def test_without_a_varlen_kernel_unpadded_attention_falls_back_to_the_padded_one(real_batch):

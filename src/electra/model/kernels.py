@@ -150,15 +150,21 @@ class Unpadded(Layout):
     max_len: int
     shape: tuple[int, int]  # (B, T)
     padded: Padded  # the same batch padded, with its mask: the fallback's attention
+    starts_real: bool = True  # every row's first position is a real token
 
     @staticmethod
     def of(mask: torch.Tensor) -> Unpadded:
-        """The layout of a (B, T) bool mask (reads it: a sync on a GPU)."""
+        """The layout of a (B, T) bool mask. It reads the device once (a sync on a GPU): the
+        real tokens' count, the longest row and whether every row starts with a real token,
+        together. The positions come from a stable sort that puts real tokens first, in
+        order, where ``nonzero`` would read the device again for its output's size."""
         B, T = mask.shape
         lengths = mask.sum(1, dtype=torch.int32)
-        return Unpadded(mask.reshape(-1).nonzero().squeeze(1),
-                        F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0)),
-                        int(lengths.max()), (B, T), Padded(mask[:, None, None, :]))
+        n, max_len, starts_real = torch.stack(
+            [lengths.sum(), lengths.max().long(), mask[:, 0].all().long()]).tolist()
+        index = torch.argsort((~mask.reshape(-1)).to(torch.uint8), stable=True)[:n]
+        return Unpadded(index, F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0)), max_len,
+                        (B, T), Padded(mask[:, None, None, :]), bool(starts_real))
 
     def tokens(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...)."""
@@ -183,9 +189,9 @@ class Unpadded(Layout):
         return a.reshape(N, three_h // 3)
 
     def reads_first(self) -> bool:
-        """Each row's first position is among the real tokens (a [CLS]; reads the mask: a
-        sync on a GPU)."""
-        return bool(self.padded.mask[:, 0, 0, 0].all())  # type: ignore[index]
+        """Each row's first position is among the real tokens (a [CLS]; read with the rest
+        of the layout, by :meth:`of`)."""
+        return self.starts_real
 
     def first(self, x: torch.Tensor) -> torch.Tensor:
         """(N, H) -> (B, H): each sequence's first token (rows begin with a real token)."""
@@ -221,9 +227,10 @@ class Kernels:
         mask = attention_mask.bool()
         if not self.unpad:
             return Padded(mask[:, None, None, :])
-        if mask.all():  # no padding: attention without a mask (FlashAttention on a GPU)
-            return Padded(None)
-        return Unpadded.of(mask)
+        unpadded = Unpadded.of(mask)  # the layout's one read of the device
+        if len(unpadded.index) == mask.numel():  # no padding: attention without a mask
+            return Padded(None)  # (FlashAttention on a GPU)
+        return unpadded
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   attn_mask: torch.Tensor | None, p: float,
