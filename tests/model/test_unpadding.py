@@ -130,8 +130,8 @@ def test_an_unpadded_forward_reads_the_device_once(real_batch, monkeypatch, trai
         model(ids, mask, types).sum().backward()
     assert reads == ["tolist"]
     g = torch.Generator().manual_seed(0)
-    for _ in range(20):
-        m = torch.rand(5, 9, generator=g) < 0.6
+    for m in [torch.rand(5, 9, generator=g) < 0.6 for _ in range(20)] + [
+            torch.ones(5, 9, dtype=torch.bool)]:  # and without padding
         u = Unpadded.of(m)
         assert torch.equal(u.index, m.reshape(-1).nonzero().squeeze(1))
         assert u.max_len == int(m.sum(1).max()) and u.reads_first() == bool(m[:, 0].all())

@@ -162,7 +162,8 @@ class Unpadded(Layout):
         lengths = mask.sum(1, dtype=torch.int32)
         n, max_len, starts_real = torch.stack(
             [lengths.sum(), lengths.max().long(), mask[:, 0].all().long()]).tolist()
-        index = torch.argsort((~mask.reshape(-1)).to(torch.uint8), stable=True)[:n]
+        index = (torch.arange(n, device=mask.device) if n == B * T  # no padding: no sort
+                 else torch.argsort((~mask.reshape(-1)).to(torch.uint8), stable=True)[:n])
         return Unpadded(index, F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0)), max_len,
                         (B, T), Padded(mask[:, None, None, :]), bool(starts_real))
 
