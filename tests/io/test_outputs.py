@@ -182,11 +182,49 @@ def test_a_lock_left_by_a_killed_process_is_taken_over(outs, tmp_path, capsys):
     assert f"pid {proc.pid}" in err and "electra tokenizer train" in err, err
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert (tmp_path / "tok.lock").is_file()  # left behind by the killed holder
+    assert (tmp_path / "tok.electra-lock").is_file()  # left behind by the killed holder
     assert cli(*argv) == 0
     err = capsys.readouterr().err
     assert "was left by a command that no longer runs" in err and f"pid {proc.pid}" in err
-    assert not (tmp_path / "tok.lock").exists()
+    assert not (tmp_path / "tok.electra-lock").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tok"]  # no temporary left
+
+
+def test_a_file_at_the_lock_path_that_electra_did_not_write_is_never_touched(outs, tmp_path,
+                                                                               capsys):
+    """Whatever its name, a file electra did not write is not truncated, rewritten or
+    deleted: files named like the old lock (OUT.lock) are not ours at all, and a file at the
+    lock path without electra's signature (a user's notes, JSON nested deeper than any
+    recursion limit, a training file given as input, a folder) refuses the command."""
+    out = tmp_path / "ft"
+    notes = tmp_path / "ft.lock"
+    notes.write_text("my notes")
+    argv = ["finetune", "--model", outs / "run", "--task", "custom", "--train",
+            outs / "train.csv", "--dev", outs / "dev.csv", "--quiet", "--set", "epochs=1",
+            "--set", "max_length=32", "--out", out]
+    lock = tmp_path / "ft.electra-lock"
+    for content in ("my notes", "[" * 5000 + "]" * 5000, '{"pid": 1, "host": "h"}', ""):
+        lock.write_text(content)
+        before = snapshot(tmp_path)
+        capsys.readouterr()
+        assert cli(*argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "was not written by electra" in err, err
+        assert "move that file away" in err and snapshot(tmp_path) == before
+    lock.unlink()
+    lock.mkdir()
+    assert cli(*argv) == 2 and "is not a lock electra wrote" in capsys.readouterr().err
+    lock.rmdir()
+    train = tmp_path / "ft.electra-lock"  # the training file itself at the lock's path
+    train.write_bytes((outs / "train.csv").read_bytes())
+    argv[argv.index(outs / "train.csv")] = train
+    before = snapshot(tmp_path)
+    assert cli(*argv) == 2 and snapshot(tmp_path) == before
+    train.unlink()
+    argv[argv.index(train)] = outs / "train.csv"
+    assert cli(*argv) == 0  # nothing in the way: it runs, and leaves no lock
+    assert notes.read_text() == "my notes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ft", "ft.lock"]
 
 
 def test_one_process_cannot_claim_one_out_twice(tmp_path):
@@ -216,6 +254,8 @@ def test_file_outputs_replace_only_their_own_files(outs, tmp_path, capsys):
     png = tmp_path / "new" / "curves.png"
     html = tmp_path / "new2" / "page.html"
     preds = tmp_path / "new3" / "p.jsonl"
+    preds.parent.mkdir()
+    (tmp_path / "new3" / "p.jsonl.lock").write_text("a user's file, named like a lock")
     for _ in range(2):
         assert cli("plot", outs / "run", "--out", png) == 0
         assert cli("detect", "--model", outs / "run", "a b c", "--html", html) == 0
@@ -224,6 +264,8 @@ def test_file_outputs_replace_only_their_own_files(outs, tmp_path, capsys):
     assert owns_file(png, "plot") and owns_file(html, "detect") and owns_file(preds, "predict")
     assert not owns_file(png, "detect") and not owns_file(outs / "c.txt", "predict")
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["curves.png"]
+    assert sorted(p.name for p in preds.parent.iterdir()) == ["p.jsonl", "p.jsonl.lock"]
+    assert (tmp_path / "new3" / "p.jsonl.lock").read_text() == "a user's file, named like a lock"
     capsys.readouterr()
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")

@@ -13,11 +13,13 @@
    RUN`` are refused; so is a folder inside another command's output (whose ``--overwrite``
    would delete it), except the parts compare and demo write inside their own. A symbolic
    link as ``--out`` (or its ``.partial``) is refused too.
-4. One writer per ``--out``: an exclusive ``fcntl`` lock on ``OUT.lock`` beside it (with the
-   holder's pid, host, command and start time), taken before anything is written and
-   released (the file removed) when the command ends, however it ends. A second command on
-   the same ``--out`` exits 2 naming the holder. A lock left by a process that was killed is
-   not held (the kernel releases it); it is taken over with a note. Under torchrun only rank
+4. One writer per ``--out``: an exclusive ``fcntl`` lock on ``OUT.electra-lock`` beside it
+   (electra's signature, the holder's pid, host, command and start time; written and locked
+   before the file appears), taken before anything is written and released (the file
+   removed) when the command ends, however it ends. A second command on the same ``--out``
+   exits 2 naming the holder. A lock left by a process that was killed is not held (the
+   kernel releases it); it is taken over with a note if it carries the signature. A file
+   at that path without it is never touched: the command is refused. Under torchrun only rank
    0 takes it. On a network filesystem this is as good as its ``fcntl`` locks (NFSv4 and
    lockd-backed NFSv3 honour them; a filesystem without locks gets a note, no lock).
 5. A single-file output (``predict --out``, ``plot --out``, ``detect --html``) replaces an
@@ -36,6 +38,7 @@ import errno
 import json
 import os
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -173,10 +176,18 @@ def _no_link(path: Path, flag: str, out: Path) -> None:
 
 # -- the lock ---------------------------------------------------------------------------
 
+LOCK_SUFFIX = ".electra-lock"
+_SIGNATURE = "electra_lock"  # the key every lock file electra writes starts with
+
+
+def lock_path(out: Path) -> Path:
+    """Where OUT's lock lives: ``OUT.electra-lock`` beside it."""
+    return out.with_name(out.name + LOCK_SUFFIX)
+
 
 def _lock_key(out: Path) -> str:
     """The real path of OUT's lock file (how this process remembers what it holds)."""
-    return os.path.join(os.path.realpath(out.parent), out.name + ".lock")
+    return os.path.join(os.path.realpath(out.parent), out.name + LOCK_SUFFIX)
 
 
 @dataclass
@@ -186,47 +197,125 @@ class Lock:
     key: str
 
     def release(self) -> None:
+        """Remove the lock file if it is still the one this process holds, then unlock."""
         with contextlib.suppress(OSError):
-            os.unlink(self.path)
+            if os.path.samestat(os.fstat(self.fd), os.stat(self.path, follow_symlinks=False)):
+                os.unlink(self.path)
         os.close(self.fd)
         _HELD.discard(self.key)
 
 
-def _holder(text: str) -> str:
+def _signed(text: str) -> dict[str, Any] | None:
+    """A lock file's holder when the text is one electra wrote (its signature), else None."""
     try:
         h = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return h if isinstance(h, dict) and h.get(_SIGNATURE) == 1 else None
+
+
+def _holder(text: str) -> str:
+    h = _signed(text) or {}
+    if all(k in h for k in ("pid", "host", "command", "started")):
         return (f"pid {h['pid']} on {h['host']}, electra {h['command']}, since "
                 f"{h['started']}")
-    except (ValueError, KeyError, TypeError):
-        return "another process"
+    return "another process"
+
+
+def _info(command: str) -> bytes:
+    return json.dumps({_SIGNATURE: 1, "pid": os.getpid(), "host": socket.gethostname(),
+                       "command": command, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+                      ).encode()
+
+
+def _create_locked(path: Path, info: bytes) -> int | None:
+    """A new lock file at ``path``, signed and locked before it appears there (written and
+    locked under a temporary name, then hard-linked: no other process ever sees it empty or
+    unlocked); None when ``path`` exists. Where hard links are not supported, O_EXCL."""
+    import fcntl
+
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+    try:
+        os.write(fd, info)
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new inode: only ENOLCK can fail
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            os.close(fd)
+            return None
+        except OSError as err:
+            if err.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            os.close(fd)
+            return _create_exclusive(path, info)
+        return fd
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _create_exclusive(path: Path, info: bytes) -> int | None:
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:
+        return None
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(fd, info)
+    return fd
 
 
 def take_lock(out: Path, command: str, flag: str = "--out") -> Lock | None:
-    """The exclusive lock on ``OUT.lock``; a UserError naming the holder when another process
-    holds it. None (with a note) where the filesystem has no locks."""
+    """The exclusive lock on ``OUT.electra-lock``; a UserError naming the holder when another
+    process holds it. None (with a note) where the filesystem has no locks.
+
+    A lock file is electra's only if it carries electra's signature: a stale one (its holder
+    was killed) is taken over; any other file at that path is never truncated, rewritten or
+    deleted (one line asks the user to move it)."""
     import fcntl
 
-    path = out.with_name(out.name + ".lock")
+    path = lock_path(out)
     _no_link(path, flag, out)
     key = _lock_key(out)
     if key in _HELD:
         raise UserError(f"{flag} {out} is being written by this same process already; give "
                         f"each output its own folder")
-    for _ in range(10):
+    info = _info(command)
+    empty = 0
+    for _ in range(50):
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            fd = _create_locked(path, info)
         except OSError as err:
+            if err.errno == errno.ENOLCK:
+                print(f"electra: note: {path.parent} has no file locks; nothing stops another "
+                      f"command from writing {out} at the same time", file=sys.stderr)
+                return None
             raise UserError(f"{flag} {out}: cannot create the lock file {path} "
                             f"({err.strerror}); choose a writable folder") from None
+        if fd is not None:
+            _HELD.add(key)
+            return Lock(path, fd, key)
+        try:  # it exists: held by a running command, stale, or not ours at all
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise OSError(errno.EINVAL, "not a regular file")
+        except FileNotFoundError:
+            continue  # its holder just removed it
+        except OSError as err:
+            raise UserError(f"{flag} {out}: {path} exists and is not a lock electra wrote "
+                            f"({err.strerror}; nothing was changed); it is where this "
+                            f"command keeps its lock: move it away or choose another "
+                            f"{flag}") from None
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
-            text = ""
-            for _ in range(40):  # the holder writes who it is just after it locks
-                text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
-                if text.strip() or err.errno == errno.ENOLCK:
-                    break
-                time.sleep(0.025)
+            text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
             os.close(fd)
             if err.errno == errno.ENOLCK:
                 print(f"electra: note: {path.parent} has no file locks; nothing stops another "
@@ -235,21 +324,28 @@ def take_lock(out: Path, command: str, flag: str = "--out") -> Lock | None:
             raise UserError(f"{flag} {out} is being written by another electra command "
                             f"({_holder(text)}); wait for it to end, or choose another "
                             f"folder") from None
-        try:  # the file may have been removed by the holder we waited on: then try again
-            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        try:  # the file may have been removed by the holder we raced: then try again
+            same = os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
         except FileNotFoundError:
             same = False
+        text = os.pread(fd, 1 << 16, 0).decode("utf-8", "replace") if same else ""
+        if same and not text and empty < 40:  # O_EXCL's moment between create and write
+            empty += 1
+            same = False
+            time.sleep(0.025)
         if not same:
             os.close(fd)
             continue
-        stale = os.pread(fd, 4096, 0).decode("utf-8", "replace")
-        if stale.strip():
-            print(f"electra: note: {path} was left by a command that no longer runs "
-                  f"({_holder(stale)}); taking it over", file=sys.stderr)
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-                "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        stale = _signed(text)
+        if stale is None:
+            os.close(fd)
+            raise UserError(f"{flag} {out}: {path} exists and was not written by electra "
+                            f"(nothing was changed); it is where this command keeps its "
+                            f"lock: move that file away or choose another {flag}")
+        print(f"electra: note: {path} was left by a command that no longer runs "
+              f"({_holder(text)}); taking it over", file=sys.stderr)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
+        os.pwrite(fd, info, 0)
         _HELD.add(key)
         return Lock(path, fd, key)
     raise UserError(f"{flag} {out}: could not take {path} (it keeps being replaced); run the "
