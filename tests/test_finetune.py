@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import cli_error, ctrl_c_in_step, write_sentiment
+from helpers import cli_error, ctrl_c_in_step, snapshot, write_sentiment
 from safetensors.torch import load_file
 
 from electra.cli import main
@@ -246,10 +246,12 @@ def test_fp16_finetuning_learns_a_separable_task(task):
 
 
 @pytest.mark.parametrize("select", ["last", "best"])
-def test_interrupted_finetune_resumes_bitwise(task, monkeypatch, select):
-    """Two seeds; Ctrl-C in the middle of seed 2's 12th step (after its forward). --resume
-    keeps seed 1 and continues seed 2 from a checkpoint of step 11: every number and weight
-    equals an uninterrupted run's (fp32, with dropout), the kept best evaluation included."""
+def test_interrupted_finetune_resumes_bitwise(task, monkeypatch, capsys, select):
+    """Two seeds; Ctrl-C in the middle of seed 2's 12th step (after its forward). The same
+    command without --resume is refused and changes nothing (it used to start over, deleting
+    the checkpoint). --resume keeps seed 1 and continues seed 2 from a checkpoint of step 11:
+    every number and weight equals an uninterrupted run's (fp32, with dropout), the kept
+    best evaluation included."""
     args = ["finetune", "--random-init", "tiny", "--tokenizer", str(task / "tok"),
             *custom_args(task), "--seeds", "1,2", "--quiet", "--set", "epochs=2", "--set",
             "precision=fp32", "--set", "batch_size=16", "--set", "save_every=5", "--set",
@@ -263,6 +265,12 @@ def test_interrupted_finetune_resumes_bitwise(task, monkeypatch, select):
     assert sorted(p.name for p in (partial / "seed-2/checkpoints").iterdir()) == [
         "step-0000011"]  # keep_checkpoints=1: the Ctrl-C one replaced step 10's
     seed1 = (partial / "seed-1/model.safetensors").stat().st_mtime_ns
+    before = snapshot(partial)
+    capsys.readouterr()
+    assert main([*args, "--out", str(task / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds what an interrupted electra finetune did" in err and "--resume" in err, err
+    assert snapshot(partial) == before and not (task / "b").exists()
     assert main([*args, "--out", str(task / "b"), "--resume"]) == 0
     assert not partial.exists()
     assert (task / "b/seed-1/model.safetensors").stat().st_mtime_ns == seed1  # not retrained

@@ -192,7 +192,15 @@ COMMANDS: dict[str, Command] = {
             arg("--out", default="runs/demo", help="where to write (default: runs/demo)"),
             arg("--steps", type=int, default=None, help="pretraining steps (default: the "
                 "demo's own, 2 minutes on 2 CPU cores with a bf16 unit, 7 without)"),
-            _quiet()), interrupted="run `electra demo` again to start it over"),
+            arg("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                help="override a pretraining setting of the demo, e.g. --set "
+                "train.threads=1 (repeatable; as `electra pretrain --set`)"),
+            OneOf((arg("--resume", action="store_true", help="continue an interrupted demo "
+                       "from its last checkpoint (its corpus, tokenizer and shards reused)"),
+                   arg("--overwrite", action="store_true", help="discard an interrupted "
+                       "demo and start it over"))),
+            _quiet()), interrupted="continue it with `electra demo --resume` (the same --out "
+        "and --steps)"),
     "finetune": Command(
         "fine-tune the discriminator on a task (GLUE, SuperGLUE, SQuAD, tagging, your "
         "files) or several at once", "electra.finetune:main", (

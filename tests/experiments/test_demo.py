@@ -34,3 +34,43 @@ def test_the_demo_runs_reruns_identically_and_keeps_to_its_own_folder(tmp_path, 
     assert main(["demo", "--out", str(mine), "--steps", "2", "--quiet"]) == 2
     assert "holds files electra did not write" in capsys.readouterr().err
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.slow
+def test_an_interrupted_demo_is_resumed_or_refused_never_started_over(tmp_path, capsys,
+                                                                        monkeypatch):
+    """Ctrl-C after its pretraining saved step 2: the same command is refused (the
+    checkpoint kept), --resume continues from step 2 with the corpus, tokenizer and shards
+    it made, and --set reaches the demo's settings (the busy-machine note's advice)."""
+    import json
+
+    import electra.pretrain as pretrain_module
+
+    real = pretrain_module.pretrain
+
+    def interrupted(opt, rt):
+        real(pretrain_module.PretrainOptions(**{**vars(opt), "stop_after": 2}), rt)
+        raise KeyboardInterrupt
+
+    out = tmp_path / "demo"
+    argv = ["demo", "--out", str(out), "--steps", "4", "--quiet", "--set",
+            "train.save_every=2", "--set", "train.threads=1"]
+    monkeypatch.setattr(pretrain_module, "pretrain", interrupted)
+    assert main(argv) == 130
+    assert "electra demo --resume" in capsys.readouterr().err
+    monkeypatch.setattr(pretrain_module, "pretrain", real)
+    ckpt = out / "run/checkpoints/step-0000002"
+    before = digests(ckpt)
+    kept = {k: digests(out / k) for k in ("tokenizer", "data")}
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "holds an interrupted demo" in err and "step 2" in err
+    assert "electra demo --resume" in err and digests(ckpt) == before
+    assert main([*argv, "--resume"]) == 0
+    assert "as the interrupted demo made them" in capsys.readouterr().out
+    assert {k: digests(out / k) for k in ("tokenizer", "data")} == kept
+    steps = [json.loads(line)["step"] for line in (out / "run/metrics.jsonl").open()
+             if '"loss"' in line]
+    assert steps[-1] == 4 and steps == sorted(set(steps)), steps
+    assert (out / "summary.json").is_file()
+    assert json.loads((out / "run/config.json").read_text())["train"]["threads"] == 1

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from electra.config import ObjectiveConfig, RunConfig, TrainConfig, model_preset
+from electra.errors import UserError
 
 SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "tkinter", "turtledemo", "ensurepip",
              "site-packages", "dist-packages", "__pycache__", "pydoc_data", "encodings"}
@@ -81,51 +82,84 @@ def write_corpus(folder: Path) -> tuple[Path, Path]:
     return train, held
 
 
-def demo_config(steps: int) -> RunConfig:
+def demo_config(steps: int, sets: list[str] | None = None) -> RunConfig:
+    """The demo's run: the tiny preset at temperature 3, then ``--set`` overrides."""
+    from electra.config import apply_overrides
+
     model = model_preset("tiny")
     train = TrainConfig(lr=1e-3, batch_size=32, warmup_steps=min(100, steps // 10),
                         max_steps=steps, log_every=10, eval_every=max(1, steps // 4),
                         eval_batches=10, save_every=max(1, steps // 2))
-    return RunConfig(model=model, objective=ObjectiveConfig(temperature=DEMO_TEMPERATURE),
-                     train=train)
+    cfg = RunConfig(model=model, objective=ObjectiveConfig(temperature=DEMO_TEMPERATURE),
+                    train=train)
+    return RunConfig.from_dict(apply_overrides(cfg.to_dict(), sets)) if sets else cfg
 
 
-def run_demo(out: str | Path = "runs/demo", steps: int | None = None, overwrite: bool = True,
-             progress: bool = True) -> dict:
+def interrupted_step(out: Path) -> int | None:
+    """The step of the last checkpoint of an interrupted demo in ``out`` (its pretraining
+    saved, no summary.json yet); None when there is none."""
+    from electra.train.checkpoint import latest_checkpoint
+
+    if (out / "summary.json").is_file():
+        return None
+    last = latest_checkpoint(out / "run" / "checkpoints")
+    return int(last.name.split("-")[-1]) if last is not None else None
+
+
+def run_demo(out: str | Path = "runs/demo", steps: int | None = None, overwrite: bool = False,
+             progress: bool = True, resume: bool = False, sets: list[str] | None = None) -> dict:
     """Build the corpus, tokenizer and shards, pretrain, then report and show an example.
-    ``out`` is a demo folder (a new one, or one the demo wrote: rerunning replaces its
-    parts)."""
+    ``out`` is a demo folder: a new one, or one the demo wrote, whose finished demo a rerun
+    replaces. An interrupted demo (its pretraining checkpointed) is continued with ``resume``
+    (corpus, tokenizer and shards reused), discarded with ``overwrite``, else refused."""
     from electra.io.outputs import claim_out
 
-    with claim_out(out, "demo", "demo", overwrite=overwrite) as claim:
+    cfg = demo_config(steps or DEMO_STEPS, sets)
+    with claim_out(out, "demo", "demo", overwrite=True) as claim:
+        step = interrupted_step(Path(out))
+        if step is not None and not (resume or overwrite):
+            raise UserError(f"--out {out} holds an interrupted demo (its pretraining saved "
+                            f"step {step}); run `electra demo --resume` to continue it, or "
+                            f"`electra demo --overwrite` to start it over")
         claim.mark(Path(out))
-        return _demo(Path(out), steps or DEMO_STEPS, overwrite, progress)
+        return _demo(Path(out), cfg, resume and step is not None, progress)
 
 
-def _demo(out: Path, steps: int, overwrite: bool, progress: bool) -> dict:
+def _reusable(out: Path) -> bool:
+    """Corpus, tokenizer and shards of an earlier demo, complete (what --resume reuses)."""
+    return all(p.is_file() for p in (out / "corpus/train.txt", out / "corpus/heldout.txt",
+                                     out / "tokenizer/tokenizer.json", out / "data/meta.json"))
+
+
+def _demo(out: Path, cfg: RunConfig, resume: bool, progress: bool) -> dict:
     from electra.data.prepare import PrepareOptions, prepare
     from electra.io.tokenizer import train_tokenizer
     from electra.pretrain import PretrainOptions, pretrain
     from electra.train.runtime import start
 
     t0 = time.perf_counter()
-    print("1/4 corpus: Python's own documentation (pydoc topics + stdlib docstrings)")
-    train_txt, held_txt = write_corpus(out / "corpus")
-    print(f"    {train_txt.stat().st_size / 1e6:.1f} MB train, "
-          f"{held_txt.stat().st_size / 1e6:.2f} MB held out")
-    print("2/4 tokenizer: WordPiece, 8,192 tokens, uncased")
-    train_tokenizer([str(train_txt)], 8192, out / "tokenizer", overwrite=True)
-    print("3/4 shards: [CLS] A [SEP] B [SEP] examples of 128 tokens")
-    prepare(PrepareOptions(inputs=[str(train_txt)], val_inputs=[str(held_txt)],
-                           tokenizer=str(out / "tokenizer"), out=str(out / "data"),
-                           seq_len=128, workers=1, overwrite=True))
+    steps = cfg.train.max_steps
+    train_txt, held_txt = out / "corpus/train.txt", out / "corpus/heldout.txt"
+    if resume and _reusable(out):
+        print("1-3/4 corpus, tokenizer and shards: as the interrupted demo made them")
+    else:
+        print("1/4 corpus: Python's own documentation (pydoc topics + stdlib docstrings)")
+        train_txt, held_txt = write_corpus(out / "corpus")
+        print(f"    {train_txt.stat().st_size / 1e6:.1f} MB train, "
+              f"{held_txt.stat().st_size / 1e6:.2f} MB held out")
+        print("2/4 tokenizer: WordPiece, 8,192 tokens, uncased")
+        train_tokenizer([str(train_txt)], 8192, out / "tokenizer", overwrite=True)
+        print("3/4 shards: [CLS] A [SEP] B [SEP] examples of 128 tokens")
+        prepare(PrepareOptions(inputs=[str(train_txt)], val_inputs=[str(held_txt)],
+                               tokenizer=str(out / "tokenizer"), out=str(out / "data"),
+                               seq_len=128, workers=1, overwrite=True))
     print(f"4/4 pretraining: tiny preset (discriminator 4x128, generator 4x32), {steps} steps;"
           f" replacements sampled at temperature {DEMO_TEMPERATURE:g} (the paper uses 1, which"
           f" needs far more than a few CPU minutes to leave the all-original plateau)")
-    cfg = demo_config(steps)
     with start("auto", keep_memory=True) as rt:
         last = pretrain(PretrainOptions(data=str(out / "data"), out=str(out / "run"),
-                                        config=cfg, overwrite=overwrite, progress=progress), rt)
+                                        config=cfg, overwrite=not resume, resume=resume,
+                                        progress=progress), rt)
     minutes = (time.perf_counter() - t0) / 60
     acc, base = last["val_disc_acc"], last["val_baseline_acc"]
     margin = 100 * (acc - base)

@@ -56,6 +56,10 @@ OUTPUTS = {"tokenizer": "a tokenizer", "data": "prepared data", "run": "a pretra
          "finetune": "a fine-tuning output", "export": "a transformers export",
          "comparison": "a comparison", "demo": "a demo"}
 
+# Outputs whose unfinished staging folder can be continued (--resume): a rerun without
+# --resume or --overwrite is refused rather than starting over (and deleting it).
+RESUMABLE = {("finetune", "finetune")}
+
 _HELD: set[str] = set()  # lock files this process holds (fcntl locks do not conflict within
 # one process, so a second claim of the same --out in this process is caught here)
 
@@ -389,6 +393,10 @@ def _inspect(claim: Claim, overwrite: bool, resume: bool, flag: str) -> None:
             raise UserError(f"{flag} {out}: {part} is the unfinished output of another "
                             f"command ({describe(*left)}); rerun that command to finish it, "
                             f"or remove it")
+        if left in RESUMABLE and not (overwrite or resume):
+            raise UserError(f"{flag} {out}: {part} holds what an interrupted electra "
+                            f"{left[1]} did (nothing was changed); pass --resume to continue "
+                            f"it, or --overwrite to discard it and start again")
     if out.exists() and not out.is_dir():
         raise UserError(f"{flag} {out} is a file, not a folder; choose a folder path")
     if not out.is_dir() or not any(out.iterdir()):
