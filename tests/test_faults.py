@@ -193,6 +193,7 @@ def world(tmp_path_factory) -> Iterator[Path]:
     shutil.copy(w / "tok/vocab.txt", w / "badcase/vocab.txt")
     (w / "badcase/tokenizer_config.json").write_text('{"do_lower_case": tr')
     add_issue_23_fixtures(w)
+    add_issue_39_fixtures(w)
     holder = hold_lock(w / "locked")  # another process writing --out locked
     yield w
     holder.kill()
@@ -256,6 +257,54 @@ def add_issue_23_fixtures(w: Path) -> None:
     (w / "foreign.partial").mkdir()
     (w / "foreign.partial" / "mine.txt").write_text("a user's file")
     assert cli("import", w / "hf/discriminator", "--out", w / "imp") == 0
+
+
+def add_issue_39_fixtures(w: Path) -> None:
+    """Inputs for round 2: a user's file where a lock goes, labels with a control character,
+    grouping ids missing or given twice, SuperGLUE in latin-1, COPA fields of other types,
+    SQuAD files with no usable question or a repeated id, a checkpoint whose zip is damaged
+    under a matching manifest, a run's config.json with a key electra never writes."""
+    (w / "ft39.electra-lock").write_text("a user's notes")
+    shutil.copy(w / "train.csv", w / "ft40.electra-lock")  # an input where the lock goes
+    (w / "latin1.conll").write_bytes("caf\xe9\tO\n".encode("latin-1"))
+    (w / "bell.csv").write_text("text,label\ngood,1\nbad,1\x07\nok,0\n")
+    (w / "tags.csv").write_text("text,label\ngood,pos\n")
+    sg = Path(__file__).parent / "fixtures" / "superglue"
+    for name, folder, split, change in (
+            ("sg_noidx", "ReCoRD", "val", lambda rows: [q.pop("idx") for r in rows
+                                                       for q in r["qas"]]),
+            ("sg_twice", "MultiRC", "val", lambda rows: rows[1].update(idx=rows[0]["idx"])),
+            ("sg_qlist", "COPA", "train", lambda rows: rows[0].update(question=["cause"])),
+            ("sg_qdict", "COPA", "train", lambda rows: rows[0].update(question={"a": 1})),
+            ("sg_premise", "COPA", "train", lambda rows: rows[0].update(premise=[1, 2]))):
+        shutil.copytree(sg / folder, w / name)
+        path = w / name / f"{split}.jsonl"
+        rows = [json.loads(x) for x in path.read_text().splitlines()]
+        change(rows)
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    shutil.copytree(sg / "BoolQ", w / "sg_latin1")
+    (w / "sg_latin1/train.jsonl").write_bytes(
+        '{"question": "caf\xe9?", "passage": "p", "label": true, "idx": 0}\n'.encode("latin-1"))
+    para = {"context": "a b c", "qas": [{"id": "q1", "question": "a?", "answers": [
+        {"text": "zzz", "answer_start": 0}]}]}
+    (w / "outside.json").write_text(json.dumps({"version": "1.1", "data": [
+        {"title": "t", "paragraphs": [para]}]}))
+    (w / "nocontext.json").write_text(json.dumps({"version": "1.1", "data": [
+        {"title": "t", "paragraphs": [{**para, "context": ""}]}]}))
+    good = {"context": "a b c", "qas": [{"id": "q1", "question": "a?", "answers": [
+        {"text": "a", "answer_start": 0}]}]}
+    (w / "twice.json").write_text(json.dumps({"version": "1.1", "data": [
+        {"title": "t", "paragraphs": [good, good]}]}))
+    shutil.copytree(w / "run", w / "run_zip")  # damaged inside, checksums updated to match
+    ck = w / "run_zip/checkpoints/step-0000004"
+    data = (ck / "state.pt").read_bytes()[:-200]  # the zip's central directory cut off
+    (ck / "state.pt").write_bytes(data)
+    manifest = json.loads((ck / "manifest.json").read_text())
+    manifest["state.pt"] = {"bytes": len(data), "sha256": sha(ck / "state.pt")}
+    (ck / "manifest.json").write_text(json.dumps(manifest))
+    shutil.copytree(w / "run", w / "run_class", ignore=shutil.ignore_patterns("checkpoints"))
+    saved = json.loads((w / "run_class/config.json").read_text())
+    (w / "run_class/config.json").write_text(json.dumps({**saved, "__class__": "os.system"}))
 
 
 def P(*args):  # a path inside the world, resolved when the case runs
@@ -505,7 +554,7 @@ CASES = [
     ("pickle", ("import", P("hf_evil")), "pytorch_model.bin: refused, it holds more than"),
     # -- task files --
     ("task", ft(train="latin1.csv"),
-     "latin1.csv: not UTF-8 text"),
+     "latin1.csv:2: not UTF-8 text (byte 14"),
     ("task", ft(train="short.csv"), "short.csv: row 2 has no 'label'"),
     ("task", ft(train="one_class.csv"),
      "one_class.csv: every label is 'pos'"),
@@ -551,7 +600,7 @@ CASES = [
     ("config", ("finetune", "--model", P("run"), "--task", "squad1", "--train",
                 P("noans.json"), "--dev", P("noans.json"), "--set", "article_split=1.5"),
      "article_split must be in [0, 1)"),
-    ("task", (*TAGGING, "--dev", P("latin1.csv")), "not UTF-8 text"),
+    ("task", (*TAGGING, "--dev", P("latin1.conll")), "latin1.conll:1: not UTF-8 text"),
     # -- outputs --
     ("out", (*PRETRAIN, "--out", P("a_file")), "--out {a_file} is a file, not a folder"),
     ("out", (*PRETRAIN, "--out", P("tok")),
@@ -591,7 +640,7 @@ CASES = [
     ("config", (*COMPARE, "--tasks", "custom:name=s"), "needs train, dev"),
     ("config", (*COMPARE, "--tasks", "mrpc:lrr=1", "--glue", P()), "unknown config key 'lrr'"),
     ("config", (*COMPARE, "--fractions", "0.25,0.5"), "ending with 1"),
-    ("config", (*COMPARE, "--finetune-set", "epochs=0"), "epochs must be a positive"),
+    ("config", (*COMPARE, "--finetune-set", "epochs=0"), "epochs must be in [1, 100000], got 0"),
     ("config", (*COMPARE[:4], P("kind.toml"), *COMPARE[5:]), "sets objective.kind = 'mlm'"),
     ("config", (*COMPARE[:4], P("gdes.toml"), *COMPARE[5:], "--objectives", "electra,mlm"),
      "--objectives mlm: the base config does not fit"),
@@ -750,7 +799,8 @@ CASES = [
               P("train.csv"), "--dev", "{w}/dev.csv,"), "--train has 1 entry for 2 tasks"),
     ("config", ("finetune", "--model", P("run"), "--task", "custom,boolq", "--train",
                 "{w}/train.csv,", "--dev", "{w}/dev.csv,", "--data", ",{w}/sg_nopassage",
-                "--set", "task_sampling_alpha=-1"), "task_sampling_alpha must be >= 0"),
+                "--set", "task_sampling_alpha=-1"),
+     "task_sampling_alpha must be in [0, 100], got -1"),
     # -- SuperGLUE --
     ("task", ("finetune", "--model", P("run"), "--task", "boolq", "--data", P("sg_nopassage")),
      "sg_nopassage/train.jsonl:2: no field 'passage'"),
@@ -772,6 +822,74 @@ CASES = [
                 P("one_article.json"), "--dev", P("one_article.json"), "--set",
                 "max_length=32", "--set", "doc_stride=40"),
      "doc_stride=40 must be below max_length=32"),
+]
+
+
+SG = ("finetune", "--model", P("run"), "--quiet", "--task")
+LONG = "x" * 300
+CASES += [
+    # -- issue 39: a lock is ours or it is not touched --
+    ("loss", (*FINETUNE, "--out", P("ft39")), "ft39.electra-lock exists and was not written "
+     "by electra (nothing was changed)"),
+    ("loss", (*ft(train="ft40.electra-lock"), "--out", P("ft40")), "ft40.electra-lock "
+     "exists and was not written by electra"),
+    # -- one label rule --
+    ("task", ft(train="bell.csv"), "bell.csv: row 2: label ('label') '1\\x07' holds the "
+     "control character U+0007; remove it from the file"),
+    ("task", (*TAGGING[:6], P("tags.csv"), "--dev", P("tags.csv"), "--quiet"),
+     "tags.csv: tagging reads CoNLL-U (.conllu), CoNLL"),
+    # -- keys that group or name things --
+    ("task", (*SG, "record", "--data", P("sg_noidx")),
+     "sg_noidx/val.jsonl:1 query: no field 'idx'; it groups this task's rows"),
+    ("task", (*SG, "multirc", "--data", P("sg_twice")),
+     "sg_twice/val.jsonl:2: question (passage idx-question idx) 0-0 is given twice (first "
+     "on line 1)"),
+    ("task", ("finetune", "--model", P("run"), "--task", "squad1", "--train", P("twice.json"),
+              "--dev", P("twice.json")), "question id 'q1' is given twice (first in article "
+     "1, paragraph 1)"),
+    ("task", ("finetune", "--model", P("run"), "--task", "squad1", "--train",
+              P("outside.json"), "--dev", P("outside.json")), "no usable question: the "
+     "answer of each of its 1 questions is not at its answer_start"),
+    ("task", ("finetune", "--model", P("run"), "--task", "squad1", "--train",
+              P("nocontext.json"), "--dev", P("nocontext.json")), "paragraph 1: the context "
+     "is empty"),
+    # -- names that cannot leave --out --
+    ("out", (*COMPARE[:8], "custom:name=/tmp/escape:train={w}/train.csv:dev={w}/dev.csv",
+             *COMPARE[9:]), "--tasks custom:name='/tmp/escape': a name becomes a folder "
+     "name"),
+    ("out", (*COMPARE[:8], "custom:name=..:train={w}/train.csv:dev={w}/dev.csv",
+             *COMPARE[9:]), "a name becomes a folder name"),
+    ("out", (*PRETRAIN, "--out", P(LONG)), "choose a shorter name"),
+    ("out", (*FINETUNE, "--out", P(LONG)), "choose a shorter name"),
+    ("out", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out", P(LONG)),
+     "choose a shorter name"),
+    ("out", ("predict", "--model", P("ft", "seed-1"), "--input", P("dev.csv"), "--out",
+             P(LONG)), "choose a shorter name"),
+    # -- ranges the run survives --
+    ("config", ("finetune", "--model", P("run"), "--task", "custom,boolq", "--train",
+                "{w}/train.csv,", "--dev", "{w}/dev.csv,", "--data", ",{w}/sg_nopassage",
+                "--set", "task_sampling_alpha=200"),
+     "task_sampling_alpha must be in [0, 100], got 200"),
+    ("config", (*FINETUNE, "--set", "epoch=1"), "unknown config key 'epoch' in "
+     "fine-tuning settings (did you mean 'epochs'?)"),
+    ("config", (*PRETRAIN, "--set", "max_step=5"),
+     "--set max_step: no section has that key (did you mean 'train.max_steps'?)"),
+    ("config", (*PRETRAIN, "--set", "train.probe_epochs=1000000000"),
+     "train.probe_epochs must be in [1, 1000], got 1000000000"),
+    ("config", (*FINETUNE, "--set", "epochs=1000000000"),
+     "epochs must be in [1, 100000], got 1000000000"),
+    # -- readers: encodings, field types, damaged files --
+    ("task", (*SG, "boolq", "--data", P("sg_latin1")),
+     "sg_latin1/train.jsonl:1: not UTF-8 text (byte 17"),
+    ("task", (*SG, "copa", "--data", P("sg_qlist")),
+     "sg_qlist/train.jsonl:1: question \"['cause']\" is not 'cause' or 'effect'"),
+    ("task", (*SG, "copa", "--data", P("sg_qdict")), "is not 'cause' or 'effect'"),
+    ("task", (*SG, "copa", "--data", P("sg_premise")),
+     "sg_premise/train.jsonl:1: field 'premise' is '[1, 2]', not text"),
+    ("model", (*PRETRAIN[:-1], "--out", P("run_zip"), "--resume"),
+     "cannot be read although its checksums match"),
+    ("model", ("pretrain", "--data", P("data"), "--out", P("run_class"), "--resume"),
+     "unknown key(s) '__class__'"),
 ]
 
 
@@ -804,6 +922,7 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(world, capsys, case):
     assert words in err, (words, err)
     assert snapshot(world) == before, "files changed"
     assert not (world / "PWNED").exists()
+    assert "weights_only" not in err  # never advise loading an untrusted pickle
 
 
 @pytest.mark.parametrize("command", ["pretrain", "finetune"])

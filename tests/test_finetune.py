@@ -292,6 +292,32 @@ def test_interrupted_finetune_resumes_bitwise(task, monkeypatch, capsys, select)
                      for x in mb]
 
 
+def test_resume_takes_the_same_model_folder_however_it_is_written(task, monkeypatch, capsys):
+    """--model run0, interrupted, then --resume with ./run0 and with its absolute path: the
+    same folder, so it resumes (it was refused with advice to --overwrite, which throws the
+    checkpoints away); another folder is still refused."""
+    import shutil
+
+    from electra.io.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(task / "tok")
+    disc = Discriminator(model_preset("tiny", vocab_size=tok.get_vocab_size()))
+    folders.save(disc, "discriminator", task / "run0/discriminator", tok)
+    shutil.copytree(task / "run0", task / "run1")
+    monkeypatch.chdir(task)
+    args = ["finetune", "--task", "custom", "--train", "train.csv", "--dev", "dev.csv",
+            "--quiet", "--set", "epochs=1", "--set", "save_every=2", "--set",
+            "max_train_examples=64", "--set", "batch_size=16", "--out", "ft"]
+    ctrl_c_in_step(monkeypatch, 3)
+    assert main([*args, "--model", "run0"]) == 130
+    monkeypatch.undo()
+    monkeypatch.chdir(task)
+    capsys.readouterr()
+    assert "other settings" in cli_error(capsys, *args, "--model", "run1", "--resume")
+    assert main([*args, "--model", "./run0", "--resume"]) == 0
+    assert (task / "ft/results.json").is_file()
+
+
 def test_resume_refuses_other_settings_and_a_finished_run(task, capsys):
     args = ["finetune", "--random-init", "tiny", "--tokenizer", str(task / "tok"),
             *custom_args(task), "--quiet", "--set", "epochs=1"]

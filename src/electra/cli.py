@@ -93,7 +93,9 @@ def _task_args(evaluate: bool = False) -> tuple[Arg, ...]:
         *(() if evaluate else (arg("--train", help="custom: training file (.csv, .tsv, "
                                    ".jsonl); tagging: .conllu, CoNLL or .jsonl {tokens, tags}"),)),
         arg("--dev", help="custom: dev file" + (" (the file to score)" if evaluate else "")),
-        arg("--text-columns", default="text", help="custom: A or A,B"),
+        arg("--text-columns", default=None if evaluate else "text", help="custom: A or A,B "
+            + ("(default: the columns the model was fine-tuned on)" if evaluate else
+               "(default: text)")),
         arg("--label-column", default="label", help="custom: the label column"),
         arg("--regression", action="store_true", help="custom: numeric labels"),
         arg("--tag-column", help="tagging: upos (default) or xpos in CoNLL-U; the tag's "

@@ -42,9 +42,23 @@ def config_from_dict(cls: type[T], values: dict[str, Any], where: str = "") -> T
         section = f" in {where}" if where else ""
         raise UserError(
             f"unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
-            f"{section}; valid keys: {', '.join(valid)}"
+            f"{section}{did_you_mean(unknown[0], valid)}; valid keys: {', '.join(valid)}"
         )
     return cls(**values)
+
+
+def closest(name: str, valid: list[str]) -> str | None:
+    """The one of ``valid`` that ``name`` looks like a misspelling of (difflib), if any."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), valid, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, valid: list[str]) -> str:
+    """`` (did you mean 'epochs'?)`` when ``name`` is close to one of ``valid``, else ''."""
+    close = closest(name, valid)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def _check(ok: bool, message: str) -> None:
@@ -383,7 +397,7 @@ class TrainConfig:
         "eval_every": ">= 0", "eval_batches": ">= 1", "save_every": ">= 1",
         "keep_checkpoints": ">= 1", "max_nonfinite_skips": ">= 0", "threads": "[0, 4096]",
         "parallel": ("ddp", "fsdp"), "probe_every": ">= 0", "probe_max_examples": ">= 1",
-        "probe_epochs": ">= 1"}
+        "probe_epochs": "[1, 1000]"}
     lr: float = 5e-4
     """Peak learning rate (ELECTRA-Small 5e-4, Base 2e-4, Large 2e-4)."""
     batch_size: int = 128
@@ -598,16 +612,20 @@ def apply_overrides(d: dict[str, Any], sets: list[str]) -> dict[str, Any]:
             owners = [s for s, k in sections.items() if name_in(k, key)]
             if len(owners) != 1:
                 why = "several sections have" if owners else "no section has"
-                raise UserError(f"--set {key}: {why} that key; write it as section.key "
+                every = {f.name: f"{s}.{f.name}" for s, k in sections.items()
+                         for f in fields(k)}
+                close = closest(key, list(every)) if not owners else None
+                hint = f" (did you mean {every[close]!r}?)" if close else ""
+                raise UserError(f"--set {key}: {why} that key{hint}; write it as section.key "
                                 f"(sections: {', '.join(sections)})")
             section, name = owners[0], key
         if section not in sections:
             raise UserError(f"--set {key}: unknown section {section!r}; valid sections: "
                             f"{', '.join(sections)}")
         if not name_in(sections[section], name):
-            valid = ", ".join(f.name for f in fields(sections[section]))
-            raise UserError(f"--set {key}: unknown key {name!r} in [{section}]; valid keys: "
-                            f"{valid}")
+            names = [f.name for f in fields(sections[section])]
+            raise UserError(f"--set {key}: unknown key {name!r} in [{section}]"
+                            f"{did_you_mean(name, names)}; valid keys: {', '.join(names)}")
         out.setdefault(section, {})[name] = value
     return out
 
@@ -641,6 +659,11 @@ def raw_run_config(preset: str | None = None, config_file: str | None = None,
     return apply_overrides(d, sets or [])
 
 
+# The top-level keys of a run's config.json (what electra pretrain writes there).
+RUN_FILE_KEYS = {"model", "objective", "train", "tokenizer_sha256", "data_vocab_size",
+                 "seq_len"}
+
+
 def resumed_run_config(run: str | Path, sets: list[str] | None = None) -> RunConfig:
     """`pretrain --resume` without --preset/--config: the run's own config, then ``--set``."""
     from electra.io.files import read_json
@@ -649,6 +672,11 @@ def resumed_run_config(run: str | Path, sets: list[str] | None = None) -> RunCon
     if not path.is_file():
         raise UserError(f"--resume: {path} not found; give --preset or --config to start a run")
     saved = read_json(path, "the run's config")
+    unknown = sorted(set(saved) - RUN_FILE_KEYS) if isinstance(saved, dict) else []
+    if unknown:
+        raise UserError(f"--resume: {path}: unknown key(s) {', '.join(map(repr, unknown[:5]))}"
+                        f"; electra pretrain writes only {', '.join(sorted(RUN_FILE_KEYS))}: "
+                        f"remove the others, or start a new --out")
     return RunConfig.from_dict(apply_overrides(
         {k: saved.get(k, {}) for k in ("model", "objective", "train")}, sets or []))
 
@@ -666,10 +694,10 @@ class FinetuneConfig:
 
     SECTION: ClassVar[str] = ""
     RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {
-        "lr": "> 0", "layer_decay": "(0, 1]", "epochs": ">= 1", "batch_size": ">= 1",
+        "lr": "> 0", "layer_decay": "(0, 1]", "epochs": "[1, 100000]", "batch_size": ">= 1",
         "grad_accum": ">= 1", "max_length": ">= 8", "warmup_fraction": "[0, 1)",
         "weight_decay": ">= 0", "grad_clip": ">= 0", "precision": PRECISIONS,
-        "task_sampling_alpha": ">= 0", "freeze": FREEZES, "max_train_examples": ">= 0",
+        "task_sampling_alpha": "[0, 100]", "freeze": FREEZES, "max_train_examples": ">= 0",
         "save_every": ">= 0", "keep_checkpoints": ">= 1", "max_nonfinite_skips": ">= 0",
         "threads": "[0, 4096]", "eval_every": ">= 0", "select": SELECTIONS,
         "doc_stride": ">= 1", "max_query_length": ">= 1", "n_best": ">= 1",
@@ -742,9 +770,9 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         _check_types(self)
-        _check(self.task_sampling_alpha >= 0,
-               f"task_sampling_alpha must be >= 0, got {self.task_sampling_alpha!r} (1: "
-               f"proportional to the tasks' sizes, 0: uniform)")
+        _check(0 <= self.task_sampling_alpha <= 100,
+               f"task_sampling_alpha must be in [0, 100], got {self.task_sampling_alpha!r} "
+               f"(1: proportional to the tasks' sizes, 0: uniform)")
         _check(self.freeze in FREEZES,
                f"freeze must be one of {', '.join(FREEZES)}, got {self.freeze!r}; "
                f"freeze=encoder trains the head alone (a probe)")

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from electra.errors import UserError
-from electra.io.files import jsonl
+from electra.io.files import jsonl, read_text
 from electra.io.outputs import HTML_GENERATOR
 
 _RED, _RESET = "\033[41;97m", "\033[0m"
@@ -108,13 +108,7 @@ def _html(results: list[dict[str, Any]], model: str) -> str:
 
 def _read_texts(path: str) -> list[str]:
     p = Path(path)
-    if not p.is_file():
-        raise UserError(f"--input {path}: no such file")
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise UserError(f"--input {path}: not UTF-8 text (byte {err.start}); convert it "
-                        f"first") from None
+    lines = read_text(p, "--input").splitlines()
     if p.suffix == ".jsonl":
         texts = []
         for n, r in jsonl(path, lines):

@@ -54,7 +54,7 @@ from electra.tasks.base import TaskData, head_of
 from electra.tasks.registry import head_for_task, load_task
 from electra.train.finetuning import (
     ModelSource,
-    evaluate_model,
+    dev_predictions,
     finetune_one,
     kept_predictions,
     scores,
@@ -171,19 +171,27 @@ def load_tasks(names: list[str], data: str | None, train: str | None, dev: str |
 
 
 def evaluate(model: str, task: str, data: str | None = None, dev: str | None = None,
-             text_columns: str = "text", label_column: str = "label", regression: bool = False,
-             split: str = "dev", tag_column: str | None = None) -> dict[str, Any]:
-    """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s)."""
+             text_columns: str | None = None, label_column: str = "label",
+             regression: bool = False, split: str = "dev",
+             tag_column: str | None = None) -> dict[str, Any]:
+    """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s); a
+    collapsed model (nearly one class) is flagged as fine-tuning flags it. The text columns
+    are the model's own (saved when it was fine-tuned) unless --text-columns names others."""
     from electra.io.tokenizer import load_tokenizer
 
     classifier, meta = load_classifier(model)
     if meta["task"] not in head_for_task(task).trained_on(task):
         raise UserError(f"--model {model} was fine-tuned on {meta['task']}, not {task}")
-    task_data = load_task(task, data, None, dev, text_columns, label_column, regression,
+    columns = text_columns or ",".join(meta.get("text_columns") or ["text"])
+    task_data = load_task(task, data, None, dev, columns, label_column, regression,
                           split=split, tag_column=tag_column)
     cfg = config_from_dict(FinetuneConfig, meta["finetune"], f"{model}/config.json")
     task_data = head_of(meta).for_model(task_data, meta, cfg, model)
-    res = evaluate_model(classifier, load_tokenizer(model), task_data, cfg)
+    preds = dev_predictions(classifier, load_tokenizer(model), task_data, cfg)
+    res = scores(task_data, preds)
+    for split_name, (p, y) in preds.items():
+        for warning in task_data.head.report(split_name, p, y, task_data)[0]:
+            print(f"electra: warning: {warning}", file=sys.stderr)
     print(json.dumps(res))
     return res
 

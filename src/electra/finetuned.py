@@ -47,9 +47,13 @@ def staging(out: Path, settings: dict[str, Any], claim: Claim, resume: bool) -> 
     """``OUT.partial``: a fresh one, or (``resume``) the interrupted one if its settings are
     these. Rank 0 only; ``claim`` checked ``out`` and holds its lock."""
     tmp = out.with_name(out.name + ".partial")
+    settings = {**settings, "model_real": _real(settings["model"])}
     if resume and (tmp / "finetune.json").is_file():
         saved = read_json(tmp / "finetune.json", "an interrupted fine-tune's settings")
-        diffs = config_diffs(saved, settings, {"seeds", "config.threads"})
+        free = {"seeds", "config.threads", "model_real"}
+        if saved.get("model_real") == settings["model_real"]:
+            free.add("model")  # the same folder, named another way (run0, ./run0, /abs/run0)
+        diffs = config_diffs(saved, settings, free)
         if diffs:
             raise UserError(f"--resume: {tmp} was started with other settings "
                             f"({'; '.join(diffs[:3])}); resume with the same settings or "
@@ -63,6 +67,14 @@ def staging(out: Path, settings: dict[str, Any], claim: Claim, resume: bool) -> 
     claim.mark(tmp)
     write_json(tmp / "finetune.json", settings)
     return tmp
+
+
+def _real(model: str) -> str:
+    """The model's folder as a resolved real path (how --resume compares it); the name
+    itself where it is no path (random-init)."""
+    import os
+
+    return os.path.realpath(model) if Path(model).exists() else model
 
 
 def save_classifier(model: nn.Module, folder: Path, data: TaskData,

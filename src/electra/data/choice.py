@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from electra.errors import UserError
-from electra.io.files import jsonl
+from electra.io.files import jsonl, read_text
 
 QUESTIONS = {"cause": "What was the cause?", "effect": "What happened as a result?"}
 
@@ -37,13 +37,21 @@ def _need(row: Any, name: str, where: str) -> Any:
     return row[name]
 
 
+def _text(row: Any, name: str, where: str) -> str:
+    value = _need(row, name, where)
+    if not isinstance(value, str):
+        raise UserError(f"{where}: field {name!r} is {str(value)[:40]!r}, not text")
+    return value
+
+
 def _copa(row: Any, where: str, labelled: bool) -> ChoiceExample:
     question = _need(row, "question", where)
-    if question not in QUESTIONS:
-        raise UserError(f"{where}: question {question!r} is not 'cause' or 'effect'")
-    choices = [str(_need(row, f"choice{i}", f"{where} (COPA has choice1 and choice2)"))
+    if not isinstance(question, str) or question not in QUESTIONS:
+        raise UserError(f"{where}: question {str(question)[:40]!r} is not 'cause' or "
+                        f"'effect'")
+    choices = [_text(row, f"choice{i}", f"{where} (COPA has choice1 and choice2)")
                for i in (1, 2)]
-    return ChoiceExample(f"{_need(row, 'premise', where)} {QUESTIONS[question]}", choices,
+    return ChoiceExample(f"{_text(row, 'premise', where)} {QUESTIONS[question]}", choices,
                          _index(row, where, 2) if labelled else None, row.get("idx"))
 
 
@@ -53,7 +61,7 @@ def _generic(row: Any, where: str, labelled: bool) -> ChoiceExample:
             not isinstance(c, str) or not c.strip() for c in choices):
         raise UserError(f"{where}: 'choices' must be a list of at least two texts, got "
                         f"{str(choices)[:60]}")
-    return ChoiceExample(str(_need(row, "context", where)), choices,
+    return ChoiceExample(_text(row, "context", where), choices,
                          _index(row, where, len(choices)) if labelled and "label" in row
                          else None, row.get("idx"))
 
@@ -69,11 +77,8 @@ def read_choices(path: str | Path, copa: bool, labelled: bool = True) -> list[Ch
     """Every row of a COPA or generic choice file; a file whose rows have different numbers
     of choices is refused (one shape per batch)."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
-    with open(path, encoding="utf-8") as f:
-        out = [(_copa if copa else _generic)(row, f"{path}:{n}", labelled)
-               for n, row in jsonl(path, f)]
+    out = [(_copa if copa else _generic)(row, f"{path}:{n}", labelled)
+           for n, row in jsonl(path, read_text(path).splitlines())]
     if not out:
         raise UserError(f"{path}: no rows")
     counts = {len(e.choices) for e in out}

@@ -61,6 +61,7 @@ def read_squad(path: str | Path, training: bool) -> tuple[list[QAExample], int, 
                         ) from None
     out, skipped, v2 = [], 0, str(doc.get("version", "")).startswith("v2") or str(
         doc.get("version", "")).startswith("2")
+    seen: dict[str, str] = {}  # question id -> where it was first given
     for a_i, article in enumerate(articles, 1):
         paragraphs = article.get("paragraphs", []) if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
@@ -72,11 +73,19 @@ def read_squad(path: str | Path, training: bool) -> tuple[list[QAExample], int, 
                 raise UserError(f"{where}: needs a \"context\" string and a \"qas\" list "
                                 f"(SQuAD's layout)")
             context = para["context"]
+            if para["qas"] and not context.strip():
+                raise UserError(f"{where}: the context is empty; every question needs the "
+                                f"text its answer is taken from")
             for qa in para["qas"]:
                 if not isinstance(qa, dict) or not all(isinstance(qa.get(k), str)
                                                        for k in ("id", "question")):
                     raise UserError(f"{where}: a question without an \"id\" and a "
                                     f"\"question\" string")
+                if qa["id"] in seen:
+                    raise UserError(f"{where}: question id {qa['id']!r} is given twice (first "
+                                    f"in {seen[qa['id']]}); SQuAD names each question by a "
+                                    f"unique id")
+                seen[qa["id"]] = f"article {a_i}, paragraph {p_i}"
                 impossible = bool(qa.get("is_impossible", False))
                 v2 = v2 or "is_impossible" in qa
                 try:
@@ -97,6 +106,10 @@ def read_squad(path: str | Path, training: bool) -> tuple[list[QAExample], int, 
                         continue
                 out.append(QAExample(qa["id"], qa["question"], context, answers, impossible,
                                      article.get("title", "")))
+    if not out and skipped:
+        raise UserError(f"{path}: no usable question: the answer of each of its {skipped} "
+                        f"questions is not at its answer_start in the context (answer_start "
+                        f"counts the context's characters from 0); check the offsets")
     if not out:
         raise UserError(f"{path}: no questions")
     return out, skipped, "2.0" if v2 else "1.1"

@@ -34,9 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from electra.data.labels import canonical_label
 from electra.data.tasks import Example
 from electra.errors import UserError
-from electra.io.files import jsonl
+from electra.io.files import jsonl, read_text
 
 BOOL = ("false", "true")  # SuperGLUE's JSON booleans, as label names
 
@@ -64,12 +65,24 @@ def _field(row: Any, name: str, where: str, kind: type | tuple[type, ...] = str)
     return value
 
 
+def _key(obj: Any, name: str, where: str) -> Any:
+    """An id that groups or names rows (ReCoRD's query idx, MultiRC's question idx, AX-g's
+    pair_id): required, an integer or a string."""
+    if not isinstance(obj, dict) or name not in obj:
+        raise UserError(f"{where}: no field {name!r}; it groups this task's rows for scoring "
+                        f"(SuperGLUE's format)")
+    value = obj[name]
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise UserError(f"{where}: field {name!r} is {value!r}, not an integer or a string")
+    return value
+
+
 def _label(row: Any, where: str, names: tuple[str, ...], labelled: bool) -> str | None:
     """The row's label as a name (JSON booleans as "true"/"false"), or None on a test set."""
     if not labelled:
         return None
     value = _field(row, "label", where, (str, bool, int))
-    name = str(value).lower() if isinstance(value, bool) else str(value)
+    name = canonical_label(value, where)
     if name not in names:
         raise UserError(f"{where}: label {value!r} is not one of "
                         f"{', '.join(map(repr, names))}")
@@ -124,9 +137,10 @@ def _multirc(row: Any, where: str, labelled: bool) -> list[Row]:
     passage = _field(row, "passage", where, dict)
     text = " ".join(_TAGS.sub(" ", _field(passage, "text", f"{where} passage")).split())
     out = []
+    p_idx = _key(row, "idx", where)
     for question in _field(passage, "questions", f"{where} passage", list):
         q = _field(question, "question", f"{where} question")
-        group = f"{row.get('idx')}-{question.get('idx')}"
+        group = f"{p_idx}-{_key(question, 'idx', f'{where} question')}"
         for answer in _field(question, "answers", f"{where} question {question.get('idx')}",
                              list):
             a_where = f"{where} question {question.get('idx')} answer"
@@ -156,6 +170,7 @@ def _record(row: Any, where: str, labelled: bool) -> list[Row]:
     out = []
     for qa in _field(row, "qas", where, list):
         query = _field(qa, "query", f"{where} query")
+        q_idx = _key(qa, "idx", f"{where} query")
         if "@placeholder" not in query:
             raise UserError(f"{where}: query {qa.get('idx')} has no @placeholder to fill with "
                             f"a candidate: {query[:60]!r}")
@@ -165,19 +180,19 @@ def _record(row: Any, where: str, labelled: bool) -> list[Row]:
         for cand in candidates:
             out.append(Row(query.replace("@placeholder", cand), shown,
                            None if not labelled else BOOL[cand in gold],
-                           guid=f"{qa.get('idx')}:{cand}", group=str(qa.get("idx")),
+                           guid=f"{q_idx}:{cand}", group=str(q_idx),
                            candidate=cand, answers=gold, mentions=tuple(mentions[cand]),
-                           ref=(qa.get("idx"),)))
+                           ref=(q_idx,)))
         if not candidates:  # scored (as wrong), never trained on
-            out.append(Row(query, shown, None, guid=str(qa.get("idx")),
-                           group=str(qa.get("idx")), answers=gold, ref=(qa.get("idx"),)))
+            out.append(Row(query, shown, None, guid=str(q_idx), group=str(q_idx),
+                           answers=gold, ref=(q_idx,)))
     return out
 
 
 def _axg(row: Any, where: str, labelled: bool) -> list[Row]:
     [r] = _pair("premise", "hypothesis", ("entailment", "not_entailment"))(row, where,
                                                                             labelled)
-    r.group = str(row.get("pair_id"))
+    r.group = str(_key(row, "pair_id", where))
     return [r]
 
 
@@ -229,12 +244,35 @@ def read_split(task: SuperGlueTask, folder: str | Path, split: str) -> list[Row]
                         f"{', '.join(files(task).values())}"
                         + (f"; found {', '.join(found)}" if found else "") + ")")
     out: list[Row] = []
-    with open(path, encoding="utf-8") as f:
-        for n, row in jsonl(path, f):
-            out += task.read(row, f"{path}:{n}", split != "test")
+    first: dict[str, int] = {}  # a group -> the line that opened it
+    for n, row in jsonl(path, read_text(path).splitlines()):
+        rows = task.read(row, f"{path}:{n}", split != "test")
+        if task.grouped and task.name != "ax-g":  # AX-g's pairs span two lines
+            for group in dict.fromkeys(r.group for r in rows):
+                if first.setdefault(group, n) != n:
+                    raise UserError(f"{path}:{n}: {_GROUP[task.name]} {group} is given "
+                                    f"twice (first on line {first[group]}); its ids must "
+                                    f"be unique")
+            if task.name == "multirc":
+                _unique_questions(rows, f"{path}:{n}")
+        out += rows
     if not out:
         raise UserError(f"{path}: no rows")
     return out
+
+
+_GROUP = {"multirc": "question (passage idx-question idx)", "record": "query idx"}
+
+
+def _unique_questions(rows: list[Row], where: str) -> None:
+    """A passage's questions with distinct idx (each scored as its own EM group)."""
+    seen: list[str] = []
+    for r in rows:
+        if not seen or seen[-1] != r.group:
+            if r.group in seen:
+                raise UserError(f"{where}: question {r.group} is given twice in one passage; "
+                                f"its ids must be unique")
+            seen.append(r.group)
 
 
 def record_windows(tok: Any, rows: list[Row], max_length: int,

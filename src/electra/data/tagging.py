@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from electra.data.labels import Spellings
 from electra.errors import UserError
 from electra.io.files import jsonl
 
@@ -46,6 +47,11 @@ def read_tagged(path: str | Path, tag_column: str | None = None) -> list[Sentenc
     from electra.io.files import read_text
 
     path = Path(path)
+    if path.suffix.lower() in (".csv", ".tsv", ".tab", ".json", ".parquet"):
+        raise UserError(f"{path}: tagging reads CoNLL-U (.conllu), CoNLL (a word and its tag "
+                        f"per line, a blank line between sentences) or JSONL (.jsonl, "
+                        f"{{\"tokens\": [...], \"tags\": [...]}} a line); convert the file to "
+                        f"one of these")
     text = read_text(path)
     if path.suffix == ".jsonl":
         sentences = _jsonl(path, text)
@@ -59,7 +65,7 @@ def read_tagged(path: str | Path, tag_column: str | None = None) -> list[Sentenc
 
 
 def _jsonl(path: Path, text: str) -> list[Sentence]:
-    out = []
+    out, spellings = [], Spellings()
     for n, r in jsonl(path, text.splitlines()):
         words, tags = (r.get("tokens"), r.get("tags")) if isinstance(r, dict) else (None, None)
         if not isinstance(words, list) or not words or not all(isinstance(w, str)
@@ -71,7 +77,9 @@ def _jsonl(path: Path, text: str) -> list[Sentence]:
                                     or not str(t) for t in tags):
             raise UserError(f"{path}:{n}: a tag is empty, not a string, or has spaces around "
                             f"it ({tags!r}); give one tag per token, e.g. \"B-PER\"")
-        out.append(Sentence(words, None if tags is None else [str(t) for t in tags]))
+        out.append(Sentence(words, None if tags is None else [
+            spellings.read(t, f"{path}:{n}", "tag") for t in tags]))
+    spellings.note(path, "tags")
     return out
 
 
@@ -80,7 +88,7 @@ def _conllu(path: Path, text: str, tag_column: str) -> list[Sentence]:
         raise UserError(f"--tag-column {tag_column}: a CoNLL-U file has the tag columns "
                         f"{', '.join(UD_COLUMNS)}")
     col = UD_COLUMNS[tag_column]
-    out, words, tags = [], [], []
+    out, words, tags, spellings = [], [], [], Spellings()
     for n, line in enumerate(text.splitlines(), 1):
         if line.startswith("#"):
             continue
@@ -95,14 +103,15 @@ def _conllu(path: Path, text: str, tag_column: str) -> list[Sentence]:
         if "-" in fields[0] or "." in fields[0]:
             continue  # a multiword token's range, or an empty node: not words
         words.append(fields[1])
-        tags.append(fields[col])
+        tags.append(spellings.read(fields[col], f"{path}:{n}", "tag"))
     if words:
         out.append(Sentence(words, tags))
+    spellings.note(path, "tags")
     return out
 
 
 def _conll(path: Path, text: str, tag_column: str | None) -> list[Sentence]:
-    out, words, tags = [], [], []
+    out, words, tags, spellings = [], [], [], Spellings()
     width = None
     for n, line in enumerate(text.splitlines(), 1):
         fields = line.split()
@@ -120,9 +129,10 @@ def _conll(path: Path, text: str, tag_column: str | None) -> list[Sentence]:
                             f"space-separated)")
         col = _column(tag_column, width, path)
         words.append(fields[0])
-        tags.append(fields[col])
+        tags.append(spellings.read(fields[col], f"{path}:{n}", "tag"))
     if words:
         out.append(Sentence(words, tags))
+    spellings.note(path, "tags")
     return out
 
 

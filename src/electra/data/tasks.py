@@ -12,14 +12,16 @@ the model sees them, in training and evaluation alike.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from electra.data.labels import Spellings
 from electra.errors import UserError
-from electra.io.files import jsonl
+from electra.io.files import jsonl, read_text
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
@@ -91,8 +93,9 @@ def _rows(path: Path) -> list[list[str]]:
             raise UserError(f"{path}: no such file; {path.parent} is in SuperGLUE's format "
                             f"(val.jsonl): its RTE is --task sg-rte")
         raise UserError(f"{path}: no such file")
-    with open(path, encoding="utf-8-sig", newline="") as f:  # -sig drops MRPC's BOM
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    text = read_text(path)  # drops MRPC's BOM
+    rows = list(csv.reader(io.StringIO(text, newline=""), delimiter="\t",
+                           quoting=csv.QUOTE_NONE))
     rows = [r for r in rows if r]
     if not rows:
         raise UserError(f"{path}: the file is empty")
@@ -124,7 +127,7 @@ def read_glue(task: str | TaskSpec, folder: str | Path, split: str) -> list[Exam
     else:
         text_idx, label_idx = list(spec.text), spec.label
     need = max([*text_idx, label_idx if label_idx is not None else 0]) + 1
-    out = []
+    out, spellings = [], Spellings()
     for n, row in enumerate(rows):
         if len(row) < need:
             if spec.skip_malformed:
@@ -135,10 +138,22 @@ def read_glue(task: str | TaskSpec, folder: str | Path, split: str) -> list[Exam
         label: str | float | None = None
         if label_idx is not None:
             raw = row[label_idx].strip()
-            label = float(raw) if spec.is_regression else raw
+            label = _score(raw, f"{path}: row {n + 1}") if spec.is_regression else \
+                spellings.read(raw, f"{path}: row {n + 1}")
         guid = row[cols["index"]] if is_test and "index" in cols else f"{split}-{n}"
         out.append(Example(texts[0], texts[1] if len(texts) > 1 else None, label, guid=guid))
+    spellings.note(path)
     return out
+
+
+def _score(text: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise UserError(f"{where}: score {text!r} is not a finite number")
+    return value
 
 
 # GLUE's submission file for each test split (https://gluebenchmark.com/faq).
@@ -172,11 +187,7 @@ def read_custom(path: str | Path, text_columns: list[str], label_column: str | N
     if label_column in text_columns:
         raise UserError(f"--label-column {label_column} is also a text column (--text-columns "
                         f"{','.join(text_columns)}); the model would read its answer")
-    try:
-        records = _records(path)
-    except UnicodeDecodeError as err:
-        raise UserError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); save it "
-                        f"as UTF-8") from None
+    records = _records(path)
     if not records:
         raise UserError(f"{path}: no rows")
     if not isinstance(records[0], dict):
@@ -187,7 +198,7 @@ def read_custom(path: str | Path, text_columns: list[str], label_column: str | N
     if missing:
         raise UserError(f"{path}: no column {', '.join(map(repr, missing))}; found "
                         f"{', '.join(map(repr, found))}")
-    out, padded = [], 0
+    out, spellings = [], Spellings()
     for n, r in enumerate(records):
         absent = [c for c in wanted if not isinstance(r, dict) or r.get(c) is None]
         if absent:
@@ -205,27 +216,27 @@ def read_custom(path: str | Path, text_columns: list[str], label_column: str | N
                     raise UserError(f"{path}: row {n + 1}: label {value!r} is not a finite "
                                     f"number (--regression)")
             else:
-                label = str(value).strip()
-                padded += label != str(value)
-                if not label:
-                    raise UserError(f"{path}: row {n + 1}: the label ({label_column!r}) is "
-                                    f"empty; give every row a label, or drop the row")
-        b = str(r[text_columns[1]]) if len(text_columns) > 1 else None
-        out.append(Example(str(r[text_columns[0]]), b, label, guid=f"{path.name}-{n}"))
-    if padded:
-        print(f"electra: note: {path}: {padded} label(s) had spaces around them, removed "
-              f"(' 1' is read as '1')", file=sys.stderr)
+                label = spellings.read(value, f"{path}: row {n + 1}",
+                                       f"label ({label_column!r})")
+        texts = [r[c] for c in text_columns]
+        bad = next((c for c, t in zip(text_columns, texts, strict=True)
+                    if not isinstance(t, str | int | float) or isinstance(t, bool)), None)
+        if bad is not None:
+            raise UserError(f"{path}: row {n + 1}: {bad!r} is {type(r[bad]).__name__}, not "
+                            f"text")
+        out.append(Example(str(texts[0]), str(texts[1]) if len(texts) > 1 else None, label,
+                           guid=f"{path.name}-{n}"))
+    spellings.note(path)
     return out
 
 
 def _records(path: Path) -> list[Any]:
     """The rows of a CSV/TSV (dicts by header) or the objects of a JSONL file."""
+    text = read_text(path)
     if path.suffix == ".jsonl":
-        with open(path, encoding="utf-8") as f:
-            return [r for _, r in jsonl(path, f)]
+        return [r for _, r in jsonl(path, text.splitlines())]
     delimiter = "\t" if path.suffix in (".tsv", ".tab") else ","
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        return list(csv.DictReader(f, delimiter=delimiter))
+    return list(csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter))
 
 
 def label_map(train: list[Example], dev: list[Example] | None = None) -> dict[str, int]:

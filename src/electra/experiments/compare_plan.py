@@ -21,6 +21,7 @@ from electra.config import (
 )
 from electra.errors import UserError
 from electra.experiments.compare_spec import RANDOM_INIT, Task
+from electra.io.outputs import inside
 from electra.model.kernels import kernels_for
 from electra.objectives.flops import step_flops_per_sequence
 from electra.objectives.pretraining import ElectraPretrainingModel
@@ -69,7 +70,7 @@ class Plan:
 
         key = json.dumps([dataclasses.asdict(task), self.finetune_sets, self.seeds])
         digest = hashlib.sha256(key.encode()).hexdigest()[:8]
-        return out / "finetune" / model / f"{task.name}-{digest}"
+        return inside(out, "finetune", model, f"{task.name}-{digest}")
 
 def objective_config(base: RunConfig, kind: str, given: dict[str, Any] | None = None,
                      budget_flops: float | None = None, seq_len: int = 128) -> RunConfig:

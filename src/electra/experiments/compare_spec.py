@@ -17,6 +17,7 @@ from electra.config import (
 )
 from electra.data.tasks import GLUE
 from electra.errors import UserError
+from electra.io.outputs import plain_name
 from electra.objectives.registry import OBJECTIVES
 
 RANDOM_INIT = "random-init"  # the models fine-tuned from random weights
@@ -87,7 +88,8 @@ def parse_tasks(text: str, glue: str | None) -> list[Task]:
             if missing:
                 raise UserError(f"--tasks {spec}: a custom task needs {', '.join(missing)}, "
                                 f"e.g. custom:name=reviews:train=train.csv:dev=dev.csv")
-            tasks.append(Task(str(own["name"]), "custom", None, str(own["train"]),
+            name = plain_name(str(own["name"]), f"--tasks {head}:name")
+            tasks.append(Task(name, "custom", None, str(own["train"]),
                               str(own["dev"]), str(own.get("text", "text")).replace("+", ","),
                               str(own.get("label", "label")),
                               parse_bool(own.get("regression", False),

@@ -121,17 +121,24 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_text(path: Path, flag: str = "") -> str:
-    """A UTF-8 text file (a byte-order mark dropped); a missing file or other bytes are a
-    UserError naming it."""
+def read_text(path: str | Path, flag: str = "") -> str:
+    """A UTF-8 text file, as every reader of ours reads one: a byte-order mark dropped
+    (whatever the format), a missing file or bytes that are not UTF-8 a UserError naming the
+    file and the line (e.g. latin-1 text: save it as UTF-8)."""
+    path = Path(path)
     where = f"{flag} {path}" if flag else str(path)
     if not path.is_file():
         raise UserError(f"{where}: no such file")
     try:
-        return path.read_text(encoding="utf-8-sig")
+        data = path.read_bytes()
+    except OSError as err:
+        raise UserError(f"{where}: cannot be read ({err.strerror or err})") from None
+    try:
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise UserError(f"{where}: not UTF-8 text (byte {err.start}: {err.reason}); save it "
-                        f"as UTF-8") from None
+        line = data.count(b"\n", 0, err.start) + 1
+        raise UserError(f"{where}:{line}: not UTF-8 text (byte {err.start}: {err.reason}); "
+                        f"save the file as UTF-8") from None
 
 
 MAX_JSON_BYTES = 1 << 30  # 1 GiB: SQuAD's train file is 30 MB, a large tokenizer.json 20
@@ -192,11 +199,17 @@ def read_json(path: Path, what: str = "", max_bytes: int = MAX_JSON_BYTES) -> An
         if size > max_bytes:
             raise UserError(f"{path}: {size:,} bytes, more than the {max_bytes:,} a JSON file "
                             f"may have here{hint}")
-        text = path.read_text(encoding="utf-8-sig")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise UserError(f"{path}: no such file{hint}") from None
-    except (OSError, UnicodeDecodeError) as err:
+    except OSError as err:
         raise UserError(f"{path}: cannot be read{hint}: {err}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text (byte {err.start}: {err.reason})"
+                        f"{hint}") from None
     return parse_json(text, str(path), what)
 
 
@@ -246,3 +259,15 @@ def json_line(line: str, where: str) -> Any:
     """One JSONL line's object; bad or absurdly nested JSON is a UserError naming ``where``
     (``path:line``)."""
     return parse_json(line, where, fix="JSONL needs one object per line")
+
+
+def pickle_refusal(err: BaseException) -> str:
+    """What torch's weights_only refusal found (e.g. "unsupported GLOBAL posix.system"),
+    without its advice to load the file with weights_only=False: electra never tells a user
+    to run an untrusted pickle."""
+    import re
+
+    text = str(err)
+    found = re.search(r"(unsupported (?:GLOBAL|global|operand|class)[^\n.]*)", text)
+    return found.group(1).strip() if found else "objects other than tensors"
+

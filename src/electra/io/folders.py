@@ -42,8 +42,33 @@ def resolve(path: str | Path, part: str = "discriminator", flag: str = "--model"
         folder = folder / part
     if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
         raise UserError(f"{flag} {path}: no {part} weights (config.json and "
-                        f"model.safetensors); {_hint(part)}")
+                        f"model.safetensors); {what_instead(folder, part)}")
     return folder
+
+
+def what_instead(folder: Path, part: str) -> str:
+    """What to give instead of ``folder``, by what it holds: a multi-task seed folder (one
+    model per task), a run interrupted before its final models (its checkpoints), a
+    fine-tuning checkpoint (training state, not a model), or the usual hint."""
+    tasks = sorted(p.parent.name for p in folder.glob("*/config.json")
+                   if (p.parent / "model.safetensors").is_file())
+    if part == "classifier" and tasks:
+        return (f"it holds one model per task (a multi-task fine-tune): give "
+                f"{folder}/TASK, e.g. {folder / tasks[0]}")
+    done = sorted(p.parent for p in folder.glob("checkpoints/step-*/manifest.json")
+                  if not p.parent.name.endswith(".partial"))
+    last = done[-1] if done else None
+    if last is not None and folder.name.startswith("seed-"):
+        return ("it holds a fine-tune that was interrupted: continue it with `electra "
+                "finetune ... --resume` to get its model")
+    if last is not None and part != "classifier":
+        return (f"the run has no final models yet (it was interrupted, or still runs): give "
+                f"one of its checkpoints, e.g. {last}, or finish it with `electra pretrain "
+                f"--resume`")
+    if (folder / "manifest.json").is_file() and folder.parent.parent.name.startswith("seed-"):
+        return ("a fine-tuning checkpoint holds training state, not a finished model: "
+                "continue the fine-tune with --resume to get OUT/seed-N")
+    return _hint(part)
 
 
 def read_config(folder: Path, part: str, flag: str = "--model") -> tuple[ModelConfig,
@@ -89,9 +114,10 @@ def read_weights(path: Path) -> dict[str, Any]:
             return torch.load(path, map_location="cpu", weights_only=True)
         return load_file(str(path))
     except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0]
-        raise UserError(f"{path}: refused, it holds more than tensors ({first}); only "
-                        f"weights from a source you trust can be converted") from None
+        from electra.io.files import pickle_refusal
+
+        raise UserError(f"{path}: refused, it holds more than tensors "
+                        f"({pickle_refusal(err)}); nothing was loaded") from None
     except (SafetensorError, OSError, RuntimeError, EOFError) as err:
         raise UserError(f"{path}: cannot be read ({str(err).splitlines()[0]}); the file is "
                         f"damaged or truncated") from None

@@ -90,6 +90,8 @@ def _checkpoint_parts(src: Path) -> dict[str, nn.Module]:
     from electra.train.checkpoint import load_checkpoint
 
     saved = read_json(src / "config.json", "a checkpoint's config")
+    if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
+        raise UserError(f"{src}: {folders.what_instead(src, 'discriminator')}")
     where = str(src / "config.json")
     model = ElectraPretrainingModel(
         config_from_dict(ModelConfig, saved["model"], where),

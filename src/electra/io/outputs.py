@@ -37,6 +37,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import socket
 import stat
 import sys
@@ -134,6 +135,27 @@ def check_writable(out: Path, flag: str = "--out") -> None:
                         f"choose a writable folder") from None
 
 
+# What electra puts beside an output: OUT.electra-lock.XXXXXXXX while it takes the lock.
+_BESIDE = len(".electra-lock.") + 8
+
+
+def check_name(out: Path, flag: str = "--out") -> None:
+    """Refuse a name the filesystem cannot hold with electra's lock file beside it (most
+    allow 255 bytes a name)."""
+    place = out.parent
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    try:
+        limit = os.pathconf(place, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    size = len(os.fsencode(out.name))
+    if size + _BESIDE > limit:
+        raise UserError(f"{flag} {str(out)[:60]}...: its last part is {size} bytes, more than "
+                        f"the {limit - _BESIDE} this filesystem leaves for it ({limit} a name, "
+                        f"less electra's lock file beside it); choose a shorter name")
+
+
 def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
@@ -176,6 +198,31 @@ def _no_link(path: Path, flag: str, out: Path) -> None:
         what = " is" if path == out else f": {path} is"
         raise UserError(f"{flag} {out}{what} a symbolic link (to {os.readlink(path)}); give "
                         f"the real path, or remove the link")
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+
+
+def plain_name(name: str, what: str) -> str:
+    """A name that becomes a file or folder name (a task's name, an id): letters, digits and
+    ``._+-``, at most 64 characters, not starting with a dot; anything else (``/abs/path``,
+    ``..``, ``a/b``) is a UserError naming ``what``."""
+    if not _PLAIN_NAME.fullmatch(name) or ".." in name:
+        raise UserError(f"{what}={name!r}: a name becomes a folder name, so give letters, "
+                        f"digits, '.', '_', '+' or '-' (at most 64, no '..'), e.g. reviews")
+    return name
+
+
+def inside(out: str | Path, *parts: str) -> Path:
+    """``out/parts...``, checked to stay under ``out`` once symbolic links and ``..`` are
+    resolved: a path made from data or flags never leaves the command's --out."""
+    path = Path(out).joinpath(*parts)
+    root = _real(Path(out))
+    real = _real(path)
+    if real != root and root not in real.parents:
+        raise UserError(f"{path}: resolves to {real}, outside {out}; a name from the input "
+                        f"may not lead out of the output folder")
+    return path
 
 
 # -- the lock ---------------------------------------------------------------------------
@@ -426,6 +473,7 @@ def claim(out: str | Path, kind: str, command: str, *, overwrite: bool = False,
     missing folders above ``out``, removed again on release if still empty)."""
     out = Path(out)
     c = Claim(out, kind, command)
+    check_name(out, flag)
     _no_link(out, flag, out)
     here = _real(Path.cwd())
     if _real(out) == here or _real(out) in here.parents:
@@ -525,6 +573,7 @@ def check_file_out(out: str | Path, command: str, inputs: Iterable[tuple[str, An
     """Refuse a single-file output that would destroy something (see the module's
     docstring); call before any work. Returns ``out`` as a Path."""
     path = Path(out)
+    check_name(path, flag)
     if path.exists() and not path.is_file() and not path.is_dir():
         return path  # a device or pipe (/dev/stdout, /dev/null; a link to one): written into
     _no_link(path, flag, path)

@@ -159,18 +159,35 @@ def head_of(meta: dict[str, Any]) -> Head:
 
 def confusion(preds: np.ndarray, labels: np.ndarray, names: dict[int, str], split: str
               ) -> tuple[list[str], dict[str, Any]]:
-    """A split's confusion matrix of class ids, and a warning when every prediction is one
-    class."""
+    """A split's confusion matrix of class ids, and a warning when the predictions are (nearly)
+    one class: every one, or at least NEAR_ONE_CLASS of them while that class is less than
+    NEAR_ONE_CLASS_LABELS of the labels (see :data:`NEAR_ONE_CLASS`)."""
     from electra.data.tasks import confusion_counts
 
     matrix = {"labels": [names[i] for i in range(len(names))],
               "matrix": confusion_counts(labels, preds, len(names)).tolist()}
     warnings = []
-    if len(np.unique(preds)) == 1:
+    values, counts = np.unique(preds, return_counts=True)
+    if len(values) == 1:
         only = int(preds[0])
         warnings.append(f"{split}: every prediction is {names[only]!r} "
                         f"({np.mean(labels == only):.1%} of {split} is {names[only]!r})")
+    elif len(values):
+        top = int(values[counts.argmax()])
+        share, truth = counts.max() / len(preds), float(np.mean(labels == top))
+        if share >= NEAR_ONE_CLASS and truth < NEAR_ONE_CLASS_LABELS:
+            warnings.append(f"{split}: nearly every prediction is {names[top]!r} ("
+                            f"{counts.max():,} of {len(preds):,}, {share:.1%}; {truth:.1%} of "
+                            f"{split} is {names[top]!r})")
     return warnings, matrix
+
+
+# A classifier collapsed onto one class: at least 99% of its predictions are one class while
+# under 95% of the labels are. Such a model scores within a point of answering that class
+# always (at most 1% of rows answered otherwise), so its metric says nothing of what it
+# learned; a split where the class really is 95%+ of the labels is not flagged.
+NEAR_ONE_CLASS = 0.99
+NEAR_ONE_CLASS_LABELS = 0.95
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, **kw: Any) -> torch.Tensor:

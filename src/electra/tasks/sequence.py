@@ -59,6 +59,24 @@ class SequenceClassifier(EncoderWithHead):
         return self.head_out(h)
 
 
+def _in_model_spelling(data: TaskData, labels: dict[str, int], where: str) -> TaskData:
+    """Dev labels (read by the one label rule) in the spelling of a model's labels: a model
+    fine-tuned before the rule may name a class ``True`` or ``1.0``."""
+    import dataclasses
+
+    from electra.data.labels import canonical_label
+
+    spelled: dict[str, str] = {}
+    for name in labels:
+        spelled.setdefault(canonical_label(name, where), name)
+    if all(k == v for k, v in spelled.items()):
+        return data
+    dev = {split: [dataclasses.replace(e, label=spelled.get(str(e.label), e.label))
+                   if e.label is not None else e for e in examples]
+           for split, examples in data.dev.items()}
+    return data.replace(dev=dev)
+
+
 class Sequence(Head):
     name = "sequence"
     hf_part = "classifier"
@@ -120,6 +138,7 @@ class Sequence(Head):
     def for_model(self, data: TaskData, meta: dict[str, Any], cfg: FinetuneConfig,
                   where: str) -> TaskData:
         if not data.regression and meta["labels"]:
+            data = _in_model_spelling(data, meta["labels"], where)
             unseen = sorted({str(e.label) for d in data.dev.values() for e in d
                              if e.label is not None} - set(meta["labels"]))
             if unseen:

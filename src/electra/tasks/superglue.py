@@ -34,7 +34,7 @@ from electra.data.superglue import (
     write_submission,
 )
 from electra.errors import UserError
-from electra.io.files import jsonl
+from electra.io.files import jsonl, read_text
 from electra.tasks.base import TaskData, confusion, logits
 from electra.tasks.sequence import Sequence
 
@@ -92,9 +92,8 @@ class SuperGLUE(Sequence):
         if path.suffix != ".jsonl":
             raise UserError(f"--input {path}: {spec.folder} reads its own JSONL format "
                             f"(like its test.jsonl)")
-        with open(path, encoding="utf-8") as f:
-            return [r for n, row in jsonl(path, f) for r in spec.read(row, f"{path}:{n}",
-                                                                      False)]
+        return [r for n, row in jsonl(path, read_text(path, "--input").splitlines())
+                for r in spec.read(row, f"{path}:{n}", False)]
 
     def encode(self, tok: Any, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:

@@ -120,15 +120,22 @@ def load_checkpoint(path: Path, model: nn.Module) -> tuple[dict[str, Any], dict[
     """Verify, then load weights into ``model``; returns (state, config)."""
     import pickle
 
+    from safetensors import SafetensorError
+
+    from electra.io.files import pickle_refusal
+
     config = verify_checkpoint(path)
     try:  # weights_only: plain tensors and containers; anything that would run code is refused
         state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+        missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
     except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0]
-        raise UserError(f"{path}/state.pt: refused, it holds more than tensors ({first}); "
-                        f"nothing was loaded. Delete {path} to resume from an earlier "
-                        f"checkpoint") from None
-    missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
+        raise UserError(f"{path}/state.pt: refused, it holds more than tensors "
+                        f"({pickle_refusal(err)}); nothing was loaded. Delete {path} to "
+                        f"resume from an earlier checkpoint") from None
+    except (RuntimeError, EOFError, OSError, ValueError, SafetensorError) as err:
+        raise UserError(f"checkpoint {path} cannot be read although its checksums match "
+                        f"({str(err).strip().splitlines()[0][:120]}); nothing was loaded. "
+                        f"Delete {path} to resume from an earlier checkpoint") from None
     if missing or unexpected:
         raise UserError(f"checkpoint {path} does not fit this model (missing "
                         f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")

@@ -84,7 +84,9 @@ class TaskSampler:
     def __init__(self, sizes: dict[str, int], batch_size: int, alpha: float, seed: int,
                  lengths: dict[str, torch.Tensor] | None = None) -> None:
         self.names = list(sizes)
-        weights = torch.tensor([float(n) ** alpha for n in sizes.values()], dtype=torch.float64)
+        largest = float(max(sizes.values()))  # size^alpha relative to the largest: no
+        weights = torch.tensor([(n / largest) ** alpha for n in sizes.values()],  # overflow
+                               dtype=torch.float64)
         self.probs = weights / weights.sum()
         self.g = torch.Generator().manual_seed(seed)
         self.batches = {
