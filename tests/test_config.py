@@ -66,7 +66,8 @@ def test_set_overrides_and_unknown_keys():
                                          "objective.sampling=inverse_cdf"])
     assert (cfg.train.lr, cfg.model.num_layers, cfg.train.precision) == (1e-3, 4, "fp32")
     assert cfg.objective.sampling == "inverse_cdf"
-    with pytest.raises(UserError, match=r"unknown key 'lrr' in \[train\]; valid keys: lr"):
+    with pytest.raises(UserError, match=r"unknown key 'lrr' in \[train\] \(did you mean "
+                                        r"'lr'\?\); valid keys: lr"):
         load_run_config("small", sets=["train.lrr=1"])
     with pytest.raises(UserError, match="batch_size=10 is not divisible"):
         load_run_config("small", sets=["batch_size=10", "grad_accum=4"])

@@ -626,7 +626,10 @@ def apply_overrides(d: dict[str, Any], sets: list[str]) -> dict[str, Any]:
             names = [f.name for f in fields(sections[section])]
             raise UserError(f"--set {key}: unknown key {name!r} in [{section}]"
                             f"{did_you_mean(name, names)}; valid keys: {', '.join(names)}")
-        out.setdefault(section, {})[name] = value
+        table = out.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise UserError(f"[{section}] must be a table of settings, got {table!r}")
+        table[name] = value
     return out
 
 
@@ -672,7 +675,10 @@ def resumed_run_config(run: str | Path, sets: list[str] | None = None) -> RunCon
     if not path.is_file():
         raise UserError(f"--resume: {path} not found; give --preset or --config to start a run")
     saved = read_json(path, "the run's config")
-    unknown = sorted(set(saved) - RUN_FILE_KEYS) if isinstance(saved, dict) else []
+    if not isinstance(saved, dict):
+        raise UserError(f"--resume: {path} is not a run's config (a JSON object); give "
+                        f"--preset or --config, or start a new --out")
+    unknown = sorted(set(saved) - RUN_FILE_KEYS)
     if unknown:
         raise UserError(f"--resume: {path}: unknown key(s) {', '.join(map(repr, unknown[:5]))}"
                         f"; electra pretrain writes only {', '.join(sorted(RUN_FILE_KEYS))}: "

@@ -72,40 +72,17 @@ def read_squad(path: str | Path, training: bool) -> tuple[list[QAExample], int, 
                     not isinstance(para.get("qas"), list):
                 raise UserError(f"{where}: needs a \"context\" string and a \"qas\" list "
                                 f"(SQuAD's layout)")
-            context = para["context"]
-            if para["qas"] and not context.strip():
+            if para["qas"] and not para["context"].strip():
                 raise UserError(f"{where}: the context is empty; every question needs the "
                                 f"text its answer is taken from")
             for qa in para["qas"]:
-                if not isinstance(qa, dict) or not all(isinstance(qa.get(k), str)
-                                                       for k in ("id", "question")):
-                    raise UserError(f"{where}: a question without an \"id\" and a "
-                                    f"\"question\" string")
-                if qa["id"] in seen:
-                    raise UserError(f"{where}: question id {qa['id']!r} is given twice (first "
-                                    f"in {seen[qa['id']]}); SQuAD names each question by a "
-                                    f"unique id")
-                seen[qa["id"]] = f"article {a_i}, paragraph {p_i}"
-                impossible = bool(qa.get("is_impossible", False))
+                e = _question(qa, where, para["context"], training, seen)
+                e.title = str(article.get("title", ""))
                 v2 = v2 or "is_impossible" in qa
-                try:
-                    answers = [(a["text"], int(a["answer_start"]))
-                               for a in qa.get("answers", [])]
-                except (KeyError, TypeError, ValueError):
-                    raise UserError(f"{where}: question {qa['id']} has an answer without "
-                                    f"\"text\" and an integer \"answer_start\"") from None
-                if training and not impossible:
-                    if not answers:
-                        raise UserError(f"{path}: question {qa['id']} has no answer; a "
-                                        f"training file needs one for every answerable "
-                                        f"question (SQuAD 2.0 marks the others is_impossible)")
-                    answers = answers[:1]  # the original trains on the first answer
-                    text, start = answers[0]
-                    if context[start : start + len(text)] != text:
-                        skipped += 1
-                        continue
-                out.append(QAExample(qa["id"], qa["question"], context, answers, impossible,
-                                     article.get("title", "")))
+                if training and not e.impossible and not _at_start(e):
+                    skipped += 1
+                    continue
+                out.append(e)
     if not out and skipped:
         raise UserError(f"{path}: no usable question: the answer of each of its {skipped} "
                         f"questions is not at its answer_start in the context (answer_start "
@@ -113,6 +90,40 @@ def read_squad(path: str | Path, training: bool) -> tuple[list[QAExample], int, 
     if not out:
         raise UserError(f"{path}: no questions")
     return out, skipped, "2.0" if v2 else "1.1"
+
+
+def _question(qa: Any, where: str, context: str, training: bool,
+              seen: dict[str, str]) -> QAExample:
+    """One question of a paragraph, checked: an id given once in the file, text fields, an
+    answer (training keeps the first) for every answerable question in training."""
+    if not isinstance(qa, dict) or not all(isinstance(qa.get(k), str)
+                                           for k in ("id", "question")):
+        raise UserError(f"{where}: a question without an \"id\" and a \"question\" string")
+    if qa["id"] in seen:
+        raise UserError(f"{where}: question id {qa['id']!r} is given twice (first in "
+                        f"{seen[qa['id']]}); SQuAD names each question by a unique id")
+    seen[qa["id"]] = where.rsplit(": ", 1)[-1]
+    impossible = bool(qa.get("is_impossible", False))
+    try:
+        answers = [(a["text"], int(a["answer_start"])) for a in qa.get("answers", [])]
+        if not all(isinstance(text, str) for text, _ in answers):
+            raise TypeError
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise UserError(f"{where}: question {qa['id']} has an answer without a \"text\" "
+                        f"string and an integer \"answer_start\"") from None
+    if training and not impossible:
+        if not answers:
+            raise UserError(f"{where}: question {qa['id']} has no answer; a training file "
+                            f"needs one for every answerable question (SQuAD 2.0 marks the "
+                            f"others is_impossible)")
+        answers = answers[:1]  # the original trains on the first answer
+    return QAExample(qa["id"], qa["question"], context, answers, impossible)
+
+
+def _at_start(e: QAExample) -> bool:
+    """Whether the (first) answer's text sits at its answer_start in the context."""
+    text, start = e.answers[0]
+    return start >= 0 and e.context[start : start + len(text)] == text
 
 
 def split_articles(examples: list[QAExample], fraction: float, seed: int = 0

@@ -321,6 +321,10 @@ def _create_exclusive(path: Path, info: bytes) -> int | None:
     return fd
 
 
+class _NoLocks(Exception):
+    """The filesystem has no fcntl locks (ENOLCK)."""
+
+
 def take_lock(out: Path, command: str, flag: str = "--out") -> Lock | None:
     """The exclusive lock on ``OUT.electra-lock``; a UserError naming the holder when another
     process holds it. None (with a note) where the filesystem has no locks.
@@ -328,8 +332,6 @@ def take_lock(out: Path, command: str, flag: str = "--out") -> Lock | None:
     A lock file is electra's only if it carries electra's signature: a stale one (its holder
     was killed) is taken over; any other file at that path is never truncated, rewritten or
     deleted (one line asks the user to move it)."""
-    import fcntl
-
     path = lock_path(out)
     _no_link(path, flag, out)
     key = _lock_key(out)
@@ -337,70 +339,76 @@ def take_lock(out: Path, command: str, flag: str = "--out") -> Lock | None:
         raise UserError(f"{flag} {out} is being written by this same process already; give "
                         f"each output its own folder")
     info = _info(command)
-    empty = 0
-    for _ in range(50):
-        try:
-            fd = _create_locked(path, info)
-        except OSError as err:
-            if err.errno == errno.ENOLCK:
-                print(f"electra: note: {path.parent} has no file locks; nothing stops another "
-                      f"command from writing {out} at the same time", file=sys.stderr)
-                return None
-            raise UserError(f"{flag} {out}: cannot create the lock file {path} "
-                            f"({err.strerror}); choose a writable folder") from None
-        if fd is not None:
-            _HELD.add(key)
-            return Lock(path, fd, key)
-        try:  # it exists: held by a running command, stale, or not ours at all
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                os.close(fd)
-                raise OSError(errno.EINVAL, "not a regular file")
-        except FileNotFoundError:
-            continue  # its holder just removed it
-        except OSError as err:
-            raise UserError(f"{flag} {out}: {path} exists and is not a lock electra wrote "
-                            f"({err.strerror}; nothing was changed); it is where this "
-                            f"command keeps its lock: move it away or choose another "
-                            f"{flag}") from None
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
-            os.close(fd)
-            if err.errno == errno.ENOLCK:
-                print(f"electra: note: {path.parent} has no file locks; nothing stops another "
-                      f"command from writing {out} at the same time", file=sys.stderr)
-                return None
-            raise UserError(f"{flag} {out} is being written by another electra command "
-                            f"({_holder(text)}); wait for it to end, or choose another "
-                            f"folder") from None
-        try:  # the file may have been removed by the holder we raced: then try again
-            same = os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
-        except FileNotFoundError:
-            same = False
-        text = os.pread(fd, 1 << 16, 0).decode("utf-8", "replace") if same else ""
-        if same and not text and empty < 40:  # O_EXCL's moment between create and write
-            empty += 1
-            same = False
-            time.sleep(0.025)
-        if not same:
-            os.close(fd)
-            continue
-        stale = _signed(text)
-        if stale is None:
-            os.close(fd)
-            raise UserError(f"{flag} {out}: {path} exists and was not written by electra "
-                            f"(nothing was changed); it is where this command keeps its "
-                            f"lock: move that file away or choose another {flag}")
-        print(f"electra: note: {path} was left by a command that no longer runs "
-              f"({_holder(text)}); taking it over", file=sys.stderr)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, info, 0)
-        _HELD.add(key)
-        return Lock(path, fd, key)
+    try:
+        for attempt in range(50):
+            try:
+                fd = _create_locked(path, info)
+            except OSError as err:
+                if err.errno == errno.ENOLCK:
+                    raise _NoLocks from None
+                raise UserError(f"{flag} {out}: cannot create the lock file {path} "
+                                f"({err.strerror}); choose a writable folder") from None
+            if fd is None:  # it exists: held by a running command, stale, or not ours
+                fd = _stale(path, out, flag, patient=attempt < 40)
+            if fd is not None:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, info, 0)
+                _HELD.add(key)
+                return Lock(path, fd, key)
+    except _NoLocks:
+        print(f"electra: note: {path.parent} has no file locks; nothing stops another "
+              f"command from writing {out} at the same time", file=sys.stderr)
+        return None
     raise UserError(f"{flag} {out}: could not take {path} (it keeps being replaced); run the "
                     f"command again")
+
+
+def _stale(path: Path, out: Path, flag: str, patient: bool) -> int | None:
+    """The existing lock file at ``path``, locked, if it is a stale one of electra's (a note
+    says so); None to try again (it was just removed or replaced, or is still empty in
+    O_EXCL's moment when ``patient``). A UserError when a running command holds it or
+    electra did not write it."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file")
+    except FileNotFoundError:
+        return None  # its holder just removed it
+    except OSError as err:
+        raise UserError(f"{flag} {out}: {path} exists and is not a lock electra wrote "
+                        f"({err.strerror}; nothing was changed); it is where this command "
+                        f"keeps its lock: move it away or choose another {flag}") from None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+        os.close(fd)
+        if err.errno == errno.ENOLCK:
+            raise _NoLocks from None
+        raise UserError(f"{flag} {out} is being written by another electra command "
+                        f"({_holder(text)}); wait for it to end, or choose another "
+                        f"folder") from None
+    try:  # the file may have been removed by the holder we raced: then try again
+        same = os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
+    except FileNotFoundError:
+        same = False
+    text = os.pread(fd, 1 << 16, 0).decode("utf-8", "replace") if same else ""
+    if not same or (not text and patient):
+        os.close(fd)
+        if same:
+            time.sleep(0.025)
+        return None
+    if _signed(text) is None:
+        os.close(fd)
+        raise UserError(f"{flag} {out}: {path} exists and was not written by electra "
+                        f"(nothing was changed); it is where this command keeps its "
+                        f"lock: move that file away or choose another {flag}")
+    print(f"electra: note: {path} was left by a command that no longer runs "
+          f"({_holder(text)}); taking it over", file=sys.stderr)
+    return fd
 
 
 # -- the claim ---------------------------------------------------------------------------

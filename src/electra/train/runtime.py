@@ -33,6 +33,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -104,23 +105,52 @@ def keep_freed_memory() -> bool:
 
 
 def use_threads(threads: int, key: str, device: torch.device) -> str | None:
-    """Run torch's CPU ops on ``threads`` threads (0: torch's default, one per core) and say
-    when that default meets a machine already busy: its threads then compete with the other
-    jobs' and a step can run many times slower (the demo went from 0.2 to 10 s a step on a
-    shared 2-core machine). Returns that note (naming ``key``, the setting), or None."""
+    """Run torch's CPU ops on ``threads`` threads (0: torch's default, one per core), and on
+    a machine other jobs already keep busy, on fewer: torch's threads wait on each other at
+    every op, and a thread the scheduler sets aside holds up the rest. Measured with
+    bench/busy_threads.py (the demo's step, 2-core AMD EPYC Zen 4): beside 2 busy loops 1
+    thread ran 2.9-3.0x faster than 2, beside 5 busy loops 2.7x; the demo once went from 0.2
+    to 22 s a step on a loaded 2-core machine. Busy means a 1-minute load of at least the
+    cores less half of one, and fewer idle cores than torch has threads in a sample of
+    /proc/stat (so load a previous stage left is not mistaken for other jobs). Returns the
+    note saying so (naming ``key``, the setting that chooses), or None."""
     if threads:
         torch.set_num_threads(threads)
         return None
-    cores = os.cpu_count() or 1
+    have, cores = torch.get_num_threads(), os.cpu_count() or 1
     try:
         load = os.getloadavg()[0]
     except (OSError, AttributeError):
         return None
-    if device.type != "cpu" or load < cores:
+    if device.type != "cpu" or have <= 1 or load < cores - 0.5:
         return None
-    return (f"electra: note: this machine is busy (load {load:.1f} on {cores} cores) and "
-            f"torch uses all {torch.get_num_threads()} threads, so steps may run several "
-            f"times slower; if they do, --set {key}=1 (or the number of idle cores)")
+    idle = idle_cores(cores)
+    if idle is not None and idle >= have - 0.5:
+        return None  # the load was a moment ago
+    fewer = max(1, min(have - 1, round(idle or 0)))
+    torch.set_num_threads(fewer)
+    seen = f", {idle:.1f} idle" if idle is not None else ""
+    return (f"electra: note: this machine is busy (load {load:.1f} on {cores} cores{seen}), "
+            f"so torch runs on {fewer} thread{'s' if fewer > 1 else ''} instead of {have} "
+            f"(threads that wait on each other behind other jobs ran ~3x slower); choose "
+            f"with --set {key}=N")
+
+
+def idle_cores(cores: int, seconds: float = 0.2) -> float | None:
+    """How many cores were idle over ``seconds`` (/proc/stat's idle and iowait time); None
+    where /proc/stat cannot be read."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        return sum(values), values[3] + (values[4] if len(values) > 4 else 0)
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return cores * (idle1 - idle0) / max(1, total1 - total0)
 
 
 def resolve_precision(device: torch.device, precision: str) -> str:
