@@ -17,8 +17,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -c "import electra, torch, tokenizers, safetensors, transformers, sklearn, tensorboard, matplotlib, pyarrow, datasets, seqeval, mkdocs, mkdocstrings, material, xdist, hypothesis"
 	touch $@
 
+# ARGS: the demo's flags, e.g. make demo ARGS="--resume" or ARGS="--set train.threads=1"
 demo: setup
-	$(VENV)/bin/electra demo
+	$(VENV)/bin/electra demo $(ARGS)
 
 # A pytest-xdist worker per core, each test file on one worker in its order (the docs' pages
 # build on each other); TEST_WORKERS=0: one process. Times per CPU: docs/results/machines.md.

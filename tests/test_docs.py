@@ -4,7 +4,8 @@
   of the site's navigation runs, page by page in the navigation's order, in one working
   folder laid out as the pages say: ``runs/demo/corpus`` (what `make demo` writes), the shared
   data at ``../shared/data`` cut down to a few rows, the SuperGLUE fixtures at
-  ``tests/fixtures/superglue``, and a small CSV task. Each page's blocks run as one bash
+  ``tests/fixtures/superglue`` (the CSV task, ``my_train.csv``, is made by a page's block, as a
+  reader makes it). Each page's blocks run as one bash
   script (``set -e``: a failing command fails the page), so a page can set a variable in one
   block and use it in the next, and later pages use what earlier ones made.
 - The README's quickstart is the getting-started page's, line for line, and its links
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ROOT, SHARED_DATA, write_sentiment
+from helpers import ROOT, SHARED_DATA
 
 RUNNABLE = re.compile(r'^```bash title="runnable"\n(.*?)^```', re.S | re.M)
 ROWS = 121  # a header and 120 rows of each GLUE file
@@ -124,9 +125,7 @@ def workdir(tmp_path_factory) -> Path:
     (corpus / "train.txt").write_text("\n\n".join(t for i, t in enumerate(text) if i % 20)
                                       + "\n", encoding="utf-8")
     (corpus / "heldout.txt").write_text("\n\n".join(text[::20]) + "\n", encoding="utf-8")
-    write_sentiment(work / "my_train.csv", 160, seed=0)
-    write_sentiment(work / "my_dev.csv", 60, seed=1)
-    return work
+    return work  # my_train.csv and my_dev.csv: a runnable block makes them (continue.md)
 
 
 @pytest.mark.slow

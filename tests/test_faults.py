@@ -302,6 +302,9 @@ def add_issue_39_fixtures(w: Path) -> None:
     manifest = json.loads((ck / "manifest.json").read_text())
     manifest["state.pt"] = {"bytes": len(data), "sha256": sha(ck / "state.pt")}
     (ck / "manifest.json").write_text(json.dumps(manifest))
+    shutil.copytree(w / "run", w / "run_cut", ignore=shutil.ignore_patterns(
+        "discriminator", "generator"))  # as an interrupted run leaves it
+    shutil.copytree(w / "ft/seed-1", w / "mt/seed-1/custom")  # a multi-task seed's layout
     shutil.copytree(w / "run", w / "run_class", ignore=shutil.ignore_patterns("checkpoints"))
     saved = json.loads((w / "run_class/config.json").read_text())
     (w / "run_class/config.json").write_text(json.dumps({**saved, "__class__": "os.system"}))
@@ -890,6 +893,12 @@ CASES += [
      "cannot be read although its checksums match"),
     ("model", ("pretrain", "--data", P("data"), "--out", P("run_class"), "--resume"),
      "unknown key(s) '__class__'"),
+    # -- what to give as --model instead --
+    ("model", ft(model="run_cut"), "the run has no final models yet (it was interrupted, or "
+     "still runs): give one of its checkpoints, e.g. {w}/run_cut/checkpoints/step-0000004"),
+    ("model", ("evaluate", "--model", P("mt", "seed-1"), "--task", "custom", "--dev",
+               P("dev.csv")), "it holds one model per task (a multi-task fine-tune): give "
+     "{w}/mt/seed-1/TASK, e.g. {w}/mt/seed-1/custom"),
 ]
 
 
@@ -1114,3 +1123,17 @@ def test_verify_checks_every_row_and_the_checksums(world, tmp_path, capsys):
     assert len(ShardDataset(tmp_path / "data")) > 0  # still in range: loading accepts it
     assert main(["prepare", "--verify", str(tmp_path / "data")]) == 2
     assert "train/ids.bin does not match its checksum" in capsys.readouterr().err
+
+
+def test_a_checkpoint_is_a_starting_point_everywhere_a_run_is(world, tmp_path, capsys):
+    """An interrupted run's checkpoint, named where its run would be: fine-tuning, detection
+    and pretrain --init all read it."""
+    ck = world / "run_cut" / "checkpoints" / "step-0000004"
+    assert main([*resolve(ft(model="run_cut/checkpoints/step-0000004"), world, 0)[:-2],
+                 "--set", "epochs=1", "--out", str(tmp_path / "ft")]) == 0
+    assert main(["detect", "--model", str(ck), "a b c"]) == 0
+    assert main(["pretrain", "--config", str(world / "tiny.toml"), "--data",
+                 str(world / "data"), "--init", str(ck), "--out", str(tmp_path / "run"),
+                 "--quiet", "--set", "train.max_steps=1"]) == 0
+    assert (tmp_path / "run" / "discriminator" / "model.safetensors").is_file()
+

@@ -379,7 +379,7 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
                             f"{init[0].vocab_size} tokens but --data {opt.data} was prepared "
                             f"with {data.vocab_size}; prepare the data with the model's "
                             f"tokenizer")
-        tok = load_tokenizer(folders.resolve(opt.init, "discriminator", "--init"))
+        tok = load_tokenizer(init[3])
         data.check_tokenizer(tokenizer_checksum(tok), tok.get_vocab_size(),
                              f"--init {opt.init}")
     if data.seq_len > model_cfg.max_position_embeddings:
@@ -411,9 +411,11 @@ def _unigram_counts(data: ShardDataset) -> torch.Tensor:
     return torch.from_numpy(counts)
 
 
-def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, Any]:
-    """(model config, discriminator, generator) to start from; dropout from the run config."""
-    disc = open_model(folder, "discriminator", "--init")["discriminator"]
+def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, Any, Path]:
+    """(model config, discriminator, generator, tokenizer folder) to start from (a run, an
+    imported run, or a run's checkpoint); dropout from the run config."""
+    opened = open_model(folder, "discriminator", "--init")
+    disc, tokenizer = opened["discriminator"], opened.tokenizer
     gen = open_model(folder, "generator", "--init")["generator"]
     d, g = disc.config, gen.config
     cfg = d.replace(generator_size=g.hidden_size / d.hidden_size,
@@ -427,7 +429,7 @@ def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, A
                         f"heads, FFN {g.intermediate_size}) is not a width multiple of the "
                         f"discriminator ({d.hidden_size}, {d.num_heads}, "
                         f"{d.intermediate_size})")
-    return cfg, disc, gen
+    return cfg, disc, gen, tokenizer
 
 
 def _run_folder(opt: PretrainOptions, run_config: dict[str, Any], data: ShardDataset,

@@ -106,14 +106,16 @@ def keep_freed_memory() -> bool:
 
 def use_threads(threads: int, key: str, device: torch.device) -> str | None:
     """Run torch's CPU ops on ``threads`` threads (0: torch's default, one per core), and on
-    a machine other jobs already keep busy, on fewer: torch's threads wait on each other at
-    every op, and a thread the scheduler sets aside holds up the rest. Measured with
-    bench/busy_threads.py (the demo's step, 2-core AMD EPYC Zen 4): beside 2 busy loops 1
-    thread ran 2.9-3.0x faster than 2, beside 5 busy loops 2.7x; the demo once went from 0.2
-    to 22 s a step on a loaded 2-core machine. Busy means a 1-minute load of at least the
-    cores less half of one, and fewer idle cores than torch has threads in a sample of
-    /proc/stat (so load a previous stage left is not mistaken for other jobs). Returns the
-    note saying so (naming ``key``, the setting that chooses), or None."""
+    a machine other jobs already keep busy, on as many as there are idle cores (at least
+    one): torch's threads wait on each other at every op, and a thread the scheduler sets
+    aside holds up the rest. Measured with bench/busy_threads.py (the demo's step, tiny
+    preset, batch 32 x 128, bf16, on a 2-core AMD EPYC Zen 4, medians of 3): beside 1, 2 and
+    5 busy loops 1 thread ran 2.3x, 1.5x and 2.5x faster than 2 (0.59 against 1.36, 0.93
+    against 1.42, 2.10 against 5.23 s a step); on the idle machine 2 threads ran 1.65x faster
+    than 1. Idle cores are sampled from /proc/stat (0.2 s, only when the 1-minute load is
+    0.5 or more: an idle machine pays nothing), so load an earlier stage left is not taken
+    for other jobs. Returns the note saying so (naming ``key``, the setting that chooses),
+    or None."""
     if threads:
         torch.set_num_threads(threads)
         return None
@@ -122,18 +124,19 @@ def use_threads(threads: int, key: str, device: torch.device) -> str | None:
         load = os.getloadavg()[0]
     except (OSError, AttributeError):
         return None
-    if device.type != "cpu" or have <= 1 or load < cores - 0.5:
+    if device.type != "cpu" or have <= 1 or load < 0.5:
         return None
     idle = idle_cores(cores)
-    if idle is not None and idle >= have - 0.5:
-        return None  # the load was a moment ago
-    fewer = max(1, min(have - 1, round(idle or 0)))
+    if idle is None:
+        idle = max(0.0, cores - load)
+    if idle >= have - 0.5:
+        return None
+    fewer = max(1, min(have - 1, round(idle)))
     torch.set_num_threads(fewer)
-    seen = f", {idle:.1f} idle" if idle is not None else ""
-    return (f"electra: note: this machine is busy (load {load:.1f} on {cores} cores{seen}), "
-            f"so torch runs on {fewer} thread{'s' if fewer > 1 else ''} instead of {have} "
-            f"(threads that wait on each other behind other jobs ran ~3x slower); choose "
-            f"with --set {key}=N")
+    return (f"electra: note: this machine is busy (load {load:.1f} on {cores} cores, {idle:.1f} "
+            f"idle), so torch runs on {fewer} thread{'s' if fewer > 1 else ''} instead of "
+            f"{have} (threads that wait on each other behind other jobs ran 1.5-2.5x "
+            f"slower); choose with --set {key}=N")
 
 
 def idle_cores(cores: int, seconds: float = 0.2) -> float | None:
