@@ -87,3 +87,49 @@ def test_a_model_fine_tuned_before_the_rule_still_scores_its_labels():
                     head=Sequence())
     scored = Sequence().for_model(data, {"labels": {"True": 0, "1.0": 1}}, None, "m")
     assert [e.label for e in scored.dev["dev"]] == ["True", "1.0"]
+
+
+def test_a_collapsed_classifier_is_flagged_and_a_skewed_split_is_not():
+    """1,992 of 2,000 predictions one class on a balanced split: flagged; the same on a
+    split where that class really is 99.5% of the labels: not; every prediction one class:
+    flagged as before."""
+    import numpy as np
+
+    from electra.tasks.base import confusion
+
+    names = {0: "neg", 1: "pos"}
+    labels = np.array([0, 1] * 1000)
+    preds = np.array([1] * 1992 + [0] * 8)
+    warnings, _ = confusion(preds, labels, names, "dev")
+    assert warnings == ["dev: nearly every prediction is 'pos' (1,992 of 2,000, 99.6%; 50.0% "
+                        "of dev is 'pos')"]
+    skewed = np.array([1] * 1990 + [0] * 10)
+    assert confusion(preds, skewed, names, "dev")[0] == []
+    assert confusion(np.ones(10, int), labels[:10], names, "dev")[0] == [
+        "dev: every prediction is 'pos' (50.0% of dev is 'pos')"]
+    assert confusion(np.array([0, 1] * 50), labels[:100], names, "dev")[0] == []
+
+
+def test_evaluate_reads_the_columns_the_model_was_fine_tuned_on(tmp_path, capsys):
+    """A model fine-tuned with --text-columns sentence is evaluated on a file with that
+    column without naming it again (it said: no column 'text'), and predict agrees."""
+    from helpers import write_sentiment
+
+    from electra.cli import main
+    from electra.io.tokenizer import train_tokenizer
+
+    for name, n, seed in (("train", 64, 0), ("dev", 16, 1)):
+        write_sentiment(tmp_path / f"{name}.csv", n, seed)
+        text = (tmp_path / f"{name}.csv").read_text().replace("text,label", "sentence,label",
+                                                                   1)
+        (tmp_path / f"{name}.csv").write_text(text)
+    train_tokenizer([str(tmp_path / "train.csv")], 100, tmp_path / "tok")
+    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(tmp_path / "tok"),
+                 "--task", "custom", "--train", str(tmp_path / "train.csv"), "--dev",
+                 str(tmp_path / "dev.csv"), "--text-columns", "sentence", "--set", "epochs=1",
+                 "--set", "precision=fp32", "--quiet", "--out", str(tmp_path / "ft")]) == 0
+    scored = json.loads((tmp_path / "ft/results.json").read_text())["seeds"]["1"]
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(tmp_path / "ft/seed-1"), "--task", "custom",
+                 "--dev", str(tmp_path / "dev.csv")]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == scored
