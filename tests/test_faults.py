@@ -269,6 +269,7 @@ def add_issue_39_fixtures(w: Path) -> None:
     (w / "latin1.conll").write_bytes("caf\xe9\tO\n".encode("latin-1"))
     (w / "bell.csv").write_text("text,label\ngood,1\nbad,1\x07\nok,0\n")
     (w / "tags.csv").write_text("text,label\ngood,pos\n")
+    (w / "twice.csv").write_text("text,label,label\ngood,pos,neg\nbad,neg,pos\n")
     sg = Path(__file__).parent / "fixtures" / "superglue"
     for name, folder, split, change in (
             ("sg_noidx", "ReCoRD", "val", lambda rows: [q.pop("idx") for r in rows
@@ -893,6 +894,11 @@ CASES += [
      "cannot be read although its checksums match"),
     ("model", ("pretrain", "--data", P("data"), "--out", P("run_class"), "--resume"),
      "unknown key(s) '__class__'"),
+    ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--seed", "-1"),
+     "--seed -1 must be from 0 to 2**32-1"),
+    ("task", ft(train="twice.csv"), "twice.csv: the header names 'label' more than once"),
+    ("out", (*FINETUNE, "--out", P("ft")), "already holds a fine-tuning output (electra "
+     "finetune); pass --overwrite to replace it or choose another folder"),
     # -- what to give as --model instead --
     ("model", ft(model="run_cut"), "the run has no final models yet (it was interrupted, or "
      "still runs): give one of its checkpoints, e.g. {w}/run_cut/checkpoints/step-0000004"),

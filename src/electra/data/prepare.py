@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from electra.config import MAX_SEED
 from electra.data.loader import FORMAT_VERSION, SHARD_FILES, ShardDataset
 from electra.data.text import Chunk, ReadStats, expand_inputs, read_chunks
 from electra.errors import UserError
@@ -485,6 +486,8 @@ def _check_options(opt: PrepareOptions) -> None:
     if opt.val_fraction is not None and not 0.0 < opt.val_fraction < 1.0:
         raise UserError(f"--val-fraction {opt.val_fraction} must be between 0 and 1 "
                         f"(for example 0.01)")
+    if not 0 <= opt.seed <= MAX_SEED:
+        raise UserError(f"--seed {opt.seed} must be from 0 to 2**32-1 (default 12345)")
 
 
 def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json: str,

@@ -236,7 +236,13 @@ def _records(path: Path) -> list[Any]:
     if path.suffix == ".jsonl":
         return [r for _, r in jsonl(path, text.splitlines())]
     delimiter = "\t" if path.suffix in (".tsv", ".tab") else ","
-    return list(csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter))
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+    header = reader.fieldnames or []
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise UserError(f"{path}: the header names {', '.join(map(repr, twice))} more than "
+                        f"once; give each column its own name")
+    return list(reader)
 
 
 def label_map(train: list[Example], dev: list[Example] | None = None) -> dict[str, int]:

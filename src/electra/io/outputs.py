@@ -467,9 +467,10 @@ def _inspect(claim: Claim, overwrite: bool, resume: bool, flag: str) -> None:
                         f"another folder")
     claim.state = "same"
     if not (overwrite or resume):
+        done = claim.kind == "finetune" and (out / "results.json").is_file()
         again = ("pass --resume to continue it or --overwrite to start again"
-                 if claim.kind in ("run", "finetune") and claim.command != "import" else
-                 "pass --overwrite to replace it or choose another folder")
+                 if claim.kind in ("run", "finetune") and claim.command != "import" and not done
+                 else "pass --overwrite to replace it or choose another folder")
         raise UserError(f"{flag} {out} already holds {describe(*found)}; {again}")
 
 
