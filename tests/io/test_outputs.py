@@ -227,6 +227,31 @@ def test_a_file_at_the_lock_path_that_electra_did_not_write_is_never_touched(out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ft", "ft.lock"]
 
 
+@pytest.mark.parametrize("command", ["tokenizer train", "finetune", "export"])
+def test_names_beside_an_output_that_a_user_owns_are_never_touched(outs, tmp_path, command):
+    """--overwrite moves the old output aside to a name nothing holds (a user's OUT.old
+    folder stays), and a single-file output writes its part file under a name of its own (a
+    user's OUT.partial file stays)."""
+    out = tmp_path / "o"
+    argv = writers(outs, out)[command]
+    assert cli(*argv) == 0
+    (tmp_path / "o.old").mkdir()
+    (tmp_path / "o.old" / "mine.txt").write_text("keep")
+    (tmp_path / "o.old-1").write_text("keep too")
+    assert cli(*argv) == 0
+    assert (tmp_path / "o.old" / "mine.txt").read_text() == "keep"
+    assert (tmp_path / "o.old-1").read_text() == "keep too"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o", "o.old", "o.old-1"]
+    preds = tmp_path / "p.jsonl"
+    (tmp_path / "p.jsonl.partial").write_text("mine")
+    for _ in range(2):
+        assert cli("predict", "--model", outs / "ft" / "seed-1", "--input", outs / "dev.csv",
+                   "--out", preds, "--quiet") == 0
+    assert (tmp_path / "p.jsonl.partial").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o", "o.old", "o.old-1", "p.jsonl",
+                                                          "p.jsonl.partial"]
+
+
 def test_one_process_cannot_claim_one_out_twice(tmp_path):
     first = claim(tmp_path / "x", "data", "prepare")
     try:

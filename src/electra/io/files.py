@@ -38,10 +38,14 @@ def staging_dir(out: Path) -> Path:
 
 
 def publish(tmp: Path, out: Path) -> None:
-    """Replace ``out`` with ``tmp``: the old folder is moved aside first, deleted last."""
+    """Replace ``out`` with ``tmp``: the old folder is moved aside first (to a name nothing
+    holds: a user's ``OUT.old`` is never touched), deleted last."""
     if out.exists():
         old = out.with_name(out.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
+        n = 0
+        while old.exists() or old.is_symlink():
+            n += 1
+            old = out.with_name(f"{out.name}.old-{n}")
         out.rename(old)
         tmp.rename(out)
         shutil.rmtree(old)

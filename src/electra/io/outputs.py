@@ -610,13 +610,21 @@ def write_file(path: Path, write: Callable[[Path], None], command: str,
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = take_lock(path, command, flag)
-    part = path.with_name(path.name + ".partial")
+    try:  # a part file of our own: a user's PATH.partial is never written or removed
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial",
+                                    dir=path.parent)
+        os.close(fd)
+    except OSError as err:
+        if lock is not None:
+            lock.release()
+        raise UserError(f"{flag} {path}: cannot write in {path.parent} ({err.strerror}); "
+                        f"choose a writable folder") from None
+    part = Path(name)
     try:
         if path.exists() and not owns_file(path, command):  # appeared while we worked
             raise UserError(f"{flag} {path} was created by something else while this command "
                             f"ran; refusing to replace it: choose another path")
         with disk_errors(path):
-            _no_link(part, flag, path)
             write(part)
             os.replace(part, path)
     finally:
