@@ -46,10 +46,12 @@ docs-build: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The GPU kit's data (bench/gpu_kit.py), inside the repo so it travels to a GPU machine that
-# has no ../shared: the first 4,000 SST-2 training rows, its dev set, BERT's vocabulary.
+# has no ../shared: the first 4,000 SST-2 training rows, its dev set, BERT's vocabulary, and
+# the demo's corpus packed with that vocabulary at 128 and 512 tokens (demo-128/, demo-512/).
 SHARED ?= ../shared/data
-gpu-data:
+gpu-data: setup
 	mkdir -p bench/data/SST-2
 	head -n 4001 $(SHARED)/glue/SST-2/train.tsv > bench/data/SST-2/train.tsv
 	install -m 644 $(SHARED)/glue/SST-2/dev.tsv bench/data/SST-2/dev.tsv
 	install -m 644 $(SHARED)/vocab/bert-base-uncased-vocab.txt bench/data/vocab.txt
+	$(PY) bench/gpu_kit.py data bench/data

@@ -1,41 +1,42 @@
-"""The GPU kit: what a lent GPU machine measures, in two commands of at most 5 minutes each.
+"""The GPU kit: what a lent GPU machine measures, in one command of at most 9 minutes.
 
     make gpu-data                                  # here, once: bench/data (ignored by git)
-    python bench/gpu_kit.py 1 RESULTS              # there: checks and step measurements
-    python bench/gpu_kit.py 2 RESULTS              # there: `electra compare` in the time left
-    SMOKE=1 python bench/gpu_kit.py 1 RESULTS      # a rehearsal on a CPU, tiny sizes (tests)
+    python3 -u bench/gpu_kit.py all RESULTS        # there: every stage, in order of worth
+    SMOKE=1 python bench/gpu_kit.py all RESULTS    # a rehearsal on a CPU, tiny sizes (tests)
 
-Each stage appends one JSON line to ``RESULTS/kit.jsonl`` (and prints it) as soon as it
-ends, failed or not, so a command cut short keeps every stage before the cut; a stage that
-would not fit in the time left is recorded as skipped. Work goes to ``/tmp/electra-kit``
-(``KIT_WORK``), never to RESULTS. The data comes from inside the repo: ``bench/data`` holds a
-few thousand SST-2 rows (``SST-2/``) and BERT's vocabulary (``make gpu-data`` copies them from
-../shared/data, which the GPU machine has not); the pretraining corpus is the demo's (Python's
-own documentation, built where it runs). Needs transformers for the peer step.
+Every stage runs in its own process with its own time limit (so a crash, a hang or an
+out-of-memory in one keeps every other), and appends one JSON line to ``RESULTS/kit.jsonl``
+(and prints it) as soon as it ends: failed, stopped at its limit, or skipped because the
+time left would not fit it, each says so in its line. Work goes to ``/tmp/electra-kit``
+(``KIT_WORK``), never to RESULTS. The data travels inside the repo: ``bench/data`` holds a
+few thousand SST-2 rows (``SST-2/``), BERT's vocabulary, and the demo's corpus (Python's own
+documentation) packed with that vocabulary at 128 and 512 tokens (``demo-128/``,
+``demo-512/``); ``make gpu-data`` writes it from ../shared/data, which the GPU machine has
+not. Needs transformers for the peer steps.
 
-Part 1 (``1``), each on one GPU:
+What "our step" is: ``electra.pretrain.train_step`` on a model built with the kernels
+`electra pretrain` builds it with (``train.unpad`` as the command's default), on batches of
+the demo's shards in the loader's order (their real padding). Tokens/s and MFU count real
+tokens. The stages, in the order they run (the last ones are dropped first when time runs
+short):
 - ``env``: device, torch, the measured bf16 matmul peak and the device's spec peak.
 - ``fp32``: one batch of the ELECTRA objective on the CPU and the GPU from the same weights
   and draws (TF32 off): every loss within 1e-4, the same samples.
-- ``step_<model>_<B>x<T>``: our pretraining step (``electra.pretrain.train_step``, what
-  `electra pretrain` runs: bf16 autocast, fused AdamW, the sync-free step) against
-  transformers' ``ElectraForMaskedLM`` + ``ElectraForPreTraining`` (SDPA attention, the same
-  masking, Gumbel-max sampling, bf16 autocast, fused AdamW): tokens/s, ratio, MFU against the
-  spec and the measured peak, for Small at 128x128 and Base at 128x128 and 32x512.
-- ``compile``: the same step of ours eager and with ``train.compile`` (each block compiled).
-- ``step_without_padding``: ours on rows without padding (attention without a mask:
-  FlashAttention), Small 128x128.
-- ``finetune``: fine-tuning steps of ELECTRA-Small on SST-2 batches, padded against unpadded;
-  then both in eval mode from the same weights (unpadded attention through the varlen
-  kernel where torch has it): logits' largest difference, examples/s.
+- ``step_<model>_<B>x<T>``: our step against transformers' ``ElectraForMaskedLM`` +
+  ``ElectraForPreTraining`` (SDPA attention, the same masking, Gumbel-max sampling, bf16
+  autocast, fused AdamW) on the same batches: tokens/s, ratio, MFU against the spec and the
+  measured peak, for Small at 128x128 and Base at 128x128 and 32x512. Each side is measured
+  on its own: a failing peer keeps ours.
+- ``finetune``: fine-tuning steps of ELECTRA-Small on SST-2 batches, padded against
+  unpadded; then both in eval mode from the same weights: logits' largest difference.
+- ``layouts``: our Small step with ``train.unpad`` false (the command's default) and true,
+  and on rows without padding (attention without a mask: FlashAttention's case).
+- ``compile``: our step eager and with ``train.compile`` (dynamo reset between them).
 - ``nccl``: `electra pretrain` under torchrun with one process in a process group
   (``ELECTRA_PROCESS_GROUP=1``), DDP and FSDP2, 3 steps each.
-
-Part 2 (``2``):
-- ``vocab``: our Small 128x128 step with the generator's output layer 30,522 wide and padded
-  to 30,528 (a multiple of 64, what a GPU's kernels do by default), from the same weights.
-- ``graphs``: the same step compiled, and compiled with ``train.cuda_graphs`` (each block's
-  kernels recorded as CUDA graphs and replayed).
+- ``vocab``: the generator's output layer 30,522 wide and padded to 30,528.
+- ``graphs``: compiled, and compiled with ``train.cuda_graphs`` (static shapes: the
+  command's padded layout).
 - ``compare``: `electra compare` (electra against mlm, ELECTRA-Small's shape, fine-tuned on
   the SST-2 rows) with a pretraining budget sized to the time left.
 """
@@ -60,7 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("KIT_DATA", ROOT / "bench" / "data"))
 SMOKE = os.environ.get("SMOKE") == "1"
 WORK = Path(os.environ.get("KIT_WORK", "/tmp/electra-kit"))
-PART_SECONDS = float(os.environ.get("KIT_SECONDS", "60" if SMOKE else "285"))
+TOTAL_SECONDS = float(os.environ.get("KIT_SECONDS", "400" if SMOKE else "520"))
 # The GPU's precision; the CPU rehearsal takes the CPU's own (``auto``: bf16 only where it has
 # bf16 units; emulated, bf16 made the rehearsal's steps many times slower on an AVX2-only EPYC)
 PRECISION = "auto" if SMOKE else "bf16"
@@ -78,34 +79,53 @@ VOCAB = 30522
 
 
 class Kit:
-    """The stages of one part, their deadline and their results file."""
+    """One stage's process: its device, results file and deadline."""
 
-    def __init__(self, results: Path) -> None:
+    def __init__(self, results: Path, seconds: float) -> None:
         self.results = results
         results.mkdir(parents=True, exist_ok=True)
         self.start = time.perf_counter()
+        self.seconds = seconds
         self.dev = torch.device("cpu" if SMOKE else "cuda")
 
     def left(self) -> float:
-        return PART_SECONDS - (time.perf_counter() - self.start)
+        return self.seconds - (time.perf_counter() - self.start)
 
-    def stage(self, name: str, needs: float, fn: Callable[[], dict]) -> dict:
-        """Run ``fn`` if ``needs`` seconds are left; append its line either way."""
+    def stage(self, name: str, fn: Callable[[], dict]) -> dict:
+        """Run ``fn``; append its line, failed or not. ``KIT_FAULT=NAME:hang`` or
+        ``NAME:crash`` makes that stage hang or abort (the rehearsal of a stage that never
+        ends or kills its process)."""
+        fault = dict(f.split(":", 1) for f in os.environ.get("KIT_FAULT", "").split(",") if f)
+        if fault.get(name) == "hang":
+            time.sleep(1e6)
+        elif fault.get(name) == "crash":
+            os.abort()
         t0 = time.perf_counter()
-        if self.left() < needs:
-            record = {"stage": name, "ok": None, "skipped": f"{self.left():.0f} s left, "
-                      f"needs ~{needs:.0f}"}
-        else:
-            try:
-                record = {"stage": name, "ok": True, **fn()}
-            except Exception as err:  # a failed stage is recorded; the next ones still run
-                record = {"stage": name, "ok": False, "error": f"{type(err).__name__}: {err}"[
-                    :500], "where": traceback.format_exc().splitlines()[-3:]}
+        try:
+            record = {"stage": name, "ok": True, **fn()}
+        except Exception as err:  # a failed stage is recorded; the next ones still run
+            record = {"stage": name, "ok": False, "error": f"{type(err).__name__}: {err}"[
+                :500], "where": traceback.format_exc().splitlines()[-3:]}
         record["seconds"] = round(time.perf_counter() - t0, 1)
-        with open(self.results / "kit.jsonl", "a") as f:
-            f.write(json.dumps(record, default=str) + "\n")
-        print(json.dumps(record, default=str), flush=True)
+        write_line(self.results, record)
         return record
+
+    def peak(self) -> dict:
+        """The env stage's measured and spec bf16 peaks (FLOP/s), read from the results."""
+        env_line = next((r for r in read_lines(self.results) if r["stage"] == "env"), {})
+        return {"measured": (env_line.get("bf16_matmul_tflops") or 1) * 1e12,
+                "spec": (env_line.get("spec_bf16_tflops") or 0) * 1e12 or None}
+
+
+def write_line(results: Path, record: dict) -> None:
+    with open(results / "kit.jsonl", "a") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+    print(json.dumps(record, default=str), flush=True)
+
+
+def read_lines(results: Path) -> list[dict]:
+    path = results / "kit.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
 
 
 def sync(dev: torch.device) -> None:
@@ -167,31 +187,42 @@ def check_fp32(dev: torch.device, preset: str, B: int, T: int) -> dict:
             and diff["loss"] <= 1e-4 * max(1.0, abs(out["cpu"]["loss"]))}
 
 
-def batch(B: int, T: int, seed: int, dev: torch.device, padded: bool = False) -> dict:
-    """Random tokens in BERT's vocabulary, [CLS] a [SEP] b [SEP]; ``padded``: rows of
-    random lengths (pretraining shards are ~7% padding)."""
+def batch(B: int, T: int, seed: int, dev: torch.device) -> dict:
+    """Random tokens in BERT's vocabulary without padding, [CLS] a [SEP] b [SEP] (the fp32
+    check's batch, and the rows without padding of ``layouts``)."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1000, VOCAB, (B, T), generator=g)
-    lengths = (torch.randint(T // 2, T + 1, (B,), generator=g) if padded
-               else torch.full((B,), T))
     ids[:, 0] = SPECIAL.cls
     ids[:, T // 2] = SPECIAL.sep
-    mask = (torch.arange(T)[None, :] < lengths[:, None]).long()
-    ids[torch.arange(B), lengths - 1] = SPECIAL.sep
-    ids = ids * mask
-    types = (torch.arange(T)[None, :] > T // 2).long() * mask
-    return {"input_ids": ids.to(dev), "attention_mask": mask.to(dev),
+    ids[:, -1] = SPECIAL.sep
+    types = (torch.arange(T)[None, :] > T // 2).long().expand(B, T)
+    return {"input_ids": ids.to(dev), "attention_mask": torch.ones_like(ids).to(dev),
             "token_type_ids": types.to(dev)}
 
 
+def shard_batches(B: int, T: int, n: int, dev: torch.device) -> list[dict]:
+    """``n`` batches of the demo's shards at length ``T`` (``bench/data/demo-T``), in the
+    loader's seeded order: what `electra pretrain` reads, with the shards' real padding."""
+    from electra.data.loader import BatchLoader, ShardDataset
+
+    loader = BatchLoader(ShardDataset(DATA / f"demo-{T}"), B, seed=0)
+    return [{k: v.to(dev) for k, v in next(loader).items()} for _ in range(n)]
+
+
+def real_tokens(batches: list[dict]) -> float:
+    """Real (not padding) tokens per batch, on average."""
+    return sum(float(b["attention_mask"].sum()) for b in batches) / len(batches)
+
+
 def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = False,
-              dropout: float = 0.1, kernels: Any = None, cuda_graphs: bool = False
-              ) -> tuple[Callable[[dict], torch.Tensor], int]:
-    """Our pretraining step (the command's), built from seed 0: (step(batch) -> loss, its
-    training FLOPs). ``kernels``: other than the device's (``kernels_for``); ``compile``,
-    ``cuda_graphs``: ``train.compile``, ``train.cuda_graphs``."""
+              dropout: float = 0.1, kernels: Any = None, cuda_graphs: bool = False,
+              unpad: bool | None = None) -> tuple[Callable[[dict], torch.Tensor], int]:
+    """Our pretraining step (the command's: ``electra.pretrain.train_step`` on a model with
+    the kernels `electra pretrain` builds it with), from seed 0: (step(batch) -> loss, its
+    training FLOPs at full length). ``kernels``: other than the command's; ``unpad``,
+    ``compile``, ``cuda_graphs``: ``train.unpad`` (None: its default), ``train.compile``,
+    ``train.cuda_graphs``."""
     from electra.config import RunConfig, TrainConfig
-    from electra.model.kernels import kernels_for
     from electra.objectives.flops import step_flops_per_sequence
     from electra.objectives.pretraining import ElectraPretrainingModel
     from electra.pretrain import make_trainer, train_step
@@ -202,10 +233,11 @@ def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = Fa
     obj = ObjectiveConfig(max_predictions=int(0.155 * T))
     run = RunConfig(model=cfg, objective=obj, train=TrainConfig(
         batch_size=B, precision=PRECISION, warmup_steps=0, compile=compile,
-        cuda_graphs=cuda_graphs))
+        cuda_graphs=cuda_graphs, **({} if unpad is None else {"unpad": unpad})))
     torch.manual_seed(0)
     rt = Runtime(device=dev)
-    model = ElectraPretrainingModel(cfg, obj, SPECIAL, kernels or kernels_for(dev))
+    command = rt.model_kernels(run.train.unpad if unpad is None else unpad)  # the command's
+    model = ElectraPretrainingModel(cfg, obj, SPECIAL, kernels or command)
     trainer = make_trainer(model, run, rt)
 
     def step(b: dict) -> torch.Tensor:
@@ -279,52 +311,79 @@ def timed(step: Callable[[dict], object], batches: list[dict], dev: torch.device
     return times[len(times) // 2], float(loss)  # type: ignore[arg-type]
 
 
-def compare_steps(preset: str, B: int, T: int, dev: torch.device, peak: dict) -> dict:
-    n, warmup = (3, 1) if SMOKE else (12, 4)
-    batches = [batch(B, T, i, dev, padded=True) for i in range(n)]
-    ours, flops = ours_step(preset, B, T, dev)
-    t_ours, loss_ours = timed(ours, batches, dev, warmup)
-    del ours
-    out = {"model": preset, "batch": B, "seq_len": T, "ours_tokens_per_s": round(B * T / t_ours),
-           "ours_loss": round(loss_ours, 3), "ours_mfu_measured_peak": round(
-               flops / t_ours / peak["measured"], 3)}
-    if peak.get("spec"):
-        out["ours_mfu_spec"] = round(flops / t_ours / peak["spec"], 3)
+def measure(name: str, build: Callable[[], Callable[[dict], object]], batches: list[dict],
+            dev: torch.device, warmup: int, flops: float | None = None,
+            peak: dict | None = None) -> dict:
+    """One side's figures, ``name_``-prefixed: real tokens/s, last loss, MFU over real tokens
+    (``flops`` at full length, scaled to the real tokens); an error kept as ``name_error``
+    (the other sides still run). Memory is freed and dynamo reset after it."""
+    out: dict = {}
     try:
-        hf = hf_step(preset, B, T, dev)
-    except ImportError as err:
-        return {**out, "hf": f"not run: {err}"}
-    t_hf, loss_hf = timed(hf, batches, dev, warmup)
-    return {**out, "hf_tokens_per_s": round(B * T / t_hf), "hf_loss": round(loss_hf, 3),
-            "ours_over_hf": round(t_hf / t_ours, 2)}
+        t0 = time.perf_counter()
+        t, loss = timed(build(), batches, dev, warmup)
+        real = real_tokens(batches)
+        out = {f"{name}_tokens_per_s": round(real / t), f"{name}_last_loss": round(loss, 4),
+               f"{name}_total_s": round(time.perf_counter() - t0, 1)}
+        if flops and peak:
+            done = flops * real / batches[0]["attention_mask"].numel() / t
+            out[f"{name}_mfu_measured_peak"] = round(done / peak["measured"], 3)
+            if peak.get("spec"):
+                out[f"{name}_mfu_spec"] = round(done / peak["spec"], 3)
+    except Exception as err:  # the kit records every failure and goes on
+        out[f"{name}_error"] = f"{type(err).__name__}: {err}"[:300]
+    finally:
+        torch._dynamo.reset()
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    return out
 
 
-def pad_free_step(preset: str, B: int, T: int, dev: torch.device, peak: dict) -> dict:
-    """Our step on rows without padding: attention gets no mask (FlashAttention on a GPU)."""
+def compare_steps(preset: str, B: int, T: int, dev: torch.device, peak: dict) -> dict:
+    from electra.objectives.flops import step_flops_per_sequence
+
     n, warmup = (3, 1) if SMOKE else (12, 4)
-    step, flops = ours_step(preset, B, T, dev)
-    t, loss = timed(step, [batch(B, T, i, dev) for i in range(n)], dev, warmup)
-    return {"model": preset, "batch": B, "seq_len": T, "tokens_per_s": round(B * T / t),
-            "mfu_measured_peak": round(flops / t / peak["measured"], 3), "loss": round(loss, 3)}
+    batches = shard_batches(B, T, n, dev)
+    cfg = model_preset(preset, vocab_size=VOCAB, max_position_embeddings=max(512, T))
+    flops = step_flops_per_sequence(cfg, ObjectiveConfig(max_predictions=int(0.155 * T)), T) * B
+    out = {"model": preset, "batch": B, "seq_len": T,
+           "pad_fraction": round(1 - real_tokens(batches) / (B * T), 3)}
+    out |= measure("ours", lambda: ours_step(preset, B, T, dev)[0], batches, dev, warmup,
+                   flops, peak)
+    out |= measure("hf", lambda: hf_step(preset, B, T, dev), batches, dev, warmup, flops, peak)
+    if "ours_tokens_per_s" in out and "hf_tokens_per_s" in out:
+        out["ours_over_hf"] = round(out["ours_tokens_per_s"] / out["hf_tokens_per_s"], 2)
+    return out
 
 
-def step_variants(dev: torch.device, variants: dict[str, dict], warmup: int = 6) -> dict:
+def step_variants(dev: torch.device, variants: dict[str, dict], warmup: int = 6,
+                  batches: list[dict] | None = None) -> dict:
     """Our Small 128x128 step (tiny in SMOKE) built each way of ``variants`` (name -> keyword
-    arguments of :func:`ours_step`) from the same weights, on the same batches: each one's
-    tokens/s, last loss and seconds with building (and compiling), and the last over the first."""
+    arguments of :func:`ours_step`) from the same weights, on the same shard batches (or
+    ``batches``), each on its own (dynamo reset between them; one failing keeps the others):
+    each one's real tokens/s, last loss and seconds with building (and compiling), and the
+    last over the first."""
     preset, B, T = ("tiny", 4, 32) if SMOKE else ("small", 128, 128)
     n, warmup = (3, 1) if SMOKE else (warmup + 8, warmup)
-    batches = [batch(B, T, i, dev, padded=True) for i in range(n)]
+    batches = batches or shard_batches(B, T, n, dev)
     out: dict = {"model": preset, "batch": B, "seq_len": T}
     for name, kw in variants.items():
-        t0 = time.perf_counter()
-        t, loss = timed(ours_step(preset, B, T, dev, **kw)[0], batches, dev, warmup)
-        out[f"{name}_tokens_per_s"] = round(B * T / t)
-        out[f"{name}_last_loss"] = round(loss, 4)
-        out[f"{name}_total_s"] = round(time.perf_counter() - t0, 1)
+        out |= measure(name, lambda kw=kw: ours_step(preset, B, T, dev, **kw)[0], batches, dev,
+                       warmup)
     first, last = next(iter(variants)), list(variants)[-1]
-    out[f"{last}_over_{first}"] = round(out[f"{last}_tokens_per_s"]
-                                        / out[f"{first}_tokens_per_s"], 2)
+    if f"{first}_tokens_per_s" in out and f"{last}_tokens_per_s" in out:
+        out[f"{last}_over_{first}"] = round(out[f"{last}_tokens_per_s"]
+                                            / out[f"{first}_tokens_per_s"], 2)
+    return out
+
+
+def layouts_stage(dev: torch.device) -> dict:
+    """The command's padded layout (``train.unpad=false``) against the unpadded one on the
+    shards' batches; then rows without padding (no mask: FlashAttention's case)."""
+    out = step_variants(dev, {"padded": {"unpad": False}, "unpadded": {"unpad": True}})
+    preset, B, T = ("tiny", 4, 32) if SMOKE else ("small", 128, 128)
+    full = [batch(B, T, i, dev) for i in range(3 if SMOKE else 14)]
+    out |= measure("pad_free", lambda: ours_step(preset, B, T, dev)[0], full, dev,
+                   1 if SMOKE else 6)
     return out
 
 
@@ -345,13 +404,14 @@ def graphs_stage(dev: torch.device) -> dict:
 
 def vocab_stage(dev: torch.device) -> dict:
     """The generator's output layer at the vocabulary's width (30,522) and padded to a
-    multiple of 64 (30,528, the GPU's default)."""
+    multiple of 64 (30,528, the GPU's default), in the command's layout otherwise."""
     import dataclasses
 
-    from electra.model.kernels import kernels_for
+    from electra.train.runtime import Runtime
 
+    command = Runtime(device=dev).model_kernels(False)
     return step_variants(dev, {f"multiple_{m}": {"kernels": dataclasses.replace(
-        kernels_for(dev), vocab_multiple=m)} for m in (1, 64)}, warmup=4)
+        command, vocab_multiple=m)} for m in (1, 64)}, warmup=4)
 
 
 def sst2_rows(n: int) -> list[str]:
@@ -446,27 +506,27 @@ def electra(*args: str, log: Path, env: dict | None = None, torchrun: bool = Fal
         raise RuntimeError(f"`electra {args[0]}` exited {done.returncode}: {tail}")
 
 
-def demo_data() -> Path:
-    """Pretraining data, packed once per machine in WORK: the demo's corpus (Python's own
-    documentation, 4 MB) with its tokenizer; SMOKE: the SST-2 rows with BERT's vocabulary
-    (seconds, not a minute)."""
-    folder = WORK / "demo"
-    if not (folder / "data" / "meta.json").is_file():
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        if SMOKE:
-            (folder / "text.txt").write_text("\n\n".join(sst2_rows(4000)))
-            electra("prepare", "--input", str(folder / "text.txt"), "--tokenizer",
-                    str(DATA / "vocab.txt"), "--out", str(folder / "data"), "--seq-len", "32",
-                    "--val-fraction", "0.05", "--workers", "1", log=WORK / "prepare.log")
-        else:
-            electra("demo", "--out", str(folder), "--steps", "1", "--quiet",
-                    log=WORK / "demo.log")
-    return folder / "data"
+def make_data(data: Path) -> None:
+    """``make gpu-data``'s shards: the demo's corpus (Python's own documentation; SMOKE: the
+    SST-2 rows) packed with BERT's vocabulary at 128 and 512 tokens (SMOKE: 32 and 64) into
+    ``data/demo-T`` (replaced), beside the SST-2 rows and vocab.txt already there."""
+    corpus = WORK / "corpus"
+    shutil.rmtree(corpus, ignore_errors=True)
+    corpus.mkdir(parents=True)
+    if SMOKE:
+        (corpus / "train.txt").write_text("\n\n".join(sst2_rows(4000)))
+    else:
+        from electra.experiments.demo import write_corpus
+
+        write_corpus(corpus)
+    for T in SEQ_LENS:
+        electra("prepare", "--input", str(corpus / "train.txt"), "--tokenizer",
+                str(data / "vocab.txt"), "--out", str(data / f"demo-{T}"), "--seq-len", str(T),
+                "--val-fraction", "0.05", "--overwrite", log=WORK / f"prepare-{T}.log")
 
 
 def nccl_stage() -> dict:
-    data, out = demo_data(), {}
+    data, out = DATA / f"demo-{SEQ_LENS[0]}", {}
     for mode in ("ddp", "fsdp"):
         run = WORK / f"nccl-{mode}"
         shutil.rmtree(run, ignore_errors=True)
@@ -483,7 +543,7 @@ def nccl_stage() -> dict:
 
 def compare_stage(seconds_left: float) -> dict:
     """`electra compare`, electra against mlm, with the pretraining budget the time allows."""
-    data = demo_data()
+    data = DATA / f"demo-{SEQ_LENS[0]}"
     budget = 5 if SMOKE else max(20, int((seconds_left - 120) / 2.4))  # two objectives,
     # each pretrained then fine-tuned twice (50% and 100%), beside random init
     run = WORK / "compare"
@@ -504,52 +564,96 @@ def compare_stage(seconds_left: float) -> dict:
         **{t: s["median"] for t, s in m["tasks"].items()}} for m in results["models"]}}
 
 
-def part1(kit: Kit) -> None:
-    dev = kit.dev
-    record = kit.stage("env", 5, lambda: env(dev))
-    peak = {"measured": (record.get("bf16_matmul_tflops") or 1) * 1e12,
-            "spec": (record.get("spec_bf16_tflops") or 0) * 1e12 or None}
-    kit.stage("fp32", 10, lambda: check_fp32(dev, "tiny" if SMOKE else "small", 8, 128))
-    sizes = ([("tiny", 4, 32), ("tiny", 4, 64)] if SMOKE else
-             [("small", 128, 128), ("base", 128, 128), ("base", 32, 512)])
-    for preset, B, T in sizes:
-        kit.stage(f"step_{preset}_{B}x{T}", 15 if SMOKE else 30,
-                  lambda p=preset, b=B, t=T: compare_steps(p, b, t, dev, peak))
-    kit.stage("step_without_padding", 10 if SMOKE else 20,
-              lambda: pad_free_step(*sizes[0], dev, peak))
-    kit.stage("compile", 20 if SMOKE else 70, lambda: compile_stage(dev))
-    kit.stage("finetune", 5 if SMOKE else 25, lambda: finetune_stage(dev))
-    kit.stage("nccl", 20 if SMOKE else 60, nccl_stage)
+SEQ_LENS = (32, 64) if SMOKE else (128, 512)
+SIZES = ([("tiny", 4, 32), ("tiny", 4, 64)] if SMOKE else
+         [("small", 128, 128), ("base", 128, 128), ("base", 32, 512)])
 
 
-def part2(kit: Kit) -> None:
-    kit.stage("vocab", 10 if SMOKE else 25, lambda: vocab_stage(kit.dev))
-    kit.stage("graphs", 10 if SMOKE else 80, lambda: graphs_stage(kit.dev))
-    kit.stage("compare", 30 if SMOKE else 120, lambda: compare_stage(kit.left()))
+def stages() -> dict[str, tuple[float, float, Callable[[Kit], dict]]]:
+    """Each stage in the order it runs: (the least time it needs to start, the most it may
+    take, its function). The GPU's times are estimates from the CPU rehearsal and the
+    kernels' counts; the last stages are dropped first when the time left is short."""
+    def f(seconds: tuple[float, float], smoke: tuple[float, float],
+          fn: Callable[[Kit], dict]) -> tuple[float, float, Callable[[Kit], dict]]:
+        return (*(smoke if SMOKE else seconds), fn)
+
+    out = {"env": f((20, 40), (5, 60), lambda k: env(k.dev)),
+           "fp32": f((20, 40), (5, 60),
+                     lambda k: check_fp32(k.dev, "tiny" if SMOKE else "small", 8, 128))}
+    for preset, B, T in SIZES:
+        out[f"step_{preset}_{B}x{T}"] = f((30, 60), (10, 90), lambda k, p=preset, b=B, t=T:
+                                        compare_steps(p, b, t, k.dev, k.peak()))
+    out |= {"finetune": f((25, 50), (5, 60), lambda k: finetune_stage(k.dev)),
+            "layouts": f((25, 50), (10, 90), lambda k: layouts_stage(k.dev)),
+            "compile": f((60, 120), (20, 90), lambda k: compile_stage(k.dev)),
+            "nccl": f((30, 60), (20, 90), lambda k: nccl_stage()),
+            "vocab": f((20, 40), (10, 60), lambda k: vocab_stage(k.dev)),
+            "graphs": f((60, 120), (10, 90), lambda k: graphs_stage(k.dev)),
+            "compare": f((90, 400), (30, 200), lambda k: compare_stage(k.left()))}
+    return out
+
+
+def run_all(results: Path) -> None:
+    """Every stage in its own process, each given the most it may take or the time left
+    (whichever is less); one that would not get the least it needs is skipped, one that
+    outruns its time is stopped; either way its line says so."""
+    start = time.perf_counter()
+    for name, (least, most, _) in stages().items():
+        left = TOTAL_SECONDS - (time.perf_counter() - start)
+        if left < least:
+            write_line(results, {"stage": name, "ok": None, "skipped": f"{left:.0f} s left, "
+                                 f"needs ~{least:.0f}"})
+            continue
+        limit = min(most, left)
+        cmd = [sys.executable, "-u", __file__, "stage", name, str(results), "--seconds",
+               str(round(limit))]
+        before = len(read_lines(results))
+        try:
+            done = subprocess.run(cmd, timeout=limit + 5, stdout=sys.stdout.fileno(),
+                                  stderr=subprocess.PIPE, text=True)
+            code, tail = done.returncode, done.stderr[-400:]
+        except subprocess.TimeoutExpired:
+            code, tail = None, ""
+        if len(read_lines(results)) == before:  # it died before writing its line
+            write_line(results, {"stage": name, "ok": False, "seconds": round(limit),
+                                 **({"timed_out": f"stopped at its limit of {limit:.0f} s"}
+                                    if code is None else
+                                    {"error": f"exited {code}", "stderr_tail": tail})})
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["1", "2"])
-    ap.add_argument("results", type=Path, help="folder the stages' JSON lines go to")
+    ap.add_argument("what", choices=["all", "stage", "data"])
+    ap.add_argument("args", nargs="+", help="all RESULTS | stage NAME RESULTS | data DIR")
+    ap.add_argument("--seconds", type=float, default=TOTAL_SECONDS)
     args = ap.parse_args()
+    if args.what == "data":
+        make_data(Path(args.args[0]))
+        return 0
     if not SMOKE and not torch.cuda.is_available():
         print("gpu_kit: no CUDA device (SMOKE=1 rehearses it on a CPU)", file=sys.stderr)
         return 2
-    if not (DATA / "SST-2" / "train.tsv").is_file():
-        print(f"gpu_kit: {DATA} is missing; run `make gpu-data` where ../shared is",
-              file=sys.stderr)
+    if not all((DATA / p).exists() for p in ("SST-2/train.tsv", "vocab.txt",
+                                             *(f"demo-{T}/meta.json" for T in SEQ_LENS))):
+        print(f"gpu_kit: {DATA} is missing or incomplete; run `make gpu-data` where "
+              f"../shared is", file=sys.stderr)
         return 2
+    if args.what == "all":
+        results = Path(args.args[0])
+        results.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            run_all(results)
+        return 0
+    name, results = args.args[0], Path(args.args[1])
     if SMOKE:  # the rehearsal traces with dynamo, without inductor's minutes of CPU codegen
         compile_ = torch.nn.Module.compile  # (nor reduce-overhead's CUDA graphs)
 
-        def eager(self: torch.nn.Module, *args: Any, mode: str | None = None, **kw: Any) -> None:
-            compile_(self, *args, backend="eager", **kw)
+        def eager(self: torch.nn.Module, *a: Any, mode: str | None = None, **kw: Any) -> None:
+            compile_(self, *a, backend="eager", **kw)
 
         torch.nn.Module.compile = eager  # type: ignore[method-assign]
-    kit = Kit(args.results)
-    with contextlib.suppress(KeyboardInterrupt):
-        (part1 if args.part == "1" else part2)(kit)
+    kit = Kit(results, args.seconds)
+    kit.stage(name, lambda: stages()[name][2](kit))
     return 0
 
 
