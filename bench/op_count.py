@@ -1,0 +1,71 @@
+"""How many aten ops one pretraining step launches: the launch budget a GPU pays per step.
+
+    python bench/op_count.py [--preset small] [--batch 4] [--steps 2] [--precision bf16]
+
+The step `electra pretrain` runs (``step_ablation.training_step``: the command's kernels and
+layout, forward, backward, clipping, AdamW), on the data of bench/step_ablation.py, warmed up
+with 2 steps, then ``--steps`` steps under ``torch.profiler``; it counts the top-level aten
+ops per step (those not called from inside another aten op: what would each be a launch, or
+a few, on a GPU), and lists the most frequent. Issue 40 measured 4,513 a step from outside
+(small, batch 4 x 128, bf16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
+
+
+def top_level_ops(events) -> collections.Counter:
+    """aten ops whose parents (up the call tree) include no aten op."""
+    counts: collections.Counter = collections.Counter()
+    for e in events:
+        if not e.name.startswith("aten::"):
+            continue
+        parent, nested = e.cpu_parent, False
+        while parent is not None:
+            if parent.name.startswith("aten::"):
+                nested = True
+                break
+            parent = parent.cpu_parent
+        if not nested:
+            counts[e.name] += 1
+    return counts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="small")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--precision", default="bf16")
+    ap.add_argument("--data", help="prepared folder (default: as step_ablation.py)")
+    args = ap.parse_args()
+    import torch
+    from step_ablation import default_data, training_step
+
+    tmp = tempfile.TemporaryDirectory()
+    cfg = Path(tmp.name) / "c.toml"
+    cfg.write_text(f'preset = "{args.preset}"\n[train]\nprecision = "{args.precision}"\n')
+    step = training_step(args.data or default_data(tmp.name), str(cfg), args.batch)
+    for _ in range(2):
+        step()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(args.steps):
+            step()
+    counts = top_level_ops(prof.events())
+    total = sum(counts.values()) / args.steps
+    print(f"{total:,.0f} top-level aten ops a step ({args.preset}, batch {args.batch}, "
+          f"{args.precision}, {args.steps} steps profiled)")
+    for name, n in counts.most_common(15):
+        print(f"  {n / args.steps:8,.0f}  {name}")
+
+
+if __name__ == "__main__":
+    main()
