@@ -200,13 +200,14 @@ def batch(B: int, T: int, seed: int, dev: torch.device) -> dict:
             "token_type_ids": types.to(dev)}
 
 
-def shard_batches(B: int, T: int, n: int, dev: torch.device) -> list[dict]:
+def shard_batches(B: int, T: int, n: int) -> list[dict]:
     """``n`` batches of the demo's shards at length ``T`` (``bench/data/demo-T``), in the
     loader's seeded order: what `electra pretrain` reads, with the shards' real padding."""
     from electra.data.loader import BatchLoader, ShardDataset
 
     loader = BatchLoader(ShardDataset(DATA / f"demo-{T}"), B, seed=0)
-    return [{k: v.to(dev) for k, v in next(loader).items()} for _ in range(n)]
+    return [next(loader) for _ in range(n)]  # on the host, as the command's loader hands
+    # them over: train_step copies them to the device (and sees which rows have padding)
 
 
 def real_tokens(batches: list[dict]) -> float:
@@ -270,7 +271,8 @@ def hf_step(preset: str, B: int, T: int, dev: torch.device) -> Callable[[dict], 
     rng = torch.Generator(dev).manual_seed(1)
 
     def step(b: dict) -> torch.Tensor:
-        ids, am, tt = b["input_ids"], b["attention_mask"], b["token_type_ids"]
+        ids, am, tt = (b[k].to(dev, non_blocking=True)
+                       for k in ("input_ids", "attention_mask", "token_type_ids"))
         with autocast(dev, PRECISION):
             m = mask_inputs(ids, am, SPECIAL, VOCAB, obj, rng)
             labels = torch.full_like(ids, -100)
@@ -342,7 +344,7 @@ def compare_steps(preset: str, B: int, T: int, dev: torch.device, peak: dict) ->
     from electra.objectives.flops import step_flops_per_sequence
 
     n, warmup = (3, 1) if SMOKE else (12, 4)
-    batches = shard_batches(B, T, n, dev)
+    batches = shard_batches(B, T, n)
     cfg = model_preset(preset, vocab_size=VOCAB, max_position_embeddings=max(512, T))
     flops = step_flops_per_sequence(cfg, ObjectiveConfig(max_predictions=int(0.155 * T)), T) * B
     out = {"model": preset, "batch": B, "seq_len": T,
@@ -364,7 +366,7 @@ def step_variants(dev: torch.device, variants: dict[str, dict], warmup: int = 6,
     last over the first."""
     preset, B, T = ("tiny", 4, 32) if SMOKE else ("small", 128, 128)
     n, warmup = (3, 1) if SMOKE else (warmup + 8, warmup)
-    batches = batches or shard_batches(B, T, n, dev)
+    batches = batches or shard_batches(B, T, n)
     out: dict = {"model": preset, "batch": B, "seq_len": T}
     for name, kw in variants.items():
         out |= measure(name, lambda kw=kw: ours_step(preset, B, T, dev, **kw)[0], batches, dev,
@@ -378,10 +380,11 @@ def step_variants(dev: torch.device, variants: dict[str, dict], warmup: int = 6,
 
 def layouts_stage(dev: torch.device) -> dict:
     """The command's padded layout (``train.unpad=false``) against the unpadded one on the
-    shards' batches; then rows without padding (no mask: FlashAttention's case)."""
+    shards' batches; then rows without padding (the command attends without a mask there:
+    FlashAttention's case on a GPU)."""
     out = step_variants(dev, {"padded": {"unpad": False}, "unpadded": {"unpad": True}})
     preset, B, T = ("tiny", 4, 32) if SMOKE else ("small", 128, 128)
-    full = [batch(B, T, i, dev) for i in range(3 if SMOKE else 14)]
+    full = [batch(B, T, i, torch.device("cpu")) for i in range(3 if SMOKE else 14)]
     out |= measure("pad_free", lambda: ours_step(preset, B, T, dev)[0], full, dev,
                    1 if SMOKE else 6)
     return out

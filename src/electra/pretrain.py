@@ -196,6 +196,8 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
     micro-batches of ``micro`` rows. Returns the step's statistics (None when skipped).
     The step the benches time."""
     rt, obj_cfg = trainer.rt, cfg.objective
+    host = batch["attention_mask"]  # the loader's rows, before they go to the device: which
+    full = host.numpy().all(axis=1) if host.device.type == "cpu" else None  # have no padding
     batch = {k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}
     norm, noise = global_draws(batch, cfg.train.batch_size, special, cfg,
                                trainer.streams["masking"], rt)
@@ -207,7 +209,8 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
         out = model(batch["input_ids"][rows], batch["attention_mask"][rows],
                     batch["token_type_ids"][rows], noise.rows(rows.start, rows.stop), norm,
                     trainer.streams["gumbel"], None if words is None else words[rows],
-                    obj_cfg.temperature_at(trainer.step), stage)
+                    obj_cfg.temperature_at(trainer.step), stage,
+                    pad_free=full is not None and bool(full[rows].all()))
         return out.loss, {**{k: v.detach().double() for k, v in out.losses.items()},
                           **out.counts}
 

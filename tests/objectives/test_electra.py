@@ -354,3 +354,55 @@ def test_a_draw_at_the_end_of_a_padded_row_is_the_last_real_token():
     u = torch.tensor([[1.0], [0.999999999], [0.0]])
     assert locate(w, u, None, size=300).tolist() == [299, 299, 0]
     assert locate(w, u, None)[0] == 319  # unaware of the padding, the edge falls on it
+
+
+def test_a_batch_without_padding_attends_without_a_mask(monkeypatch):
+    """pad_free (known on the host): the encoders attend with no mask (FlashAttention's case
+    on a GPU), and in fp32 with dropout (the written attention) every loss and gradient is
+    bitwise the masked pass's; a batch with padding keeps its mask. train_step decides it per
+    micro-batch from the loader's rows."""
+    from electra.model.kernels import Kernels
+    from electra.train.runtime import Runtime
+
+    seen: list[bool] = []
+    real = Kernels.attention
+
+    def spy(self, q, k, v, attn_mask, p, dropout):
+        seen.append(attn_mask is None)
+        return real(self, q, k, v, attn_mask, p, dropout)
+
+    monkeypatch.setattr(Kernels, "attention", spy)
+    padded = Runtime().model_kernels(False)  # `electra pretrain`'s layout (train.unpad=false)
+    ids, mask, types = make_batch([32, 32, 32], 32)
+    results = []
+    for pad_free in (False, True):
+        torch.manual_seed(0)
+        model = ElectraPretrainingModel(tiny_config(), special=SPECIAL, kernels=padded).train()
+        seen.clear()
+        out = model(ids, mask, types, rng=torch.Generator().manual_seed(1), pad_free=pad_free)
+        out.loss.backward()
+        assert set(seen) == {pad_free}, seen
+        results.append((out.loss.detach(), [p.grad.clone() for p in model.parameters()
+                                             if p.grad is not None]))
+    assert torch.equal(results[0][0], results[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1], strict=True))
+
+    import electra.pretrain as command
+    from electra.config import RunConfig, TrainConfig
+
+    calls: list[bool] = []
+    forward = ElectraPretrainingModel.forward
+
+    def record(self, *a, pad_free=False, **k):
+        calls.append(pad_free)
+        return forward(self, *a, pad_free=pad_free, **k)
+
+    monkeypatch.setattr(ElectraPretrainingModel, "forward", record)
+    run = RunConfig(model=tiny_config(), train=TrainConfig(batch_size=4, grad_accum=2,
+                                                            precision="fp32"))
+    model = ElectraPretrainingModel(run.model, run.objective, SPECIAL, padded)
+    trainer = command.make_trainer(model, run, Runtime())
+    ids, mask, types = make_batch([32, 32, 32, 20], 32)  # the second micro-batch is padded
+    command.train_step(trainer, {"input_ids": ids, "attention_mask": mask,
+                                 "token_type_ids": types}, run, SPECIAL, 2)
+    assert calls == [True, False]

@@ -35,6 +35,13 @@ class Step:
     stage: int | None = None  # two-stage training: 1 (generator alone), 2 (generator frozen)
     counts: dict[str, torch.Tensor] = field(default_factory=dict)
     losses: dict[str, torch.Tensor] = field(default_factory=dict)
+    pad_free: bool = False  # no row has padding (known on the host, from the loader's rows)
+
+    @property
+    def attends(self) -> torch.Tensor | None:
+        """The mask the encoders attend with: none where no row has padding (attention
+        without a mask: FlashAttention on a GPU), else the batch's."""
+        return None if self.pad_free else self.attention_mask
 
     @property
     def chosen(self) -> torch.Tensor | None:
@@ -115,7 +122,7 @@ def generate(model: Any, step: Step) -> torch.Tensor:
     masked = step.masked
     frozen = step.stage == 2
     with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
-        gen_logits = model.generator(masked.input_ids, step.attention_mask, step.token_type_ids,
+        gen_logits = model.generator(masked.input_ids, step.attends, step.token_type_ids,
                                      masked.positions, padded=True)  # (B, P, V padded)
         step.losses["gen_loss"], probs, zmax, target_logit = mlm_loss(
             gen_logits, masked.targets, masked.weights, step.chosen)
@@ -146,7 +153,7 @@ def full_mlm(model: Any, step: Step, inputs: torch.Tensor) -> None:
     """The full-size MLM head predicts the originals at the chosen slots from ``inputs``
     (``mlm_loss``, ``mlm_acc``)."""
     masked = step.masked
-    logits = model.main_mlm(inputs, step.attention_mask, step.token_type_ids, masked.positions,
+    logits = model.main_mlm(inputs, step.attends, step.token_type_ids, masked.positions,
                             padded=True)
     step.losses["mlm_loss"], _, zmax, target_logit = mlm_loss(
         logits, masked.targets, masked.weights, step.chosen)
@@ -159,7 +166,7 @@ def detect(model: Any, step: Step, corrupted: torch.Tensor, labels: torch.Tensor
     """Step 5: the discriminator's logits on x_corrupt and ``disc_loss``, averaged over
     ``over`` (default: the non-pad tokens) with ``denominator`` (default: the step's token
     count); returns the logits (B, T)."""
-    disc_logits = model.discriminator(corrupted, step.attention_mask, step.token_type_ids)
+    disc_logits = model.discriminator(corrupted, step.attends, step.token_type_ids)
     step.losses["disc_loss"] = discriminator_loss(
         disc_logits, labels, step.attention_mask if over is None else over,
         step.tokens if over is None else denominator)

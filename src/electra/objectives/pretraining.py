@@ -79,14 +79,15 @@ class ElectraPretrainingModel(nn.Module):
                 token_type_ids: torch.Tensor | None = None, noise: Noise | None = None,
                 norm: Norm | None = None, rng: torch.Generator | None = None,
                 word_starts: torch.Tensor | None = None, temperature: float | None = None,
-                stage: int | None = None) -> ElectraOutput:
-        """The whole objective on a batch (:func:`electra_forward`)."""
+                stage: int | None = None, pad_free: bool = False) -> ElectraOutput:
+        """The whole objective on a batch (:func:`electra_forward`); ``pad_free``: the
+        caller knows no row has padding (the encoders then attend without a mask)."""
         if self.special is None:
             raise ValueError("ElectraPretrainingModel needs the special-token ids to train: "
                              "build it with special=SpecialTokens(...)")
         return electra_forward(self, input_ids, attention_mask, token_type_ids, self.special,
                                self.objective, rng, noise, norm, word_starts, temperature,
-                               stage)
+                               stage, pad_free)
 
     def parts(self) -> dict[str, nn.Module]:
         """The modules a finished run keeps as RUN/discriminator and RUN/generator: the
@@ -123,6 +124,7 @@ def electra_forward(
     word_starts: torch.Tensor | None = None,
     temperature: float | None = None,
     stage: int | None = None,
+    pad_free: bool = False,
 ) -> ElectraOutput:
     """One pass of the objective ``cfg.kind``: masking, then the objective's own forward.
 
@@ -130,7 +132,8 @@ def electra_forward(
     always uses), with the positions chosen or not. ``norm``: the global batch's loss
     denominators (else this batch's own). ``temperature``: the sampling temperature now
     (else cfg.temperature). ``stage``: 1 or 2 of two-stage training (generator alone;
-    discriminator with the generator frozen).
+    discriminator with the generator frozen). ``pad_free``: no row has padding, known on the
+    host (the encoders attend without a mask; the masking still reads ``attention_mask``).
     """
     if cfg.kind != model.objective.kind:
         raise ValueError(f"this model was built for objective {model.objective.kind!r}, not "
@@ -142,7 +145,8 @@ def electra_forward(
                          word_starts=word_starts)
     step = Step(input_ids, attention_mask, token_type_ids, masked, noise, cfg, norm, rng,
                 cfg.temperature if temperature is None else temperature, stage,
-                counts={"masked_frac": pair(masked.weights.sum(), attention_mask.sum())})
+                counts={"masked_frac": pair(masked.weights.sum(), attention_mask.sum())},
+                pad_free=pad_free)
     return model.method.forward(model, step)
 
 
