@@ -19,8 +19,8 @@ _LAZY = {
     "FinetuneConfig": "electra.config",
     "Discriminator": "electra.model",
     "Generator": "electra.model",
-    "SequenceClassifier": "electra.model",
-    "ElectraPretrainingModel": "electra.objectives",
+    "SequenceClassifier": "electra.tasks.sequence",
+    "ElectraPretrainingModel": "electra.objectives.pretraining",
 }
 __all__ = sorted(_LAZY)
 
