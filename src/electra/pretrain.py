@@ -57,6 +57,7 @@ from electra.train.runtime import (
     check_cuda_graphs,
     resolve_device,
     resolve_precision,
+    rows_without_padding,
     start,
     use_threads,
 )
@@ -196,8 +197,7 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
     micro-batches of ``micro`` rows. Returns the step's statistics (None when skipped).
     The step the benches time."""
     rt, obj_cfg = trainer.rt, cfg.objective
-    host = batch["attention_mask"]  # the loader's rows, before they go to the device: which
-    full = host.numpy().all(axis=1) if host.device.type == "cpu" else None  # have no padding
+    full = rows_without_padding(batch["attention_mask"])  # before the batch goes over
     batch = {k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}
     norm, noise = global_draws(batch, cfg.train.batch_size, special, cfg,
                                trainer.streams["masking"], rt)

@@ -139,6 +139,12 @@ def use_threads(threads: int, key: str, device: torch.device) -> str | None:
             f"slower); choose with --set {key}=N")
 
 
+def rows_without_padding(mask: torch.Tensor) -> np.ndarray | None:
+    """Which rows of a (B, T) attention mask have no padding, read on the host (no device
+    read: the loader's batches are still there); None for a mask already on a device."""
+    return mask.numpy().all(axis=1) if mask.device.type == "cpu" else None
+
+
 def idle_cores(cores: int, seconds: float = 0.2) -> float | None:
     """How many cores were idle over ``seconds`` (/proc/stat's idle and iowait time); None
     where /proc/stat cannot be read."""
