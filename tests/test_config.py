@@ -136,3 +136,17 @@ def test_every_number_and_choice_has_its_range_and_it_is_what_is_checked(cls):
         for bad in _outside(spec, kind):
             with pytest.raises(UserError, match=re.escape(f.name)):
                 cls(**{f.name: bad})
+
+
+def test_every_numeric_setting_declares_its_range():
+    """A number the user sets has a range the run survives, declared once in its class's
+    RANGES (what validation checks and the configuration reference shows)."""
+    from dataclasses import fields
+
+    from electra.config import FinetuneConfig, ModelConfig, ObjectiveConfig, TrainConfig
+
+    missing = [f"{cls.__name__}.{f.name}" for cls in (ModelConfig, ObjectiveConfig,
+                                                       TrainConfig, FinetuneConfig)
+               for f in fields(cls)
+               if ("int" in str(f.type) or "float" in str(f.type)) and f.name not in cls.RANGES]
+    assert missing == []

@@ -215,6 +215,10 @@ def test_a_file_at_the_lock_path_that_electra_did_not_write_is_never_touched(out
     lock.mkdir()
     assert cli(*argv) == 2 and "is not a lock electra wrote" in capsys.readouterr().err
     lock.rmdir()
+    os.mkfifo(lock)  # opened without blocking, refused as not a regular file
+    assert cli(*argv) == 2 and "is not a lock electra wrote" in capsys.readouterr().err
+    assert lock.exists() and not lock.is_file()
+    lock.unlink()
     train = tmp_path / "ft.electra-lock"  # the training file itself at the lock's path
     train.write_bytes((outs / "train.csv").read_bytes())
     argv[argv.index(outs / "train.csv")] = train
