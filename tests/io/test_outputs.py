@@ -486,3 +486,31 @@ def test_ctrl_c_during_a_finetune_evaluation_keeps_that_line(outs, tmp_path, mon
     ra = json.loads((tmp_path / "a" / "results.json").read_text())
     rb = json.loads((tmp_path / "b" / "results.json").read_text())
     assert ra["seeds"] == rb["seeds"]
+
+
+def test_a_lock_is_whole_and_signed_at_every_moment_of_taking_it(tmp_path, monkeypatch):
+    """Taking over a stale lock never rewrites it in place: a new signed, locked file is
+    renamed over it. A process that dies just before the rename leaves the old signed lock,
+    one that dies after it leaves the new one; either way the next command takes it over
+    (truncating then rewriting in place left an empty file that refused every later run
+    once: CI's random kill landed between the two)."""
+    import json as _json
+
+    from electra.io.outputs import _signed, lock_path, take_lock
+
+    out = tmp_path / "o"
+    path = lock_path(out)
+    path.write_text(_json.dumps({"electra_lock": 1, "pid": 1, "host": "h",
+                                 "command": "pretrain", "started": "then"}))
+    with monkeypatch.context() as m:
+        def dies(*args):
+            raise KeyboardInterrupt
+        m.setattr(os, "rename", dies)
+        with pytest.raises(KeyboardInterrupt):
+            take_lock(out, "pretrain")
+    assert _signed(path.read_text())["started"] == "then"
+    lock = take_lock(out, "pretrain")
+    taken = _signed(path.read_text())
+    assert taken["pid"] == os.getpid() and lock.fd >= 0
+    lock.release()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no temporary left either

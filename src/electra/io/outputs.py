@@ -279,16 +279,22 @@ def _info(command: str) -> bytes:
                       ).encode()
 
 
-def _create_locked(path: Path, info: bytes) -> int | None:
+def _create_locked(path: Path, info: bytes, replacing: int | None = None) -> int | None:
     """A new lock file at ``path``, signed and locked before it appears there (written and
-    locked under a temporary name, then hard-linked: no other process ever sees it empty or
-    unlocked); None when ``path`` exists. Where hard links are not supported, O_EXCL."""
+    locked under a temporary name, then hard-linked: no other process ever sees it empty,
+    half-written or unlocked); None when ``path`` exists. ``replacing``: the descriptor of a
+    stale lock of electra's at ``path`` that this process holds locked: the new file is
+    renamed over it (atomic: the path never holds anything but a whole, signed lock; a
+    process killed at any moment leaves one). Where hard links are not supported, O_EXCL."""
     import fcntl
 
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
     try:
         os.write(fd, info)
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new inode: only ENOLCK can fail
+        if replacing is not None:
+            os.rename(tmp, path)
+            return fd
         try:
             os.link(tmp, path)
         except FileExistsError:
@@ -307,6 +313,8 @@ def _create_locked(path: Path, info: bytes) -> int | None:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if replacing is not None:
+            os.close(replacing)
 
 
 def _create_exclusive(path: Path, info: bytes) -> int | None:
@@ -343,16 +351,15 @@ def take_lock(out: Path, command: str, flag: str = "--out") -> Lock | None:
         for attempt in range(50):
             try:
                 fd = _create_locked(path, info)
+                if fd is None:  # it exists: held by a running command, stale, or not ours
+                    stale = _stale(path, out, flag, patient=attempt < 40)
+                    fd = None if stale is None else _create_locked(path, info, stale)
             except OSError as err:
                 if err.errno == errno.ENOLCK:
                     raise _NoLocks from None
                 raise UserError(f"{flag} {out}: cannot create the lock file {path} "
                                 f"({err.strerror}); choose a writable folder") from None
-            if fd is None:  # it exists: held by a running command, stale, or not ours
-                fd = _stale(path, out, flag, patient=attempt < 40)
             if fd is not None:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, info, 0)
                 _HELD.add(key)
                 return Lock(path, fd, key)
     except _NoLocks:
@@ -364,10 +371,10 @@ def take_lock(out: Path, command: str, flag: str = "--out") -> Lock | None:
 
 
 def _stale(path: Path, out: Path, flag: str, patient: bool) -> int | None:
-    """The existing lock file at ``path``, locked, if it is a stale one of electra's (a note
-    says so); None to try again (it was just removed or replaced, or is still empty in
-    O_EXCL's moment when ``patient``). A UserError when a running command holds it or
-    electra did not write it."""
+    """The existing lock file at ``path``, locked (to be replaced, never rewritten in place),
+    if it is a stale one of electra's (a note says so); None to try again (it was just
+    removed or replaced, or is still empty in O_EXCL's moment when ``patient``). A UserError
+    when a running command holds it or electra did not write it."""
     import fcntl
 
     try:
