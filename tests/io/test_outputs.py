@@ -252,6 +252,8 @@ def test_names_beside_an_output_that_a_user_owns_are_never_touched(outs, tmp_pat
         assert cli("predict", "--model", outs / "ft" / "seed-1", "--input", outs / "dev.csv",
                    "--out", preds, "--quiet") == 0
     assert (tmp_path / "p.jsonl.partial").read_text() == "mine"
+    mode = preds.stat().st_mode & 0o777  # as a file open() makes, not mkstemp's 0600
+    assert mode == (tmp_path / "p.jsonl.partial").stat().st_mode & 0o777, oct(mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o", "o.old", "o.old-1", "p.jsonl",
                                                           "p.jsonl.partial"]
 

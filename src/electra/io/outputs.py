@@ -324,8 +324,14 @@ def _create_exclusive(path: Path, info: bytes) -> int | None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     except FileExistsError:
         return None
-    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    os.write(fd, info)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, info)
+    except BaseException:  # the file this call made goes again (no empty lock left behind)
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
     return fd
 
 
@@ -621,6 +627,9 @@ def write_file(path: Path, write: Callable[[Path], None], command: str,
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial",
                                     dir=path.parent)
         os.close(fd)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(name, 0o666 & ~umask)  # the mode open() gives a new file (mkstemp: 0600)
     except OSError as err:
         if lock is not None:
             lock.release()
