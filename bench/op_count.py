@@ -39,6 +39,26 @@ def top_level_ops(events) -> collections.Counter:
     return counts
 
 
+def count(data: str, config: str, batch: int, steps: int = 2) -> tuple[float, collections.Counter]:
+    """Top-level aten ops per step of `electra pretrain`'s step on the prepared folder
+    ``data`` under the TOML ``config`` text, after 2 warm-up steps: (mean, counts over
+    ``steps`` steps)."""
+    import torch
+    from step_ablation import training_step
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "c.toml"
+        path.write_text(config)
+        step = training_step(data, str(path), batch)
+    for _ in range(2):
+        step()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    counts = top_level_ops(prof.events())
+    return sum(counts.values()) / steps, counts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="small")
@@ -46,21 +66,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--precision", default="bf16")
     ap.add_argument("--data", help="prepared folder (default: as step_ablation.py)")
+    ap.add_argument("--extra", action="append", default=[],
+                    help="a [train] line, e.g. 'unpad = true'")
     args = ap.parse_args()
-    import torch
-    from step_ablation import default_data, training_step
+    from step_ablation import default_data
 
     tmp = tempfile.TemporaryDirectory()
-    cfg = Path(tmp.name) / "c.toml"
-    cfg.write_text(f'preset = "{args.preset}"\n[train]\nprecision = "{args.precision}"\n')
-    step = training_step(args.data or default_data(tmp.name), str(cfg), args.batch)
-    for _ in range(2):
-        step()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        for _ in range(args.steps):
-            step()
-    counts = top_level_ops(prof.events())
-    total = sum(counts.values()) / args.steps
+    config = "\n".join([f'preset = "{args.preset}"', "[train]",
+                        f'precision = "{args.precision}"', *args.extra, ""])
+    total, counts = count(args.data or default_data(tmp.name), config, args.batch, args.steps)
     print(f"{total:,.0f} top-level aten ops a step ({args.preset}, batch {args.batch}, "
           f"{args.precision}, {args.steps} steps profiled)")
     for name, n in counts.most_common(15):

@@ -86,8 +86,8 @@ def test_any_model_folder_is_a_starting_point(task):
         weights[name] = load_file(task / f"ft-{name}/seed-1/model.safetensors")
     assert weights["hf"].keys() == weights["run"].keys()
     assert all(torch.equal(weights["hf"][k], weights["run"][k]) for k in weights["run"])
-    assert not torch.equal(weights["random"]["encoder.layers.0.query.weight"],
-                           weights["run"]["encoder.layers.0.query.weight"])
+    assert not torch.equal(weights["random"]["encoder.layers.0.qkv.weight"],
+                           weights["run"]["encoder.layers.0.qkv.weight"])
 
 
 def test_bad_input(task, capsys):
@@ -508,8 +508,8 @@ def test_freeze_encoder_trains_the_head_alone(task):
         assert torch.equal(tuned[f"encoder.{key}"], value), key
     torch.manual_seed(1)  # the seed's own initial head
     fresh = SequenceClassifier(disc.config, 2)
-    assert torch.equal(tuned["encoder.layers.0.query.weight"],
-                       fresh.encoder.layers[0].query.weight) is False  # pretrained, not fresh
+    assert torch.equal(tuned["encoder.layers.0.qkv.weight"],
+                       fresh.encoder.layers[0].qkv.weight) is False  # pretrained, not fresh
     for key in ("head_dense.weight", "head_out.weight"):
         assert not torch.equal(tuned[key], fresh.state_dict()[key]), key
     result = json.loads((task / "probe/results.json").read_text())

@@ -369,7 +369,7 @@ def test_a_checkpoint_fine_tunes_as_the_run_it_ends(data, tmp_path):
         assert cli("finetune", "--model", model, *common, "--out", tmp_path / name) == 0
         weights[name] = load_file(tmp_path / name / "seed-1/model.safetensors")
     assert all(torch.equal(weights["ckpt"][k], weights["run"][k]) for k in weights["run"])
-    key = "encoder.layers.0.query.weight"  # an earlier checkpoint is another start
+    key = "encoder.layers.0.qkv.weight"  # an earlier checkpoint is another start
     assert not torch.equal(weights["early"][key], weights["run"][key])
 
 

@@ -120,3 +120,43 @@ def test_padding_does_not_change_real_token_outputs():
 def test_vocab_without_special_tokens_is_refused():
     with pytest.raises(UserError, match=r"\[MASK\].*electra tokenizer train"):
         SpecialTokens.from_vocab({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "a": 4})
+
+
+def test_qkv_is_one_parameter_and_weights_in_the_three_tensor_layout_load_bitwise():
+    """A block's query, key and value are one (3H, H) parameter; a state dict that holds
+    them as three tensors (transformers', and checkpoints and folders written before the
+    fusion) loads into it, and splitting gives the three back, bit for bit."""
+    from electra.model import fuse_qkv, split_qkv
+
+    cfg = tiny_config()
+    torch.manual_seed(0)
+    model = Discriminator(cfg)
+    names = [n for n, _ in model.named_parameters()]
+    assert not any(".query." in n or ".key." in n or ".value." in n for n in names)
+    assert model.encoder.layers[0].qkv.weight.shape == (3 * cfg.hidden_size, cfg.hidden_size)
+    state = model.state_dict()
+    three = split_qkv(state)
+    assert {k for k in three if "layers.0." in k} >= {
+        f"encoder.layers.0.{n}.{p}" for n in ("query", "key", "value") for p in ("weight", "bias")}
+    H = cfg.hidden_size
+    assert torch.equal(three["encoder.layers.1.key.weight"],
+                       state["encoder.layers.1.qkv.weight"][H:2 * H])
+    torch.manual_seed(1)
+    other = Discriminator(cfg)
+    other.load_state_dict(three)  # strict: every key used, none missing
+    assert all(torch.equal(v, other.state_dict()[k]) for k, v in state.items())
+    fused = dict(three)
+    fuse_qkv(fused)
+    assert fused.keys() == state.keys() and all(torch.equal(fused[k], state[k]) for k in state)
+
+
+@pytest.mark.parametrize("H", [32, 64, 256, 768])
+def test_the_fused_parameter_initialises_as_the_three_did(H):
+    """init_weights draws the (3H, H) parameter's values as the three (H, H) ones were drawn
+    in turn (normal_ fills 16 values at a time; H*H is a multiple of 16 for every preset), so
+    a seed builds the model it built before the fusion."""
+    torch.manual_seed(9)
+    whole = torch.empty(3 * H, H).normal_(std=0.02)
+    torch.manual_seed(9)
+    parts = torch.cat([torch.empty(H, H).normal_(std=0.02) for _ in range(3)])
+    assert torch.equal(whole, parts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from helpers import small_model
 
 from electra.config import model_preset
@@ -43,3 +44,63 @@ def test_layerwise_learning_rates_follow_the_formula():
         assert rate[id(p)] == pytest.approx(expected), name
     assert layer_depth("encoder.layers.3.query.weight", L) == 4
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+
+
+def test_an_optimizer_state_of_three_qkv_parameters_resumes_on_the_fused_one():
+    """A checkpoint's AdamW state written when query, key and value were three parameters
+    (split here from a fused run's) loads as the fused parameter's, and the next step is
+    bitwise the one the fused run takes."""
+    import copy
+
+    from helpers import tiny_config
+
+    from electra.model import Discriminator
+    from electra.train.optim import adamw, param_groups
+    from electra.train.parallel import fuse_qkv_state
+
+    torch.manual_seed(0)
+    model = Discriminator(tiny_config())
+    opt = adamw(param_groups(model, 0.01), lr=1e-3)
+    for _ in range(2):
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+        opt.step()
+    saved, twin = copy.deepcopy(opt.state_dict()), copy.deepcopy(model)
+    names = {id(p): n for n, p in model.named_parameters()}
+    old = {"state": {}, "param_groups": []}  # the three-tensor layout
+    for group, live in zip(saved["param_groups"], opt.param_groups, strict=True):
+        ids = []
+        for i, p in zip(group["params"], live["params"], strict=True):
+            parts = [saved["state"][i]]
+            if names[id(p)].endswith(("qkv.weight", "qkv.bias")):
+                parts = [{k: v if k == "step" else v.chunk(3)[j].clone()
+                          for k, v in saved["state"][i].items()} for j in range(3)]
+            for part in parts:
+                old["state"][len(old["state"])] = part
+                ids.append(len(old["state"]) - 1)
+        old["param_groups"].append({**group, "params": ids})
+    twin_opt = adamw(param_groups(twin, 0.01), lr=1e-3)
+    twin_opt.load_state_dict(fuse_qkv_state(old, twin_opt, twin))
+    grads = [torch.randn_like(p) for p in model.parameters()]
+    for m, o in ((model, opt), (twin, twin_opt)):
+        for p, g in zip(m.parameters(), grads, strict=True):
+            p.grad = g.clone()
+        o.step()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters(),
+                                                 strict=True))
+    assert fuse_qkv_state(saved, opt, model) is saved  # the fused layout passes as it is
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])  # clipped, and left as they are
+def test_clip_grad_norm_is_torchs_bitwise(max_norm):
+    from electra.train.optim import clip_grad_norm
+
+    torch.manual_seed(0)
+    grads = [torch.randn(s) * 3 for s in ((7, 5), (5,), (64, 3), (1,))]
+    ours = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    theirs = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for a, b, g in zip(ours, theirs, grads, strict=True):
+        a.grad, b.grad = g.clone(), g.clone()
+    norm = clip_grad_norm(ours, max_norm)
+    assert torch.equal(norm, torch.nn.utils.clip_grad_norm_(theirs, max_norm))
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours, theirs, strict=True))

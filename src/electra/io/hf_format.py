@@ -2,8 +2,9 @@
 
 Our ``Discriminator`` <-> ``ElectraForPreTraining``, our ``Generator`` <-> ``ElectraForMaskedLM``,
 each fine-tuning head <-> its transformers class (the head's ``hf_class`` and ``hf_keys``,
-``electra.tasks``). The key mapping is one-to-one (no tensor is split, fused or transposed),
-so ours -> transformers -> ours is bitwise identical.
+``electra.tasks``). The key mapping is one-to-one but for a block's fused query/key/value
+parameter, which transformers holds as three tensors (split on export, fused on import, rows
+copied as they are), so ours -> transformers -> ours is bitwise identical.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from electra.config import ModelConfig
 from electra.errors import UserError
 from electra.io import folders
 from electra.io.files import read_json
+from electra.model import fuse_qkv, split_qkv
 from electra.tasks.base import HEADS
 
 # (our key pattern, transformers key pattern); "{i}" is a layer index.
@@ -90,7 +92,7 @@ def _rename(state: dict[str, torch.Tensor], table: list[tuple[str, str]],
 
 def to_hf_state_dict(state: dict[str, torch.Tensor], part: str) -> dict[str, torch.Tensor]:
     """Our discriminator/generator/classifier state dict -> transformers' key names."""
-    out = _rename(state, _TABLES[part], reverse=False)
+    out = _rename(split_qkv(state), _TABLES[part], reverse=False)
     if part != "generator":
         return out
     out[TIED_OUTPUT_KEY] = out["electra.embeddings.word_embeddings.weight"]
@@ -100,7 +102,9 @@ def to_hf_state_dict(state: dict[str, torch.Tensor], part: str) -> dict[str, tor
 def from_hf_state_dict(state: dict[str, torch.Tensor], part: str) -> dict[str, torch.Tensor]:
     """transformers' ELECTRA state dict -> our key names (the tied output layer dropped)."""
     state = {k: v for k, v in state.items() if k != TIED_OUTPUT_KEY}
-    return _rename(state, _TABLES[part], reverse=True)
+    out = _rename(state, _TABLES[part], reverse=True)
+    fuse_qkv(out)
+    return out
 
 
 def to_hf_config(cfg: ModelConfig, **extra: Any) -> Any:

@@ -16,6 +16,8 @@ H hidden size, nh heads, hs head size (H / nh), V vocabulary size.
 
 from __future__ import annotations
 
+import re
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -102,9 +104,9 @@ class Block(nn.Module):
         H = cfg.hidden_size
         self.num_heads = cfg.num_heads
         self.attention_dropout = cfg.attention_dropout
-        self.query = nn.Linear(H, H)
-        self.key = nn.Linear(H, H)
-        self.value = nn.Linear(H, H)
+        # Query, key and value as one (3H, H) parameter: one GEMM, one cast under autocast, one
+        # gradient; transformers' three tensors on export and import (fuse_qkv, split_qkv).
+        self.qkv = nn.Linear(H, 3 * H)
         self.attention_out = nn.Linear(H, H)
         self.attention_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
         self.ffn_in = nn.Linear(H, cfg.intermediate_size)
@@ -116,9 +118,7 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, layout: Layout, first: bool = False) -> torch.Tensor:
         """(B, T, H), or (N, H) under an unpadded layout, to the same shape; ``first``: only
         each row's first position after the fused Q/K/V projection, (B, H)."""
-        # Q, K and V in one matrix multiply; the three modules stay (transformers' keys).
-        qkv = F.linear(x, torch.cat([self.query.weight, self.key.weight, self.value.weight]),
-                       torch.cat([self.query.bias, self.key.bias, self.value.bias]))
+        qkv = self.qkv(x)
         p = self.attention_dropout if self.training else 0.0
         if first:
             a = layout.attend_first(self.kernels, qkv, self.num_heads, p, self.probs_dropout)
@@ -128,6 +128,41 @@ class Block(nn.Module):
         x = self.attention_norm(x + self.dropout(self.attention_out(a)))
         h = self.ffn_out(F.gelu(self.ffn_in(x)))
         return self.ffn_norm(x + self.dropout(h))
+
+    def _load_from_state_dict(self, state_dict: dict[str, torch.Tensor], prefix: str,
+                              *args: object) -> None:
+        fuse_qkv(state_dict, prefix)  # weights written before QKV was one parameter
+        super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[arg-type]
+
+
+QKV = ("query", "key", "value")
+
+
+def fuse_qkv(state: dict[str, torch.Tensor], prefix: str | None = None) -> None:
+    """In place: every ``{prefix}query/key/value.{weight,bias}`` triple of ``state`` (separate
+    tensors: transformers' layout, and this package's before 2026-12) becomes one
+    ``{prefix}qkv.{weight,bias}``, rows in Q, K, V order; ``prefix`` None: every block's."""
+    for key in list(state):
+        m = re.fullmatch(r"(|.*\.)query\.(weight|bias)", key)
+        if m is None or (prefix is not None and m[1] != prefix):
+            continue
+        names = [f"{m[1]}{n}.{m[2]}" for n in QKV]
+        if all(n in state for n in names):
+            state[f"{m[1]}qkv.{m[2]}"] = torch.cat([state.pop(n) for n in names])
+
+
+def split_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with every ``qkv.{weight,bias}`` as transformers' three tensors (copies, in
+    the key's place): the inverse of :func:`fuse_qkv`, bitwise."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        m = re.fullmatch(r"(|.*\.)qkv\.(weight|bias)", key)
+        if m is None:
+            out[key] = value
+        else:
+            out.update({f"{m[1]}{n}.{m[2]}": t.clone() for n, t in
+                        zip(QKV, value.chunk(3), strict=True)})
+    return out
 
 
 class Encoder(nn.Module):
@@ -161,7 +196,7 @@ class Encoder(nn.Module):
         (B, T, H) where a row's first position is padding under unpadding."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        layout = self.kernels.layout(attention_mask)
+        layout = self.kernels.layout(attention_mask, input_ids.shape)
         first = first_only and len(self.layers) > 0 and layout.reads_first()
         x = layout.tokens(self.embeddings(input_ids, token_type_ids))
         if self.embeddings_project is not None:

@@ -42,9 +42,14 @@ def lane_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     """Training-mode dropout of ``x`` with masks cut from 16-bit lanes (CPU tensors)."""
     threshold = round(p * 65536) - 32768  # keep where the int16 lane >= this
     scale = 1.0 / (1.0 - round(p * 65536) / 65536)
-    n = x.numel()
-    words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
-    keep = words.view(torch.int16)[:n].view(x.shape) >= threshold
+    if x.dim() and x.shape[-1] % 4 == 0:  # the words shaped as x's rows: one view, no slice
+        words = torch.empty(*x.shape[:-1], x.shape[-1] // 4, dtype=torch.int64)
+        lanes = words.random_(-(2**63), 2**63 - 1).view(torch.int16)  # x's shape
+    else:
+        n = x.numel()
+        words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
+        lanes = words.view(torch.int16)[:n].view(x.shape)
+    keep = lanes >= threshold
     return x.mul(keep).mul_(scale)
 
 
@@ -115,23 +120,35 @@ def _heads(qkv: torch.Tensor, num_heads: int) -> torch.Tensor:
 @dataclass(frozen=True)
 class Padded(Layout):
     """Every position computed; ``mask`` (B, 1, 1, T) bool marks the keys to attend, None:
-    every one (no padding: SDPA without a mask, FlashAttention's case on a GPU)."""
+    every one (no padding: SDPA without a mask, FlashAttention's case on a GPU).
+
+    ``shape`` (B, T): the blocks run on the B·T positions as rows, (B·T, H), which saves each
+    linear layer's two reshapes in the backward (bitwise the same arithmetic: a linear layer
+    folds (B, T, H) to those rows anyway); None: on (B, T, H) as given."""
 
     mask: torch.Tensor | None
+    shape: tuple[int, int] | None = None
+
+    def tokens(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.shape is None else x.flatten(0, 1)
+
+    def repad(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.shape is None else x.view(*self.shape, *x.shape[1:])
 
     def attend(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
                dropout: torch.nn.Module) -> torch.Tensor:
-        """Fused projections (B, T, 3H) -> attention (B, T, H)."""
-        B, T, three_h = qkv.shape
-        a = kernels.attention(*_heads(qkv, num_heads), self.mask, p, dropout)  # (B, nh, T, hs)
-        return a.transpose(1, 2).reshape(B, T, three_h // 3)
+        """Fused projections (B, T, 3H) -> attention (B, T, H), or (B·T, 3H) -> (B·T, H)."""
+        a = kernels.attention(*_heads(self.repad(qkv), num_heads), self.mask, p,
+                              dropout)  # (B, nh, T, hs)
+        return a.transpose(1, 2).reshape(*qkv.shape[:-1], qkv.shape[-1] // 3)
 
     def first(self, x: torch.Tensor) -> torch.Tensor:
-        return x[:, 0]
+        return self.repad(x)[:, 0]
 
     def attend_first(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
                      dropout: torch.nn.Module) -> torch.Tensor:
-        """Fused projections (B, T, 3H) -> the first position's attention (B, H)."""
+        """Fused projections (B, T, 3H) or (B·T, 3H) -> the first position's attention (B, H)."""
+        qkv = self.repad(qkv)
         q, k, v = _heads(qkv, num_heads)
         a = kernels.attention(q[:, :, :1], k, v, self.mask, p, dropout)  # (B, nh, 1, hs)
         return a.reshape(len(qkv), -1)
@@ -220,17 +237,18 @@ class Kernels:
     varlen: bool = False
     vocab_multiple: int = 1
 
-    def layout(self, attention_mask: torch.Tensor | None) -> Layout:
+    def layout(self, attention_mask: torch.Tensor | None,
+               shape: tuple[int, int] | None = None) -> Layout:
         """The layout of a batch with this (B, T) mask (1/True on real tokens; None: no
-        padding)."""
+        padding); ``shape`` (B, T): a padded layout runs the blocks on rows (:class:`Padded`)."""
         if attention_mask is None:
-            return Padded(None)
+            return Padded(None, shape)
         mask = attention_mask.bool()
         if not self.unpad:
-            return Padded(mask[:, None, None, :])
+            return Padded(mask[:, None, None, :], shape)
         unpadded = Unpadded.of(mask)  # the layout's one read of the device
         if len(unpadded.index) == mask.numel():  # no padding: attention without a mask
-            return Padded(None)  # (FlashAttention on a GPU)
+            return Padded(None, shape)  # (FlashAttention on a GPU)
         return unpadded
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from electra.errors import UserError
 from electra.model import Block
 from electra.train.runtime import Runtime
 
@@ -139,6 +140,35 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
                 if hasattr(p, "device_mesh") and v.shape == p.shape:
                     st[k] = distribute_tensor(v.to(p.device), p.device_mesh, p.placements)
     optimizer.load_state_dict(state)
+
+
+def fuse_qkv_state(state: dict[str, Any], optimizer: torch.optim.Optimizer,
+                   model: nn.Module) -> dict[str, Any]:
+    """An optimizer state saved when each block's query, key and value were three parameters
+    (checkpoints before 2026-12), for this model's one fused parameter: the three states'
+    moments stacked in Q, K, V order (AdamW's update is elementwise, so the run resumes as it
+    would have). Any other state is returned as it is."""
+    saved = state["param_groups"]
+    if [len(g["params"]) for g in saved] == [len(g["params"]) for g in optimizer.param_groups]:
+        return state
+    names = {id(p): n for n, p in model.named_parameters()}
+    moments: dict[int, Any] = {}
+    groups: list[dict[str, Any]] = []
+    index = 0  # the parameter's number in the new state
+    for old, live in zip(saved, optimizer.param_groups, strict=True):
+        ids = iter(old["params"])
+        for p in live["params"]:
+            width = 3 if names.get(id(p), "").endswith(("qkv.weight", "qkv.bias")) else 1
+            parts = [state["state"].get(next(ids, None)) for _ in range(width)]
+            if all(parts):
+                moments[index] = {k: v if k == "step" else torch.cat([q[k] for q in parts])
+                                  for k, v in parts[0].items()}
+            index += 1
+        if next(ids, None) is not None:
+            raise UserError("the checkpoint's optimizer state does not fit this model's "
+                            "parameters; resume with the electra that wrote it")
+        groups.append({**old, "params": list(range(index - len(live["params"]), index))})
+    return {"state": moments, "param_groups": groups}
 
 
 def save_sharded_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer,

@@ -48,7 +48,7 @@ from electra.io.files import disk_errors
 from electra.train import parallel
 from electra.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from electra.train.metrics import MetricsLog
-from electra.train.optim import adamw, warmup_linear
+from electra.train.optim import adamw, clip_grad_norm, warmup_linear
 from electra.train.runtime import (
     Runtime,
     autocast,
@@ -295,7 +295,8 @@ class Trainer:
             parallel.load_sharded_optimizer(self.model, self.optimizer,
                                             resume / state["optimizer_shards"])
         else:
-            parallel.load_optimizer_state(self.optimizer, state["optimizer"])
+            parallel.load_optimizer_state(self.optimizer, parallel.fuse_qkv_state(
+                state["optimizer"], self.optimizer, self.model))
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
@@ -403,7 +404,7 @@ class Trainer:
             return None
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = (torch.nn.utils.clip_grad_norm_(self.params, s.grad_clip)
+        grad_norm = (clip_grad_norm(self.params, s.grad_clip)
                      if s.grad_clip > 0 else torch.zeros((), device=rt.device))
         if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
             grad_norm = grad_norm.full_tensor()
