@@ -13,10 +13,10 @@ import sys
 from helpers import ROOT, write_corpus
 
 # Measured on this test's data (2-core AMD EPYC Zen 4; the count does not depend on the
-# CPU): 4,414 ops a step at 252066b, before the budget work. Issue 40 asks for 60% of it
-# (2,648); what is built holds 3,580 (81%): clipping in two multi-tensor ops (-402), query,
-# key and value as one parameter (-288), dropout masks without slicing (-148).
-BEFORE = 4414
+# CPU): 4,517 ops a step at 252066b, before the budget work; 3,566 (79%) since (clipping in
+# two multi-tensor ops, query/key/value as one parameter, dropout masks without slicing,
+# padded blocks on rows). Issue 40 asks for 60% (2,710); bench/RESULTS.md says what is left.
+BEFORE = 4517
 BUDGET = 3600
 
 
@@ -33,5 +33,5 @@ def test_a_small_pretraining_step_stays_within_its_op_budget(tmp_path):
                            out=str(tmp_path / "data"), seq_len=128, quiet=True))
     total, counts = count(str(tmp_path / "data"),
                           'preset = "small"\n[train]\nprecision = "bf16"\n', batch=4)
-    assert total <= BUDGET, f"{total:,.0f} ops a step (budget {BUDGET:,}): " \
-        f"{counts.most_common(8)}"
+    assert total <= BUDGET, f"{total:,.0f} ops a step ({total / BEFORE:.0%} of {BEFORE:,}; " \
+        f"budget {BUDGET:,}): {counts.most_common(8)}"

@@ -196,7 +196,15 @@ def load_sharded_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer,
 
     _resharded(model)
     state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
-    dcp.load(state, checkpoint_id=str(folder))
+    try:
+        dcp.load(state, checkpoint_id=str(folder))
+    except Exception as err:
+        if "qkv" not in str(err):
+            raise
+        raise UserError(f"{folder}: this sharded optimizer state holds query, key and value as "
+                        f"three parameters (written before 2026-12); resume it with the "
+                        f"electra that wrote it, or start from its weights with "
+                        f"`pretrain --init`") from None
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
 
 
