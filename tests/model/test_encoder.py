@@ -150,13 +150,36 @@ def test_qkv_is_one_parameter_and_weights_in_the_three_tensor_layout_load_bitwis
     assert fused.keys() == state.keys() and all(torch.equal(fused[k], state[k]) for k in state)
 
 
-@pytest.mark.parametrize("H", [32, 64, 256, 768])
-def test_the_fused_parameter_initialises_as_the_three_did(H):
-    """init_weights draws the (3H, H) parameter's values as the three (H, H) ones were drawn
-    in turn (normal_ fills 16 values at a time; H*H is a multiple of 16 for every preset), so
-    a seed builds the model it built before the fusion."""
+@pytest.mark.parametrize("preset", ["tiny", "small"])
+def test_the_fused_parameter_initialises_as_the_three_did(preset):
+    """From one seed a block builds and initialises (init_weights) the weights the block
+    with three query/key/value modules built before the fusion: normal_ fills 16 values at a
+    time, and H*H is a multiple of 16 for every preset."""
+    from torch import nn
+
+    from electra.model import Block, init_weights
+
+    cfg = model_preset(preset)
+    H, inter = cfg.hidden_size, cfg.intermediate_size
+
+    class ThreeBlock(nn.Module):  # the block's parameters as they were registered before
+        def __init__(self) -> None:
+            super().__init__()
+            self.query, self.key, self.value = (nn.Linear(H, H) for _ in range(3))
+            self.attention_out = nn.Linear(H, H)
+            self.attention_norm = nn.LayerNorm(H)
+            self.ffn_in, self.ffn_out = nn.Linear(H, inter), nn.Linear(inter, H)
+            self.ffn_norm = nn.LayerNorm(H)
+
     torch.manual_seed(9)
-    whole = torch.empty(3 * H, H).normal_(std=0.02)
+    old = ThreeBlock()
+    init_weights(old, cfg.initializer_range)
     torch.manual_seed(9)
-    parts = torch.cat([torch.empty(H, H).normal_(std=0.02) for _ in range(3)])
-    assert torch.equal(whole, parts)
+    new = Block(cfg)
+    init_weights(new, cfg.initializer_range)
+    fused = {**old.state_dict()}
+    for part in ("weight", "bias"):
+        fused[f"qkv.{part}"] = torch.cat([fused.pop(f"{n}.{part}") for n in ("query", "key",
+                                                                             "value")])
+    assert fused.keys() == new.state_dict().keys()
+    assert all(torch.equal(v, new.state_dict()[k]) for k, v in fused.items())

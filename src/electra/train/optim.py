@@ -68,10 +68,10 @@ def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """torch's ``clip_grad_norm_`` (L2, bitwise the same norm and scaling) in a fixed number of
     ops: one multi-tensor norm, one multi-tensor scale. torch's own moves each tensor's norm to
     the first one's device, one op per parameter (402 of ELECTRA-Small's 4,485 ops a step:
-    bench/op_count.py). Sharded (DTensor) or mixed-device gradients go to torch's."""
+    bench/op_count.py). A trainer's gradients share one device and dtype (fp32 masters);
+sharded (DTensor, FSDP's: all or none) ones go to torch's."""
     grads = [p.grad for p in params if p.grad is not None]
-    if not grads or any(hasattr(g, "full_tensor") or g.device != grads[0].device
-                        or g.dtype != grads[0].dtype for g in grads):
+    if not grads or hasattr(grads[0], "full_tensor"):
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
     with torch.no_grad():
         total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)

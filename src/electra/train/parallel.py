@@ -160,7 +160,9 @@ def fuse_qkv_state(state: dict[str, Any], optimizer: torch.optim.Optimizer,
         for p in live["params"]:
             width = 3 if names.get(id(p), "").endswith(("qkv.weight", "qkv.bias")) else 1
             parts = [state["state"].get(next(ids, None)) for _ in range(width)]
-            if all(parts):
+            if width == 1 and parts[0]:
+                moments[index] = parts[0]
+            elif all(parts):
                 moments[index] = {k: v if k == "step" else torch.cat([q[k] for q in parts])
                                   for k, v in parts[0].items()}
             index += 1
