@@ -157,7 +157,9 @@ def test_double_pairs_adds_each_pair_swapped_to_the_chosen_subset(monkeypatch):
                             precision="fp32", double_pairs=True, max_train_examples=10)
     source = ft.ModelSource(None, model_preset("tiny", vocab_size=7, num_layers=1), Path("."),
                             "random-init")
-    ft.finetune_one(source, tok, data, cfg.resolved(source.config, data.name), 1)
+    from electra.train.finetuning import finetune_one
+
+    finetune_one(source, tok, data, cfg.resolved(source.config, data.name), 1)
     used = seen[0]
     assert len(used) == 20
     first, swapped = used[:10], used[10:]

@@ -13,7 +13,8 @@ from helpers import ctrl_c_in_step, write_sentiment
 from safetensors.torch import load_file
 
 from electra.cli import main
-from electra.train.multitask import MultiTaskModel, TaskSampler
+from electra.train.finetuning import TaskSampler
+from electra.train.multitask import MultiTaskModel
 
 FIXTURES = Path(__file__).parent / "fixtures" / "superglue"
 

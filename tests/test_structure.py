@@ -13,9 +13,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # The training loops, and the modules that run them (the CLI names them by string only).
 LOOPS = {"electra.pretrain": {"electra.experiments.demo", "electra.experiments.compare"},
          "electra.finetune": {"electra.experiments.compare"},
-         # single-task, multi-task (its command and loop), and the probe during pretraining
-         "electra.train.finetuning": {"electra.finetune", "electra.multitask",
-                                      "electra.train.multitask", "electra.train.probe"}}
+         # one loop for one task or several, and the probe during pretraining
+         "electra.train.finetuning": {"electra.finetune", "electra.train.probe"}}
 # What the CLI module may import: no loading, no training, no torch.
 CLI_IMPORTS = {"electra", "electra.config", "electra.errors", "electra.io.files",
                "electra.data.tasks", "electra.train.runtime"}

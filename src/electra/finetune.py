@@ -1,15 +1,22 @@
-"""Fine-tuning and evaluating the discriminator on a sentence (pair) task, on the scaffold.
+"""`electra finetune`: the discriminator fine-tuned on one task, or on several at once
+(``--task a,b,c``: one encoder, a head per task), once per seed, on the scaffold.
 
 The paper's recipe as defaults (``electra.config.FinetuneConfig``): AdamW, lr 3e-4 for
 small-size and 1e-4 for base-size models, layer-wise learning-rate decay 0.8 (0.9 for
 24-layer models; ``electra.train.optim.layerwise_groups``), 10% warmup then linear decay, 3 epochs
 (10 for RTE and STS-B), batch 32, max length 128. The scaffold (``electra.train.trainer``) adds
-gradient accumulation, fp16 with loss scaling, non-finite handling and checkpoints.
+gradient accumulation, fp16 with loss scaling, non-finite handling and checkpoints; the loop
+is ``electra.train.finetuning`` (one task is several with one).
 
     OUT/seed-S/               model.safetensors, config.json (labels, task), tokenizer files,
                               metrics.jsonl and tb/ (training loss per epoch), result.json
     OUT/seed-S/predictions/   GLUE submission files (with --predict test)
     OUT/results.json, OUT/results.md   per-seed metrics and their medians
+
+Several tasks: each task's model (the encoder + its head) in ``OUT/seed-S/TASK/``, a
+fine-tuned model folder that `evaluate`, `predict`, `export` and `--model` take (continuing a
+task alone from the shared encoder, MT-DNN's recipe, is ``--model OUT/seed-S/TASK``); the
+seed's metrics.jsonl holds every task's dev scores; results per task and seed.
 
 Everything is written into ``OUT.partial/`` and renamed to ``OUT`` at the end. An interrupted
 run continues with ``--resume``: finished seeds (with their ``result.json``) are kept, the
@@ -19,11 +26,13 @@ the end of every epoch or every ``save_every`` steps), bitwise as if never stopp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +63,9 @@ from electra.tasks.base import TaskData, head_of
 from electra.tasks.registry import head_for_task, load_task
 from electra.train.finetuning import (
     ModelSource,
+    Selections,
     dev_predictions,
-    finetune_one,
+    finetune_tasks,
     kept_predictions,
     scores,
 )
@@ -119,20 +129,16 @@ def main(task: str, out: str, model: str | None = None, random_init: str | None 
         tasks = load_tasks(names, data, train, dev, text_columns, label_column, regression,
                            predict, tag_column)
     else:
-        task_data = load_task(task, data, train, dev, text_columns, label_column, regression,
-                              predict, tag_column=tag_column)
+        one = load_task(task, data, train, dev, text_columns, label_column, regression,
+                        predict, tag_column=tag_column)
+        tasks = {one.name: one}
     source = model_source(model, random_init, tokenizer)
     inputs = [("--model", model), ("--random-init", random_init), ("--tokenizer", tokenizer),
               *[(flag, p) for flag, value in (("--data", data), ("--train", train),
                                               ("--dev", dev)) if value
                 for p in (value.split(",") if len(names) > 1 else [value]) if p]]
     with start(device, dist_timeout) as rt:
-        if len(names) > 1:
-            from electra.multitask import run_multitask
-
-            return run_multitask(source, tasks, out, cfg, seed_list, rt, overwrite=overwrite,
-                                 resume=resume, progress=progress, inputs=inputs)
-        return run_finetune(source, task_data, out, cfg, seed_list, rt, overwrite=overwrite,
+        return run_finetune(source, tasks, out, cfg, seed_list, rt, overwrite=overwrite,
                             resume=resume, progress=progress, inputs=inputs)
 
 
@@ -199,44 +205,60 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
 # -- the whole command: seeds, resume, results ----------------------------------------
 
 
-def run_finetune(source: ModelSource, data: TaskData, out: str | Path, cfg: FinetuneConfig,
-                 seeds: list[int], rt: Runtime | None = None, overwrite: bool = False,
-                 resume: bool = False, progress: bool = False,
+def resolve(source: ModelSource, tasks: dict[str, TaskData], cfg: FinetuneConfig,
+            world_size: int) -> tuple[FinetuneConfig, dict[str, FinetuneConfig]]:
+    """The run's settings and each task's. One task: the paper's defaults for the model and
+    the task (RTE's 10 epochs, SQuAD's 512 tokens). Several: the model's defaults (3 epochs
+    unless set), each task with its own length."""
+    if len(tasks) == 1:
+        (name,) = tasks
+        whole = cfg.resolved(source.config, name)
+        check_split(whole, world_size)
+        return whole, {name: whole}
+    whole = cfg.resolved(source.config, "multitask")
+    check_split(whole, world_size)
+    return whole, {t: dataclasses.replace(whole, max_length=cfg.resolved(
+        source.config, t).max_length) for t in tasks}
+
+
+def run_finetune(source: ModelSource, data: TaskData | dict[str, TaskData], out: str | Path,
+                 cfg: FinetuneConfig, seeds: list[int], rt: Runtime | None = None,
+                 overwrite: bool = False, resume: bool = False, progress: bool = False,
                  inputs: list[tuple[str, Any]] | None = None) -> dict[str, Any] | None:
-    """Fine-tune once per seed; write per-seed models, results.json and results.md.
+    """Fine-tune once per seed on one task, or on several at once (a dict of tasks); write
+    each seed's models, results.json and results.md.
 
     Under torchrun the processes share each batch (DDP) and rank 0 evaluates and writes;
     it returns the results there and None elsewhere. ``inputs``: (flag, path) of every file
     read, which the output may not overwrite (the model's folders are added).
     """
     rt = rt or Runtime()
+    tasks = data if isinstance(data, dict) else {data.name: data}
     check_compile(cfg.compile, rt.device, "compile")
     out = Path(out)
     inputs = [*(inputs or []), ("--model", source.init), ("--tokenizer", source.tokenizer)]
     with claim_out(out, "finetune", "finetune", overwrite=overwrite, resume=resume,
                    inputs=inputs, rt=rt) as claim:
-        return _finetune(source, data, out, cfg, seeds, rt, claim, resume, progress)
+        return _finetune(source, tasks, out, cfg, seeds, rt, claim, resume, progress)
 
 
-def _finetune(source: ModelSource, data: TaskData, out: Path, cfg: FinetuneConfig,
+def _finetune(source: ModelSource, tasks: dict[str, TaskData], out: Path, cfg: FinetuneConfig,
               seeds: list[int], rt: Runtime, claim: Claim, resume: bool,
               progress: bool) -> dict[str, Any] | None:
     from electra.io.tokenizer import load_tokenizer
 
-    def check() -> tuple[FinetuneConfig, TaskData, Any]:
-        resolved = cfg.resolved(source.config, data.name)
-        check_split(resolved, rt.world_size)
-        return resolved, data.head.prepare(data, resolved), load_tokenizer(source.tokenizer)
+    def check() -> tuple[FinetuneConfig, dict[str, FinetuneConfig], dict[str, TaskData], Any]:
+        whole, cfgs = resolve(source, tasks, cfg, rt.world_size)
+        return (whole, cfgs, {t: d.head.prepare(d, cfgs[t]) for t, d in tasks.items()},
+                load_tokenizer(source.tokenizer))
 
-    cfg, data, tok = rt.agree(check, "checking the fine-tuning inputs")
-    opening({data.name: data}, cfg, source.name, seeds, rt, progress)
-    settings = {"task": data.name, "model": source.name, "config": cfg.to_dict(),
-                "labels": data.labels, "seeds": seeds}
-    tmp, done, ckpt = rt.on_main(lambda: begin(out, settings, claim, resume, seeds),
+    run = _Run(*rt.agree(check, "checking the fine-tuning inputs"), source.name)
+    opening(run.tasks, run.cfg, source.name, seeds, rt, progress)
+    tmp, done, ckpt = rt.on_main(lambda: begin(out, run.settings(seeds), claim, resume, seeds),
                                  "preparing the output folder")
     with disk_errors(tmp, f"free disk space and rerun the same command with --resume ({tmp} "
                      f"holds what is done)"):
-        results = _run_seeds(source, data, cfg, seeds, rt, tok, tmp, done, ckpt, progress)
+        results = _run_seeds(source, run, seeds, rt, tmp, done, ckpt, progress)
     if results is None:
         rt.barrier()
         return None
@@ -246,84 +268,162 @@ def _finetune(source: ModelSource, data: TaskData, out: Path, cfg: FinetuneConfi
     return results
 
 
-def _run_seeds(source: ModelSource, data: TaskData, cfg: FinetuneConfig, seeds: list[int],
-               rt: Runtime, tok: Any, tmp: Path, done: dict[int, Any], ckpt: Path | None,
-               progress: bool) -> dict[str, Any] | None:
-    """Each seed not yet done: fine-tune, evaluate the kept model, write its folder; then the
+@dataclass
+class _Run:
+    """A fine-tune's resolved settings and tasks, and where its files go: one task's model
+    in ``seed-S/`` with its scores at the top of result.json and results.json (the layout
+    single-task fine-tunes always had), several tasks' in ``seed-S/TASK/`` under their
+    names."""
+
+    cfg: FinetuneConfig
+    cfgs: dict[str, FinetuneConfig]
+    tasks: dict[str, TaskData]
+    tok: Any
+    model: str
+
+    @property
+    def single(self) -> bool:
+        return len(self.tasks) == 1
+
+    def settings(self, seeds: list[int]) -> dict[str, Any]:
+        """What an interrupted run must match to be resumed (``finetune.json``)."""
+        if self.single:
+            (d,) = self.tasks.values()
+            return {"task": d.name, "model": self.model, "config": self.cfg.to_dict(),
+                    "labels": d.labels, "seeds": seeds}
+        return {"tasks": list(self.tasks), "model": self.model, "config": self.cfg.to_dict(),
+                "labels": {t: d.labels for t, d in self.tasks.items()}, "seeds": seeds}
+
+    def folder(self, seed_folder: Path, task: str) -> Path:
+        return seed_folder if self.single else seed_folder / task
+
+    def record(self, seed: int, per_task: dict[str, Any], seconds: float) -> dict[str, Any]:
+        """A finished seed's result.json."""
+        if self.single:
+            (only,) = per_task.values()
+            return {"seed": seed, **only, "seconds": round(seconds, 1)}
+        return {"seed": seed, "tasks": per_task, "seconds": round(seconds, 1)}
+
+    def per_task(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A result.json's scores and report by task."""
+        if self.single:
+            return {next(iter(self.tasks)): {k: v for k, v in record.items() if k != "seed"}}
+        return record["tasks"]
+
+    def summary(self, record: dict[str, Any]) -> Any:
+        per_task = {t: r["dev"] for t, r in self.per_task(record).items()}
+        return next(iter(per_task.values())) if self.single else per_task
+
+    def warnings(self, per_task: dict[str, Any]) -> list[str]:
+        """Each task's warnings ("TASK: ..." when there are several); one every task has
+        (the shared loss never fell, skipped steps) is said once."""
+        said = [r["warnings"] for r in per_task.values()]
+        shared = [w for w in said[0] if all(w in ws for ws in said)]
+        return shared + [f"{t}: {w}" for t, r in per_task.items() for w in r["warnings"]
+                         if w not in shared]
+
+
+def _run_seeds(source: ModelSource, run: _Run, seeds: list[int], rt: Runtime, tmp: Path,
+               done: dict[int, Any], ckpt: Path | None, progress: bool) -> dict[str, Any] | None:
+    """Each seed not yet done: fine-tune, evaluate the kept models, write its folder; then the
     results (rank 0; other ranks return None). ``done``: result.json of finished seeds."""
     for seed in seeds:
         if seed in done:
             if rt.is_main:
-                print(f"seed {seed}: {json.dumps(done[seed]['dev'])} (finished before)")
+                print(f"seed {seed}: {json.dumps(run.summary(done[seed]))} (finished before)")
             continue
         t0 = time.perf_counter()
         folder = tmp / f"seed-{seed}"
-        model, selection = finetune_one(source, tok, data, cfg, seed, rt, folder, ckpt,
-                                        progress)
+        models, selections = finetune_tasks(source, run.tok, run.tasks, run.cfgs, run.cfg,
+                                            seed, rt, folder, ckpt, progress)
         ckpt = None  # only the first seed to run can have been interrupted
         if rt.is_main:
-            preds = kept_predictions(model, selection, tok, data, cfg)
-            done[seed] = {"seed": seed, "dev": scores(data, preds),
-                          **report(data, preds, selection)}
-            _finish_seed(model.cpu(), folder, data, cfg, tok, done[seed],
-                         time.perf_counter() - t0)
+            done[seed] = _finish_seed(run, models, selections, folder, seed, t0)
     if not rt.is_main:
         return None
-    return _write_results(tmp, data, cfg, seeds, done, source.name)
+    return _write_results(tmp, run, seeds, done)
 
 
-def _finish_seed(model: nn.Module, folder: Path, data: TaskData, cfg: FinetuneConfig,
-                 tok: Any, result: dict[str, Any], seconds: float) -> None:
-    """A finished seed's model folder, predictions and warnings; ``result.json`` last (it
+def _finish_seed(run: _Run, models: dict[str, nn.Module], selections: Selections,
+                 folder: Path, seed: int, t0: float) -> dict[str, Any]:
+    """A finished seed's model folders, predictions and warnings; ``result.json`` last (it
     marks the seed done for --resume); its checkpoints and kept best weights are removed."""
-    save_classifier(model, folder, data, cfg, tok)
-    data.head.write_test(model, tok, data, cfg, folder / "predictions")
+    per_task = {}
+    for t, model in models.items():
+        data, sel, cfg = run.tasks[t], selections.of[t], run.cfgs[t]
+        preds = kept_predictions(model, sel, run.tok, data, cfg)
+        per_task[t] = {"dev": scores(data, preds), **report(data, preds, sel)}
+        save_classifier(model.cpu(), run.folder(folder, t), data, cfg, run.tok)
+        data.head.write_test(model, run.tok, data, cfg, run.folder(folder, t) / "predictions")
     shutil.rmtree(folder / "checkpoints", ignore_errors=True)
-    (folder / "best.safetensors").unlink(missing_ok=True)
-    result["seconds"] = round(seconds, 1)
-    write_json(folder / "result.json", result)
-    kept = (f", the {result['select']} evaluation: epoch {result['epoch']:g}"
-            if result["epoch"] is not None else "")
-    print(f"seed {result['seed']}: {json.dumps(result['dev'])} ({seconds:.0f}s{kept})",
-          flush=True)
-    for warning in result["warnings"]:
-        print(f"electra: warning: seed {result['seed']}: {warning}", file=sys.stderr,
-              flush=True)
+    for sel in selections.of.values():
+        (folder / sel.file).unlink(missing_ok=True)
+    seconds = time.perf_counter() - t0
+    record = run.record(seed, per_task, seconds)
+    write_json(folder / "result.json", record)
+    only = next(iter(per_task.values()))
+    kept = (f", the {only['select']} evaluation: epoch {only['epoch']:g}"
+            if run.single and only["epoch"] is not None else "")
+    print(f"seed {seed}: {json.dumps(run.summary(record))} ({seconds:.0f}s{kept})", flush=True)
+    for warning in run.warnings(per_task):
+        print(f"electra: warning: seed {seed}: {warning}", file=sys.stderr, flush=True)
+    return record
 
 
-def _write_results(tmp: Path, data: TaskData, cfg: FinetuneConfig, seeds: list[int],
-                   done: dict[int, Any], model_name: str) -> dict[str, Any]:
+def _write_results(tmp: Path, run: _Run, seeds: list[int],
+                   done: dict[int, Any]) -> dict[str, Any]:
     """results.json (every seed, the medians, each seed's details) and results.md (the table,
-    seeds with warnings marked, the warnings, the confusion matrices); prints the table."""
-    per_seed = {s: done[s]["dev"] for s in seeds}
-    details = {s: {k: v for k, v in done[s].items() if k not in ("seed", "dev")}
+    seeds with warnings marked, the warnings, the kept models, the confusion matrices);
+    prints the table."""
+    tasks = {s: run.per_task(done[s]) for s in seeds}
+    per_seed = {s: {t: tasks[s][t]["dev"] for t in run.tasks} for s in seeds}
+    median = {t: {split: {m: statistics.median(per_seed[s][t][split][m] for s in seeds)
+                          for m in d.metrics} for split in d.dev} for t, d in run.tasks.items()}
+    details = {s: {t: {k: v for k, v in tasks[s][t].items() if k != "dev"} for t in run.tasks}
                for s in seeds}
-    median = {split: {m: statistics.median(per_seed[s][split][m] for s in seeds)
-                      for m in data.metrics} for split in data.dev}
-    results = {"task": data.name, "model": model_name, "config": cfg.to_dict(),
-               "seeds": per_seed, "median": median, "details": details}
+    if run.single:
+        (t,) = run.tasks
+        results = {"task": t, "model": run.model, "config": run.cfg.to_dict(),
+                   "seeds": {s: per_seed[s][t] for s in seeds}, "median": median[t],
+                   "details": {s: details[s][t] for s in seeds}}
+    else:
+        results = {"tasks": list(run.tasks), "model": run.model, "config": run.cfg.to_dict(),
+                   "seeds": per_seed, "median": median, "details": details}
     write_json(tmp / "results.json", results)
-    flagged = [s for s in seeds if details[s].get("warnings")]
-    head = " | ".join(f"seed {s}{' (!)' if s in flagged else ''}" for s in seeds)
-    lines = [f"| split | metric | {head} | median |", f"|---|---|{'---|' * len(seeds)}---|"]
-    for split in data.dev:
-        for m in data.metrics:
-            vals = " | ".join(f"{per_seed[s][split][m]:.4f}" for s in seeds)
-            lines.append(f"| {split} | {m} | {vals} | {median[split][m]:.4f} |")
-    table = "\n".join(lines)
-    notes = [f"- seed {s} (!): {w}" for s in flagged for w in details[s]["warnings"]]
-    kept = [f"- seed {s}: the {details[s]['select']} evaluation, epoch "
-            f"{details[s]['epoch']:g} (step {details[s]['step']})" for s in seeds
-            if details[s].get("epoch") is not None]
-    parts = [table, *(["", "Warnings:", *notes] if notes else []),
-             *(["", "Kept models:", *kept] if kept else [])]
-    for s in seeds:
-        for split, c in details[s].get("confusion", {}).items():
-            parts += ["", f"Confusion, seed {s}, {split} (rows: true label, columns: "
-                      f"predicted):", "", f"| | {' | '.join(c['labels'])} |",
-                      f"|---|{'---|' * len(c['labels'])}"]
-            parts += [f"| {label} | {' | '.join(map(str, row))} |"
-                      for label, row in zip(c["labels"], c["matrix"], strict=True)]
+    table, parts = _results_md(run, seeds, per_seed, median, details)
     (tmp / "results.md").write_text("\n".join(parts) + "\n")
     print(table)
     return results
+
+
+def _results_md(run: _Run, seeds: list[int], per_seed: dict[int, Any], median: dict[str, Any],
+                details: dict[int, Any]) -> tuple[str, list[str]]:
+    """results.md's table (a task column when there are several) and its sections."""
+    notes = {s: run.warnings(details[s]) for s in seeds}
+    head = " | ".join(f"seed {s}{' (!)' if notes[s] else ''}" for s in seeds)
+    task_col = "" if run.single else "task | "
+    lines = [f"| {task_col}split | metric | {head} | median |",
+             f"|---|---|{'---|' * (len(seeds) + (not run.single))}---|"]
+    for t, d in run.tasks.items():
+        for split in d.dev:
+            for m in d.metrics:
+                vals = " | ".join(f"{per_seed[s][t][split][m]:.4f}" for s in seeds)
+                task = "" if run.single else f"{t} | "
+                lines.append(f"| {task}{split} | {m} | {vals} | {median[t][split][m]:.4f} |")
+    table = "\n".join(lines)
+    said = [f"- seed {s} (!): {w}" for s in seeds for w in notes[s]]
+    name = {t: "" if run.single else f"{t}, " for t in run.tasks}
+    kept = [f"- seed {s}: {name[t]}the {r['select']} evaluation, epoch {r['epoch']:g} (step "
+            f"{r['step']})" for s in seeds for t, r in details[s].items()
+            if r.get("epoch") is not None]
+    parts = [table, *(["", "Warnings:", *said] if said else []),
+             *(["", "Kept models:", *kept] if kept else [])]
+    for s in seeds:
+        for t, r in details[s].items():
+            for split, c in r.get("confusion", {}).items():
+                parts += ["", f"Confusion, seed {s}, {name[t]}{split} (rows: true label, "
+                          f"columns: predicted):", "", f"| | {' | '.join(c['labels'])} |",
+                          f"|---|{'---|' * len(c['labels'])}"]
+                parts += [f"| {label} | {' | '.join(map(str, row))} |"
+                          for label, row in zip(c["labels"], c["matrix"], strict=True)]
+    return table, parts

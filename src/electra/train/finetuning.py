@@ -1,8 +1,18 @@
-"""One fine-tune of one seed, in litgpt's shape: :func:`setup` (the model from its source,
-the encoded training set, the trainer and its resumable state), :func:`fit` (the loop), and
-:func:`validate` (the dev evaluation, a metrics line, and the kept model's selection). The
-command around it (seeds, resume, results) is ``electra.finetune``; the task's head
-(``electra.tasks``) encodes, builds, scores and reports.
+"""One fine-tune of one seed, of one task or several at once, in litgpt's shape:
+:func:`setup` (the model from its source, the encoded training sets, the trainer and its
+resumable state), :func:`fit` (the loop), and :func:`validate` (the dev evaluations, a
+metrics line, and each task's kept model). The command around it (seeds, resume, results) is
+``electra.finetune``; each task's head (``electra.tasks``) encodes, builds, scores and
+reports.
+
+Single-task is multi-task with one task (google-research/electra's ``task_names``). Several
+tasks (MT-DNN's recipe) share one encoder (:class:`~electra.train.multitask.MultiTaskModel`),
+each step a batch of one task drawn with probability proportional to its size^α
+(``task_sampling_alpha``); an epoch is as many steps as the tasks' own epochs together, so at
+α=1 each task is seen about once an epoch; every task is evaluated at each epoch's end and
+keeps its own model. One task draws nothing, and its checkpoints, metrics names and files
+are a single-task fine-tune's as they always were. Resumable bitwise: the draws, each task's
+batch order and the selections are part of the checkpoint.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from torch import nn
 from electra.config import FinetuneConfig, ModelConfig
 from electra.io import folders
 from electra.tasks.base import TaskData
+from electra.train.multitask import MultiTaskModel
 from electra.train.optim import layerwise_groups
 from electra.train.runtime import Runtime
 from electra.train.trainer import RandomStreams, Settings, Trainer
@@ -172,100 +183,210 @@ class Selection:
         self.predictions = None
 
 
+class TaskSampler:
+    """Which task each step trains, and that task's next batch: a draw with probability
+    proportional to the task's size^``alpha`` (1 proportional, 0 uniform), each task its own
+    seeded, resumable :class:`EpochBatches` cycling through its own epochs. An epoch is as
+    many steps as the tasks' own epochs together. One task draws nothing: its batches are
+    seeded with ``seed`` itself and its state is theirs (a single-task fine-tune's)."""
+
+    def __init__(self, sizes: dict[str, int], batch_size: int, alpha: float, seed: int,
+                 lengths: dict[str, torch.Tensor] | None = None) -> None:
+        self.names = list(sizes)
+        largest = float(max(sizes.values()))  # size^alpha relative to the largest: no
+        weights = torch.tensor([(n / largest) ** alpha for n in sizes.values()],  # overflow
+                               dtype=torch.float64)
+        self.probs = weights / weights.sum()
+        self.g = torch.Generator().manual_seed(seed)
+        self.single = len(sizes) == 1
+        self.batches = {
+            t: EpochBatches(n, batch_size, max(1, n // batch_size),
+                            seed if self.single else seed + 1 + i, (lengths or {}).get(t))
+            for i, (t, n) in enumerate(sizes.items())}
+        self.steps_per_epoch = sum(b.steps_per_epoch for b in self.batches.values())
+        self.epoch, self.position = 0, 0
+
+    def next(self) -> tuple[str, torch.Tensor]:
+        if self.position == self.steps_per_epoch:
+            self.epoch, self.position = self.epoch + 1, 0
+        task = self.names[0] if self.single else self.names[
+            int(torch.multinomial(self.probs, 1, generator=self.g))]
+        self.position += 1
+        return task, self.batches[task].next()
+
+    @property
+    def epoch_done(self) -> bool:
+        return self.position == self.steps_per_epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.single:
+            return self.batches[self.names[0]].state_dict()
+        return {"rng": self.g.get_state(), "epoch": self.epoch, "position": self.position,
+                "tasks": {t: b.state_dict() for t, b in self.batches.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.single:
+            only = self.batches[self.names[0]]
+            only.load_state_dict(state)
+            self.epoch, self.position = only.epoch, only.position
+            return
+        self.g.set_state(state["rng"])
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        for t, b in self.batches.items():
+            b.load_state_dict(state["tasks"][t])
+
+
+class Selections:
+    """Each task's :class:`Selection` (its best weights in ``best-TASK.safetensors``; one
+    task: ``best.safetensors``, and its state is that selection's)."""
+
+    def __init__(self, tasks: dict[str, TaskData], mode: str, folder: Path | None) -> None:
+        self.single = len(tasks) == 1
+        self.of = {t: Selection(mode, next(iter(d.dev)), d.metrics[0], folder,
+                                name="" if self.single else t) for t, d in tasks.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.single:
+            return next(iter(self.of.values())).state_dict()
+        return {t: s.state_dict() for t, s in self.of.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.single:
+            next(iter(self.of.values())).load_state_dict(state)
+            return
+        for t, s in self.of.items():
+            s.load_state_dict(state[t])
+
+
 @dataclass
 class Fit:
-    """A seed ready to train: its trainer (model, optimizer, schedule, checkpoints), the
-    encoded training set, and the resumable batches and selection."""
+    """A seed ready to train: its trainer (model, optimizer, schedule, checkpoints), each
+    task's encoded training set, and the resumable sampler and selections. One task trains
+    its head's model itself; several share one encoder (:class:`MultiTaskModel`)."""
 
     trainer: Trainer
-    train: dict[str, torch.Tensor]
-    batches: EpochBatches
-    selection: Selection
+    model: nn.Module
+    train: dict[str, dict[str, torch.Tensor]]
+    sampler: TaskSampler
+    selections: Selections
     total: int  # optimizer steps
     micro: int  # rows per micro-batch of a process
 
+    @property
+    def single(self) -> bool:
+        return self.sampler.single
 
-def setup(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneConfig, seed: int,
-          rt: Runtime, folder: Path | None, resume: Path | None, progress: bool) -> Fit:
-    """The task's head on the source's encoder (seeded), the training set encoded, and the
-    trainer with the paper's optimizer (AdamW, layer-wise decay) and schedule."""
+    def view(self, task: str) -> nn.Module:
+        """``task``'s model (named as a single-task one)."""
+        return self.trainer.model if self.single else self.model.view(task)  # type: ignore[operator]
+
+    def name(self, task: str, key: str) -> str:
+        """A metrics key of ``task``'s (``TASK_key`` when there are several)."""
+        return key if self.single else f"{task}_{key}"
+
+
+def setup(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
+          cfgs: dict[str, FinetuneConfig], cfg: FinetuneConfig, seed: int, rt: Runtime,
+          folder: Path | None, resume: Path | None, progress: bool) -> Fit:
+    """Every task's head on the source's encoder (seeded, in the tasks' order), the training
+    sets encoded, the sampler, and the trainer with the paper's optimizer (AdamW, layer-wise
+    decay) and schedule. ``cfgs``: each task's settings, ``cfg`` the run's."""
     torch.manual_seed(seed)
-    model = data.head.build(source.config, data.labels, data.regression,
-                            rt.model_kernels(cfg.unpad))
+    kernels = rt.model_kernels(cfg.unpad)
+    models = {t: d.head.build(source.config, d.labels, d.regression, kernels)
+              for t, d in tasks.items()}
+    model = next(iter(models.values())) if len(models) == 1 else MultiTaskModel(models)
     if source.encoder is not None:
         folders.fit(model.encoder, source.encoder, source.init)  # type: ignore[arg-type]
     if cfg.freeze == "encoder":
         freeze(model.encoder)  # type: ignore[arg-type]
-    train = data.head.encode(tok, _training_examples(data, cfg), data, cfg)
-    n = len(train["input_ids"])  # examples, or QA's windows
-    steps_per_epoch = max(1, n // cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs  # type: ignore[operator]
-    batches = EpochBatches(n, cfg.batch_size, steps_per_epoch, seed,
-                           train["attention_mask"].sum(1) if cfg.group_by_length else None)
-    selection = Selection(cfg.select, next(iter(data.dev)), data.metrics[0], folder)
+    train = {t: d.head.encode(tok, _training_examples(d, cfgs[t]), d, cfgs[t])
+             for t, d in tasks.items()}
+    sampler = TaskSampler({t: len(x["input_ids"]) for t, x in train.items()}, cfg.batch_size,
+                          cfg.task_sampling_alpha, seed,
+                          {t: x["attention_mask"].flatten(1).sum(1) for t, x in train.items()}
+                          if cfg.group_by_length else None)
+    total = sampler.steps_per_epoch * cfg.epochs  # type: ignore[operator]
+    selections = Selections(tasks, cfg.select, folder)
+    single = sampler.single
     settings = Settings(lr=cfg.lr, max_steps=total,  # type: ignore[arg-type]
                         warmup_steps=int(cfg.warmup_fraction * total),
                         precision=cfg.precision, grad_accum=cfg.grad_accum,
                         grad_clip=cfg.grad_clip, max_nonfinite_skips=cfg.max_nonfinite_skips,
                         keep_checkpoints=cfg.keep_checkpoints, compile=cfg.compile,
+                        find_unused=not single and rt.world_size > 1,  # the other heads
                         prefix="")
+    named = {"task": next(iter(tasks))} if single else {"tasks": list(tasks)}
     trainer = Trainer(
         model, rt, settings,
         lambda m: layerwise_groups(m, cfg.lr, cfg.layer_decay, cfg.weight_decay),  # type: ignore[arg-type]
-        out=folder, config={"finetune": cfg.to_dict(), "task": data.name, "seed": seed,
+        out=folder, config={"finetune": cfg.to_dict(), **named, "seed": seed,
                             "model": source.name},
         streams=RandomStreams(rt, seed),  # dropout: each rank its own stream
-        stateful={"batches": batches, "selection": selection}, resume=resume,
-        progress=progress)
+        stateful={"batches": sampler, "selection": selections} if single else
+        {"sampler": sampler, "selections": selections}, resume=resume, progress=progress)
     micro = cfg.batch_size // rt.world_size // cfg.grad_accum
-    return Fit(trainer, train, batches, selection, total, micro)
+    return Fit(trainer, model, train, sampler, selections, total, micro)
 
 
-def validate(fit: Fit, tok: Any, data: TaskData, cfg: FinetuneConfig) -> None:
-    """The training loss so far and (rank 0) the dev scores, as one metrics line; the
-    evaluation is offered to the selection."""
-    trainer, batches, selection = fit.trainer, fit.batches, fit.selection
+def validate(fit: Fit, tok: Any, tasks: dict[str, TaskData],
+             cfgs: dict[str, FinetuneConfig]) -> None:
+    """The training loss so far and (rank 0) every task's dev scores, as one metrics line;
+    each task's evaluation is offered to its selection."""
+    trainer, sampler = fit.trainer, fit.sampler
     record = {**trainer.metrics(), "epoch": round(
-        batches.epoch + batches.position / batches.steps_per_epoch, 4)}
+        sampler.epoch + sampler.position / sampler.steps_per_epoch, 4)}
+    shown = ["loss"]
     if trainer.rt.is_main:
-        preds = dev_predictions(trainer.model, tok, data, cfg)
-        dev = scores(data, preds)
-        record.update({f"{split}_{m}": v for split, res in dev.items() for m, v in res.items()})
-        selection.offer({"step": trainer.step, "epoch": record["epoch"],
-                         "loss": record["loss"], "dev": dev}, trainer.model, preds)
-    trainer.log(record, show=("loss", f"{selection.split}_{data.metrics[0]}"))
+        for t, data in tasks.items():
+            view = fit.view(t)
+            preds = dev_predictions(view, tok, data, cfgs[t])
+            dev = scores(data, preds)
+            record.update({fit.name(t, f"{split}_{m}"): v for split, res in dev.items()
+                           for m, v in res.items()})
+            sel = fit.selections.of[t]
+            shown.append(fit.name(t, f"{sel.split}_{sel.metric}"))
+            sel.offer({"step": trainer.step, "epoch": record["epoch"], "loss": record["loss"],
+                       "dev": dev}, view, preds)
+    trainer.log(record, show=tuple(shown))
 
 
-def fit(state: Fit, tok: Any, data: TaskData, cfg: FinetuneConfig) -> None:
-    """Train to the last step: each process its rows of every global batch, micro-batches
-    cut to their longest row, the loss a mean over the global batch (its examples, or its
-    tagged words); dev evaluation at every epoch's end (and every ``eval_every`` steps),
-    checkpoints at the end of every epoch (or every ``save_every`` steps)."""
-    trainer, train, batches, rt = state.trainer, state.train, state.batches, state.trainer.rt
+def fit(state: Fit, tok: Any, tasks: dict[str, TaskData],
+        cfgs: dict[str, FinetuneConfig], cfg: FinetuneConfig) -> None:
+    """Train to the last step: each step one task's global batch (each process its rows,
+    micro-batches cut to their longest row, the loss the task's mean over the batch: its
+    examples, or its tagged words); every task evaluated at each epoch's end (and every
+    ``eval_every`` steps), checkpoints at the end of every epoch (or every ``save_every``
+    steps)."""
+    trainer, sampler, rt = state.trainer, state.sampler, state.trainer.rt
     per_rank, micro = cfg.batch_size // rt.world_size, state.micro
     with trainer.running(total=state.total):
         if trainer.log_due:  # Ctrl-C came while this step's line was being computed
-            validate(state, tok, data, cfg)
+            validate(state, tok, tasks, cfgs)
         while trainer.step < state.total:
-            index = batches.next()
+            task, index = sampler.next()
+            train, data = state.train[task], tasks[task]
             mine = {k: v[index[rt.rank * per_rank : (rt.rank + 1) * per_rank]]
                     for k, v in train.items()}
             denom = data.head.denominator(train["labels"], index, cfg.batch_size)
+            which = {} if state.single else {"task": task}
 
             def micro_step(step_model: nn.Module, j: int, b: dict[str, torch.Tensor] = mine,
-                           denom: int = denom) -> tuple[torch.Tensor, dict]:
+                           denom: int = denom, data: TaskData = data,
+                           which: dict[str, str] = which) -> tuple[torch.Tensor, dict]:
                 rows = micro_rows(b, j, micro, rt.device)
                 logits = step_model(rows["input_ids"], rows["attention_mask"],
-                                    rows["token_type_ids"])
+                                    rows["token_type_ids"], **which)
                 return data.head.loss(logits, rows["labels"], data) / denom, {}
 
             if trainer.train_step(micro_step, train["attention_mask"][index].sum()) is None:
                 continue  # a non-finite loss: the step was skipped
-            state.selection.stepped()
-            if batches.epoch_done or trainer.every(cfg.eval_every):
-                validate(state, tok, data, cfg)
+            for selection in state.selections.of.values():
+                selection.stepped()
+            if sampler.epoch_done or trainer.every(cfg.eval_every):
+                validate(state, tok, tasks, cfgs)
             trainer.advance()
-            end = (trainer.every(cfg.save_every) if cfg.save_every else batches.epoch_done)
+            end = trainer.every(cfg.save_every) if cfg.save_every else sampler.epoch_done
             if end and trainer.step < state.total:
                 trainer.save()
 
@@ -281,24 +402,48 @@ def micro_rows(batch: dict[str, torch.Tensor], j: int, micro: int,
     return {k: v.to(device) for k, v in rows.items()}
 
 
-def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneConfig,
-                 seed: int, rt: Runtime | None = None, folder: Path | None = None,
-                 resume: Path | None = None,
-                 progress: bool = False) -> tuple[nn.Module, Selection]:
-    """Fine-tune one seed from ``source`` (``cfg`` resolved); returns the kept model and the
-    selection.
+def finetune_tasks(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
+                   cfgs: dict[str, FinetuneConfig], cfg: FinetuneConfig, seed: int,
+                   rt: Runtime | None = None, folder: Path | None = None,
+                   resume: Path | None = None, progress: bool = False
+                   ) -> tuple[dict[str, nn.Module], Selections]:
+    """Fine-tune one seed from ``source`` (settings resolved: ``cfgs`` each task's, ``cfg``
+    the run's); returns each task's kept model as a single-task model (rank 0; other ranks:
+    the one task's model, or {} for several) and the selections (with the skipped steps).
 
     Under torchrun each process trains on its rows of every batch (DDP); rank 0 evaluates.
     ``folder``: where the seed's checkpoints and metrics go (None: nowhere); ``resume``: a
     checkpoint of it.
     """
     rt = rt or Runtime()
-    state = setup(source, tok, data, cfg, seed, rt, folder, resume, progress)
-    fit(state, tok, data, cfg)
+    state = setup(source, tok, tasks, cfgs, cfg, seed, rt, folder, resume, progress)
+    fit(state, tok, tasks, cfgs, cfg)
+    for selection in state.selections.of.values():
+        selection.skips = state.trainer.skips
+    if state.single:
+        (task, selection), = state.selections.of.items()
+        if rt.is_main:
+            selection.restore(state.trainer.model)
+        return {task: state.trainer.model}, state.selections
+    models: dict[str, nn.Module] = {}
     if rt.is_main:
-        state.selection.restore(state.trainer.model)
-    state.selection.skips = state.trainer.skips
-    return state.trainer.model, state.selection
+        for t, data in tasks.items():
+            model = data.head.build(source.config, data.labels, data.regression,
+                                    rt.model_kernels(cfg.unpad))
+            model.load_state_dict(state.model.view(t).state_dict())  # type: ignore[operator]
+            state.selections.of[t].restore(model)
+            models[t] = model.to(rt.device)
+    return models, state.selections
+
+
+def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneConfig,
+                 seed: int, rt: Runtime | None = None, folder: Path | None = None,
+                 resume: Path | None = None,
+                 progress: bool = False) -> tuple[nn.Module, Selection]:
+    """One task's :func:`finetune_tasks`: the kept model and its selection."""
+    models, selections = finetune_tasks(source, tok, {data.name: data}, {data.name: cfg},
+                                        cfg, seed, rt, folder, resume, progress)
+    return models[data.name], selections.of[data.name]
 
 
 def dev_predictions(model: nn.Module, tok: Any, data: TaskData,
