@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import SPECIAL, make_batch, tiny_config
 from tokenizers import Tokenizer, models
@@ -40,8 +41,21 @@ class HalfLambda(Objective):
         return finish(step, loss, corrupted, labels, disc_logits)
 
 
-def test_a_new_objective_is_one_class_and_one_registry_line(monkeypatch):
-    monkeypatch.setitem(objectives.OBJECTIVES, "half_lambda", HalfLambda())  # the one line
+@pytest.fixture
+def registered(request):
+    """Register a toy for one test (``registered(registry_module, part)``), then remove it."""
+
+    def add(module, part):
+        module.register(part)  # the one line a plug-in adds
+        table = getattr(module, "HEADS", None) or module.OBJECTIVES
+        request.addfinalizer(lambda: table.remove(part.name))
+        return part
+
+    return add
+
+
+def test_a_new_objective_is_one_class_and_one_registry_line(registered):
+    registered(objectives, HalfLambda())
     cfg = ObjectiveConfig(kind="half_lambda")  # config validation knows it
     model_cfg = tiny_config()
     ids, mask, types = make_batch([20, 13], 20)
@@ -88,12 +102,12 @@ class Parity(Sequence):
         return ParityClassifier(cfg, len(labels), kernels)
 
 
-def test_a_new_head_is_one_class_and_one_registry_line(monkeypatch, tmp_path):
+def test_a_new_head_is_one_class_and_one_registry_line(registered, tmp_path):
     from electra.finetune import ModelSource, load_classifier, run_finetune
     from electra.io.tokenizer import save_tokenizer
     from electra.tasks.registry import load_task
 
-    monkeypatch.setitem(heads.HEADS, "parity", Parity())  # the one line
+    registered(heads, Parity())
     data = load_task("parity")  # the registry finds the head that reads the task
     assert isinstance(data.head, Parity)
     tok = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 2, "[CLS]": 3, "[SEP]": 4,
@@ -107,3 +121,23 @@ def test_a_new_head_is_one_class_and_one_registry_line(monkeypatch, tmp_path):
     assert meta["head"] == "parity" and meta["labels"] == {"even": 0, "odd": 1}
     assert type(model) is ParityClassifier  # rebuilt by the toy head, not a fallback
     assert Path(tmp_path / "ft/results.md").is_file()
+
+
+def test_a_taken_name_is_refused_and_the_registries_are_read_when_used(registered):
+    """A second part under a taken name is refused (it silently replaced the first); a head
+    registered after the export module was imported has its export table and class."""
+    from electra.io import hf_format
+
+    with pytest.raises(ValueError, match="'electra' is already registered"):
+        objectives.register(HalfLambda.__new__(type("Twin", (HalfLambda,), {"name": "electra"})))
+    with pytest.raises(ValueError, match="'sequence' is already registered"):
+        heads.register(Parity.__new__(type("Twin", (Parity,), {"name": "sequence"})))
+    assert type(objectives.OBJECTIVES["electra"]).__name__ == "Electra"
+
+    class Exported(Parity):
+        name, tasks, hf_part, hf_class = "exported", ("exported",), "exported", "HFExported"
+        hf_keys = (("toy.weight", "hf_toy.weight"),)
+
+    registered(heads, Exported())
+    assert hf_format.hf_class("exported") == "HFExported"
+    assert ("toy.weight", "hf_toy.weight") in hf_format.key_table("exported")

@@ -27,7 +27,7 @@ from electra.errors import UserError
 from electra.io import folders
 from electra.io.files import staged
 from electra.io.hf_format import (
-    HF_CLASSES,
+    hf_class,
     need_transformers,
     read_hf_folder,
     to_hf_config,
@@ -47,7 +47,7 @@ def _write_hf_folder(folder: Path, module: torch.nn.Module, part: str, tok: Any,
     cfg: ModelConfig = module.config  # type: ignore[assignment]
     folder.mkdir(exist_ok=True)
     hf_cfg = to_hf_config(cfg, **hf_extra)
-    hf_cfg.architectures = [HF_CLASSES[part]]
+    hf_cfg.architectures = [hf_class(part)]
     hf_cfg.save_pretrained(folder)
     # safetensors refuses tensors that share memory: the tied output layer is a copy.
     state = {k: v.detach().cpu().contiguous().clone()
@@ -84,7 +84,7 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
                 claim.mark(tmp)
                 _write_hf_folder(tmp, model, part, load_tokenizer(src),
                                  finetuning_task=meta["task"], **labels)
-            print(f"wrote {out} ({HF_CLASSES[part]}, task {meta['task']}"
+            print(f"wrote {out} ({hf_class(part)}, task {meta['task']}"
                   + (f", labels {list(labels['label2id'])})" if "label2id" in labels else ")"))
             note = head.export_note(meta)
             if note:
@@ -95,7 +95,7 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
             claim.mark(tmp)
             for part, module in models.items():
                 _write_hf_folder(tmp / part, module, part, tok)
-    print("wrote " + " and ".join(f"{out}/{part} ({HF_CLASSES[part]})" for part in models))
+    print("wrote " + " and ".join(f"{out}/{part} ({hf_class(part)})" for part in models))
     return out
 
 

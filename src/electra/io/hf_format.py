@@ -60,9 +60,30 @@ GENERATOR_KEYS = [*_ENCODER,
                   ("head_norm.weight", "generator_predictions.LayerNorm.weight"),
                   ("head_norm.bias", "generator_predictions.LayerNorm.bias"),
                   ("output_bias", "generator_lm_head.bias")]
-_TABLES = {"discriminator": DISCRIMINATOR_KEYS, "generator": GENERATOR_KEYS,
-           # each fine-tuning head's, e.g. classifier <-> ElectraForSequenceClassification
-           **{h.hf_part: [*_ENCODER, *h.hf_keys] for h in HEADS.values()}}
+
+
+def key_table(part: str) -> list[tuple[str, str]]:
+    """(our key pattern, transformers') of ``part``: the pretraining models', or a
+    fine-tuning head's (e.g. classifier <-> ElectraForSequenceClassification), looked up in
+    the head registry when used (a head registered later exports too)."""
+    if part == "discriminator":
+        return DISCRIMINATOR_KEYS
+    if part == "generator":
+        return GENERATOR_KEYS
+    return [*_ENCODER, *_head(part).hf_keys]
+
+
+def hf_class(part: str) -> str:
+    """The transformers class ``part`` exports as."""
+    builtin = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM"}
+    return builtin[part] if part in builtin else _head(part).hf_class
+
+
+def _head(part: str) -> Any:
+    found = next((h for h in HEADS.values() if h.hf_part == part), None)
+    if found is None:
+        raise KeyError(f"no head exports {part!r}")
+    return found
 # transformers also stores the tied output layer; it equals the word table.
 TIED_OUTPUT_KEY = "generator_lm_head.weight"
 
@@ -92,7 +113,7 @@ def _rename(state: dict[str, torch.Tensor], table: list[tuple[str, str]],
 
 def to_hf_state_dict(state: dict[str, torch.Tensor], part: str) -> dict[str, torch.Tensor]:
     """Our discriminator/generator/classifier state dict -> transformers' key names."""
-    out = _rename(split_qkv(state), _TABLES[part], reverse=False)
+    out = _rename(split_qkv(state), key_table(part), reverse=False)
     if part != "generator":
         return out
     out[TIED_OUTPUT_KEY] = out["electra.embeddings.word_embeddings.weight"]
@@ -102,7 +123,7 @@ def to_hf_state_dict(state: dict[str, torch.Tensor], part: str) -> dict[str, tor
 def from_hf_state_dict(state: dict[str, torch.Tensor], part: str) -> dict[str, torch.Tensor]:
     """transformers' ELECTRA state dict -> our key names (the tied output layer dropped)."""
     state = {k: v for k, v in state.items() if k != TIED_OUTPUT_KEY}
-    out = _rename(state, _TABLES[part], reverse=True)
+    out = _rename(state, key_table(part), reverse=True)
     fuse_qkv(out)
     return out
 
@@ -142,10 +163,6 @@ def from_hf_config(hf: dict[str, Any], where: str = "config.json") -> ModelConfi
     except KeyError as err:
         raise UserError(f"{where}: an ELECTRA config needs {err.args[0]!r}; the file is "
                         f"incomplete") from None
-
-
-HF_CLASSES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM",
-              **{h.hf_part: h.hf_class for h in HEADS.values()}}
 
 
 def need_transformers() -> None:

@@ -9,18 +9,21 @@ from electra.objectives.electra import Electra, Electra15
 from electra.objectives.mlm import MLM
 from electra.objectives.random_tokens import RandomTokens
 from electra.objectives.replace_mlm import ReplaceMLM
+from electra.registry import Registry
 
-OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
+OBJECTIVES: Registry[Objective] = Registry("objective")
+for _objective in (
     Electra(),
     MLM(),
     RandomTokens(),
     Electra15(),
     ReplaceMLM(),
     AllTokensMLM(),
-)}
+):
+    OBJECTIVES.add(_objective.name, _objective)
 
 
 def register(objective: Objective) -> Objective:
-    """Add an objective (a plug-in, or a test's toy) under its name; returns it."""
-    OBJECTIVES[objective.name] = objective
-    return objective
+    """Add an objective (a plug-in, or a test's toy) under its name; returns it. A name
+    already registered is refused (ValueError)."""
+    return OBJECTIVES.add(objective.name, objective)

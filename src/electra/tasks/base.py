@@ -20,13 +20,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from electra.registry import Registry
 from electra.train.runtime import autocast
 
 if TYPE_CHECKING:
     from electra.config import FinetuneConfig, ModelConfig
     from electra.model.kernels import Kernels
 
-HEADS: dict[str, Head] = {}  # filled by electra.tasks.registry
+HEADS: Registry[Head] = Registry("head")  # filled by electra.tasks.registry
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,13 @@ for _head in (
     SuperGLUE(),
     Choice(),
 ):
-    HEADS[_head.name] = _head
+    HEADS.add(_head.name, _head)
 
 
 def register(head: Head) -> Head:
-    """Add a head (a plug-in, or a test's toy) under its name; returns it."""
-    HEADS[head.name] = head
-    return head
+    """Add a head (a plug-in, or a test's toy) under its name; returns it. A name already
+    registered is refused (ValueError)."""
+    return HEADS.add(head.name, head)
 
 
 def head_for_task(task: str) -> Head:
