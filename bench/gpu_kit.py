@@ -14,7 +14,7 @@ documentation) packed with that vocabulary at 128 and 512 tokens (``demo-128/``,
 ``demo-512/``); ``make gpu-data`` writes it from ../shared/data, which the GPU machine has
 not. Needs transformers for the peer steps.
 
-What "our step" is: ``electra.pretrain.train_step`` on a model built with the kernels
+What "our step" is: ``electra.commands.pretrain.train_step`` on a model built with the kernels
 `electra pretrain` builds it with (``train.unpad`` as the command's default), on batches of
 the demo's shards in the loader's order (their real padding). Tokens/s and MFU count real
 tokens. The stages, in the order they run (the last ones are dropped first when time runs
@@ -218,15 +218,15 @@ def real_tokens(batches: list[dict]) -> float:
 def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = False,
               dropout: float = 0.1, kernels: Any = None, cuda_graphs: bool = False,
               unpad: bool | None = None) -> tuple[Callable[[dict], torch.Tensor], int]:
-    """Our pretraining step (the command's: ``electra.pretrain.train_step`` on a model with
+    """Our pretraining step (the command's: ``electra.commands.pretrain.train_step`` on a model with
     the kernels `electra pretrain` builds it with), from seed 0: (step(batch) -> loss, its
     training FLOPs at full length). ``kernels``: other than the command's; ``unpad``,
     ``compile``, ``cuda_graphs``: ``train.unpad`` (None: its default), ``train.compile``,
     ``train.cuda_graphs``."""
+    from electra.commands.pretrain import make_trainer, train_step
     from electra.config import RunConfig, TrainConfig
     from electra.objectives.flops import step_flops_per_sequence
     from electra.objectives.pretraining import ElectraPretrainingModel
-    from electra.pretrain import make_trainer, train_step
     from electra.train.runtime import Runtime
 
     cfg = model_preset(preset, vocab_size=VOCAB, hidden_dropout=dropout,

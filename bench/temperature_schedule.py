@@ -23,11 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from electra.commands.pretrain import PretrainOptions, pretrain
 from electra.config import ObjectiveConfig, RunConfig, TrainConfig, model_preset
 from electra.data.prepare import PrepareOptions, prepare
 from electra.experiments.demo import write_corpus
 from electra.io.tokenizer import train_tokenizer
-from electra.pretrain import PretrainOptions, pretrain
 from electra.train.metrics import iter_metrics
 from electra.train.runtime import start
 

@@ -10,7 +10,7 @@ import torch
 from helpers import cli_error, make_run
 
 from electra.cli import main
-from electra.detect import load_detector, score
+from electra.commands.detect import load_detector, score
 from electra.io.tokenizer import load_tokenizer
 
 TEXTS = ["aaa bb <b>cccc</b> dd", "eeee f", "a"]

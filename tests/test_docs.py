@@ -1,13 +1,13 @@
 """The documentation cannot drift from the CLI.
 
-- Every shell block marked runnable (a fence ```` ```bash title="runnable" ````) in the pages
-  of the site's navigation runs, page by page in the navigation's order, in one working
-  folder laid out as the pages say: ``runs/demo/corpus`` (what `make demo` writes), the shared
-  data at ``../shared/data`` cut down to a few rows, the SuperGLUE fixtures at
-  ``tests/fixtures/superglue`` (the CSV task, ``my_train.csv``, is made by a page's block, as a
-  reader makes it). Each page's blocks run as one bash
-  script (``set -e``: a failing command fails the page), so a page can set a variable in one
-  block and use it in the next, and later pages use what earlier ones made.
+- Every block marked runnable (a fence ```` ```bash title="runnable" ````, or a Python one
+  run as ``python -``) in the pages of the site's navigation runs, page by page in the
+  navigation's order, in one working folder laid out as the pages say: ``runs/demo/corpus``
+  (what `make demo` writes), the shared data at ``../shared/data`` cut down to a few rows,
+  the SuperGLUE fixtures at ``tests/fixtures/superglue`` (the CSV task, ``my_train.csv``, is
+  made by a page's block, as a reader makes it). Each page's blocks run as one bash script
+  (``set -e``: a failing command fails the page), so a page can set a variable in one block
+  and use it in the next, and later pages use what earlier ones made.
 - The README's quickstart is the getting-started page's, line for line, and its links
   point at files that exist.
 - The generated configuration reference lists every field of every config.
@@ -29,7 +29,7 @@ import pytest
 import yaml
 from helpers import ROOT, SHARED_DATA
 
-RUNNABLE = re.compile(r'^```bash title="runnable"\n(.*?)^```', re.S | re.M)
+RUNNABLE = re.compile(r'^```(bash|python) title="runnable"\n(.*?)^```', re.S | re.M)
 ROWS = 121  # a header and 120 rows of each GLUE file
 
 
@@ -53,7 +53,10 @@ def nav_pages() -> list[str]:
 
 
 def runnable(page: str) -> list[str]:
-    return RUNNABLE.findall((ROOT / "docs" / page).read_text(encoding="utf-8"))
+    """The page's runnable blocks as bash (a Python block runs as ``python - <<'EOF'``)."""
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    return [code if lang == "bash" else f"python - <<'EOF'\n{code}EOF\n"
+            for lang, code in RUNNABLE.findall(text)]
 
 
 PAGES = [p for p in nav_pages() if runnable(p)]

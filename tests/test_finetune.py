@@ -133,7 +133,7 @@ def test_predict_test_writes_glue_submission_files(tmp_path, task, folder, file,
 
 
 def test_double_pairs_adds_each_pair_swapped_to_the_chosen_subset(monkeypatch):
-    import electra.finetune as ft
+    import electra.commands.finetune as ft
     from electra.data.tasks import Example
 
     seen = []

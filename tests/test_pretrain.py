@@ -13,13 +13,13 @@ from helpers import cli_error, no_syncs, small_model, write_corpus
 from safetensors.torch import load_file
 
 from electra.cli import main
+from electra.commands.pretrain import PretrainOptions, pretrain
 from electra.config import ObjectiveConfig, RunConfig, TrainConfig
 from electra.data.prepare import PrepareOptions, prepare
 from electra.errors import UserError
 from electra.experiments.demo import python_docs_corpus
 from electra.io.tokenizer import train_tokenizer
 from electra.objectives import pretraining as objectives
-from electra.pretrain import PretrainOptions, pretrain
 from electra.train.metrics import TIMING_KEYS, iter_metrics
 from electra.train.trainer import TrainingDiverged
 
@@ -141,7 +141,7 @@ def test_the_sync_free_step_reads_nothing_on_the_host_and_trains_bitwise_as_befo
         data, tmp_path, monkeypatch, sync_free):
     # A GPU's path (fused AdamW) on the CPU: no step between two metrics lines waits for the
     # device, and the run's every metrics line and weight equal the host-checked step's.
-    import electra.pretrain as command
+    import electra.commands.pretrain as command
     from electra.train.trainer import Trainer
 
     real_step, steps = command.train_step, []

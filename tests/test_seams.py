@@ -103,7 +103,7 @@ class Parity(Sequence):
 
 
 def test_a_new_head_is_one_class_and_one_registry_line(registered, tmp_path):
-    from electra.finetune import ModelSource, load_classifier, run_finetune
+    from electra.commands.finetune import ModelSource, load_classifier, run_finetune
     from electra.io.tokenizer import save_tokenizer
     from electra.tasks.registry import load_task
 

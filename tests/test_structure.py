@@ -11,10 +11,10 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 # The training loops, and the modules that run them (the CLI names them by string only).
-LOOPS = {"electra.pretrain": {"electra.experiments.demo", "electra.experiments.compare"},
-         "electra.finetune": {"electra.experiments.compare"},
+LOOPS = {"electra.commands.pretrain": {"electra.experiments.demo", "electra.experiments.compare"},
+         "electra.commands.finetune": {"electra.experiments.compare"},
          # one loop for one task or several, and the probe during pretraining
-         "electra.train.finetuning": {"electra.finetune", "electra.train.probe"}}
+         "electra.train.finetuning": {"electra.commands.finetune", "electra.train.probe"}}
 # What the CLI module may import: no loading, no training, no torch.
 # (electra.objectives.registry: only when `compare --help` is shown, its live names)
 CLI_IMPORTS = {"electra", "electra.config", "electra.errors", "electra.io.files",
@@ -88,9 +88,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycles():
     graph = import_graph()
     assert {"electra.model", "electra.objectives.pretraining", "electra.train.trainer",
-            "electra.pretrain"} <= set(graph)
+            "electra.commands.pretrain"} <= set(graph)
     # (the graph sees real imports)
-    assert "electra.objectives.pretraining" in graph["electra.pretrain"]
+    assert "electra.objectives.pretraining" in graph["electra.commands.pretrain"]
     assert cycles(graph) == []
 
 
@@ -193,12 +193,12 @@ def test_no_module_branches_on_what_a_seam_owns():
 
 
 def test_the_seam_check_finds_a_branch():
-    assert seam_breaks({"electra.finetune": "if data.kind == 'qa':\n    pass\n",
-                        "electra.pretrain": "x = 1 if cfg.kind == 'mlm' else 2\n",
+    assert seam_breaks({"electra.commands.finetune": "if data.kind == 'qa':\n    pass\n",
+                        "electra.commands.pretrain": "x = 1 if cfg.kind == 'mlm' else 2\n",
                         "electra.model": "if x.device.type == 'cpu':\n    pass\n",
                         "electra.tasks.qa": "if head == 'qa':\n    pass\n"}) == [
-        "electra.finetune: branches on a task head: data.kind == 'qa'",
-        "electra.pretrain: branches on an objective: cfg.kind == 'mlm'",
+        "electra.commands.finetune: branches on a task head: data.kind == 'qa'",
+        "electra.commands.pretrain: branches on an objective: cfg.kind == 'mlm'",
         "electra.model: branches on a device type: x.device.type == 'cpu'"]
 
 

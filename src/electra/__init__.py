@@ -1,5 +1,15 @@
 """electra: ELECTRA pretraining (replaced-token detection) and fine-tuning in PyTorch.
 
+The Python API: the commands as functions (the CLI's flags as keyword arguments, bad input
+raised as :class:`UserError`), and the parts to build models from.
+
+    electra.train_tokenizer(files, vocab_size, out)      a WordPiece tokenizer
+    electra.prepare(inputs=[...], tokenizer=..., out=...) text -> token shards
+    electra.pretrain(data=..., out=..., preset="small")  a pretraining run
+    electra.finetune(task=..., out=..., model=RUN)       results (a dict); models on disk
+    electra.evaluate(model=..., task=...)                a fine-tuned model's dev scores
+    electra.predict(model, input)                        one record per input (a list)
+
 Importing the package is cheap (no torch): the names below load on first use, so the CLI
 and data-preparation workers start fast.
 """
@@ -11,21 +21,28 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "ModelConfig": "electra.config",
-    "ObjectiveConfig": "electra.config",
-    "model_preset": "electra.config",
-    "UserError": "electra.errors",
-    "FinetuneConfig": "electra.config",
-    "Discriminator": "electra.model",
-    "Generator": "electra.model",
-    "SequenceClassifier": "electra.tasks.sequence",
-    "ElectraPretrainingModel": "electra.objectives.pretraining",
+_LAZY = {  # name -> (module, its attribute)
+    "ModelConfig": ("electra.config", "ModelConfig"),
+    "ObjectiveConfig": ("electra.config", "ObjectiveConfig"),
+    "FinetuneConfig": ("electra.config", "FinetuneConfig"),
+    "model_preset": ("electra.config", "model_preset"),
+    "UserError": ("electra.errors", "UserError"),
+    "Discriminator": ("electra.model", "Discriminator"),
+    "Generator": ("electra.model", "Generator"),
+    "SequenceClassifier": ("electra.tasks.sequence", "SequenceClassifier"),
+    "ElectraPretrainingModel": ("electra.objectives.pretraining", "ElectraPretrainingModel"),
+    "train_tokenizer": ("electra.io.tokenizer", "train_tokenizer"),
+    "prepare": ("electra.data.prepare", "main"),
+    "pretrain": ("electra.commands.pretrain", "main"),
+    "finetune": ("electra.commands.finetune", "main"),
+    "evaluate": ("electra.commands.finetune", "evaluate"),
+    "predict": ("electra.commands.predict", "predict"),
 }
 __all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module 'electra' has no attribute {name!r}")

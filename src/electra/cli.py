@@ -186,7 +186,7 @@ COMMANDS: dict[str, Command] = {
         description="Tokenize and pack text into memory-mapped shards: --input, --tokenizer "
         "and --out. Or check a prepared folder: --verify DATA."),
     "pretrain": Command(
-        "pretrain generator + discriminator (ELECTRA)", "electra.pretrain:main", (
+        "pretrain generator + discriminator (ELECTRA)", "electra.commands.pretrain:main", (
             OneOf((arg("--preset", choices=list(MODEL_PRESETS),
                        help="the paper's model size and pretraining hyperparameters"),
                    arg("--config", metavar="FILE.toml", help="[model] [objective] [train] "
@@ -231,7 +231,7 @@ COMMANDS: dict[str, Command] = {
         "and --steps)"),
     "finetune": Command(
         "fine-tune the discriminator on a task (GLUE, SuperGLUE, SQuAD, tagging, your "
-        "files) or several at once", "electra.finetune:main", (
+        "files) or several at once", "electra.commands.finetune:main", (
             arg("--model", help="a pretraining run (its discriminator/ or a checkpoint), a "
                 "fine-tuned model, or a transformers ElectraForPreTraining folder"),
             arg("--random-init", metavar="PRESET|RUN", help="instead of --model: random "
@@ -293,13 +293,13 @@ COMMANDS: dict[str, Command] = {
         "seed. Writes OUT/results.json, OUT/results.md and OUT/compare.png.",
         interrupted="run the same command again to continue (what is done is kept)"),
     "evaluate": Command(
-        "reload a fine-tuned model and score a split", "electra.finetune:evaluate", (
+        "reload a fine-tuned model and score a split", "electra.commands.finetune:evaluate", (
             arg("--model", required=True, help="OUT/seed-N from `electra finetune`"),
             *_task_args(evaluate=True),
             arg("--split", default="dev", help="dev (all dev sets), or e.g. dev_matched"))),
     "predict": Command(
         "apply a fine-tuned model to an unlabelled file (one JSON line per input)",
-        "electra.predict:main", (
+        "electra.commands.predict:main", (
             arg("--model", required=True, help="OUT/seed-N from `electra finetune`"),
             arg("--input", required=True, help="classification/regression: CSV, TSV or JSONL "
                 "with the model's text column(s), or plain lines; tagging: .conllu, CoNLL, "
@@ -326,7 +326,7 @@ COMMANDS: dict[str, Command] = {
             arg("--overwrite", action="store_true", help="replace an existing --out"))),
     "detect": Command(
         "show each token's probability of having been replaced, by a discriminator",
-        "electra.detect:main", (
+        "electra.commands.detect:main", (
             arg("text", nargs="*", help="texts to score (quote each)"),
             arg("--model", required=True, help="a pretraining run, its discriminator/, "
                 "RUN/checkpoints/step-N, or a transformers ElectraForPreTraining folder"),

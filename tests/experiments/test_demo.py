@@ -44,7 +44,7 @@ def test_an_interrupted_demo_is_resumed_or_refused_never_started_over(tmp_path, 
     it made, and --set reaches the demo's settings (the busy-machine note's advice)."""
     import json
 
-    import electra.pretrain as pretrain_module
+    import electra.commands.pretrain as pretrain_module
 
     real = pretrain_module.pretrain
 

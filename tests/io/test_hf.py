@@ -168,8 +168,8 @@ def test_init_refuses_a_generator_that_is_not_a_width_multiple(tmp_path, capsys)
 
 @pytest.mark.parametrize("regression", [False, True])
 def test_finetuned_classifier_exports_with_equal_predictions(tmp_path, regression):
+    from electra.commands.finetune import load_classifier, save_classifier
     from electra.config import FinetuneConfig
-    from electra.finetune import load_classifier, save_classifier
     from electra.tasks.base import TaskData
     from electra.tasks.sequence import SequenceClassifier
 

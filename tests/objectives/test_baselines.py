@@ -14,11 +14,11 @@ import torch.nn.functional as F
 from helpers import SPECIAL, tiny_config
 from safetensors.torch import load_file
 
+from electra.commands.pretrain import PretrainOptions, pretrain
 from electra.config import ObjectiveConfig, RunConfig, TrainConfig, load_run_config
 from electra.errors import UserError
 from electra.objectives.masking import Noise, choose_positions, unit_starts
 from electra.objectives.pretraining import ElectraPretrainingModel
-from electra.pretrain import PretrainOptions, pretrain
 from electra.train.metrics import TIMING_KEYS, iter_metrics
 
 # One row of 8: [CLS] 10 11 12 13 14 15 [SEP]; positions 2 and 5 are chosen (highest scores),

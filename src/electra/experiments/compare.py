@@ -28,6 +28,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from electra.commands.finetune import model_source, parse_seeds, run_finetune
+from electra.commands.pretrain import PretrainOptions, pretrain
 from electra.config import (
     DEFAULT_TIMEOUT_S,
     config_diffs,
@@ -47,13 +49,11 @@ from electra.experiments.compare_spec import (
     parse_tasks,
     with_probes,
 )
-from electra.finetune import model_source, parse_seeds, run_finetune
 from electra.io import folders
 from electra.io.files import read_json, write_json
 from electra.io.models import open_model
 from electra.io.outputs import MARK, Claim, claim_out
 from electra.io.tokenizer import load_tokenizer
-from electra.pretrain import PretrainOptions, pretrain
 from electra.tasks.registry import load_task
 from electra.train.checkpoint import step_dir
 from electra.train.runtime import start

@@ -132,9 +132,9 @@ def _reusable(out: Path) -> bool:
 
 
 def _demo(out: Path, cfg: RunConfig, resume: bool, progress: bool) -> dict:
+    from electra.commands.pretrain import PretrainOptions, pretrain
     from electra.data.prepare import PrepareOptions, prepare
     from electra.io.tokenizer import train_tokenizer
-    from electra.pretrain import PretrainOptions, pretrain
     from electra.train.runtime import start
 
     t0 = time.perf_counter()

@@ -2,7 +2,7 @@
 :func:`setup` (the model from its source, the encoded training sets, the trainer and its
 resumable state), :func:`fit` (the loop), and :func:`validate` (the dev evaluations, a
 metrics line, and each task's kept model). The command around it (seeds, resume, results) is
-``electra.finetune``; each task's head (``electra.tasks``) encodes, builds, scores and
+``electra.commands.finetune``; each task's head (``electra.tasks``) encodes, builds, scores and
 reports.
 
 Single-task is multi-task with one task (google-research/electra's ``task_names``). Several

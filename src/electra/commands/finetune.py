@@ -38,6 +38,14 @@ from typing import Any
 
 from torch import nn
 
+from electra.commands.finetuned import (
+    begin,
+    check_split,
+    load_classifier,
+    opening,
+    report,
+    save_classifier,
+)
 from electra.config import (
     DEFAULT_TIMEOUT_S,
     MAX_SEED,
@@ -47,14 +55,6 @@ from electra.config import (
     model_preset,
 )
 from electra.errors import UserError
-from electra.finetuned import (
-    begin,
-    check_split,
-    load_classifier,
-    opening,
-    report,
-    save_classifier,
-)
 from electra.io import folders
 from electra.io.files import disk_errors, publish, read_json, write_json
 from electra.io.models import open_model

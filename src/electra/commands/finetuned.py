@@ -1,6 +1,6 @@
 """What a fine-tune leaves: its staging folder (``OUT.partial``, resumable), a seed's
 report, and the fine-tuned model folders `evaluate`, `predict` and `export` read; read by
-`electra finetune` (``electra.finetune``) and `evaluate`."""
+`electra finetune` (``electra.commands.finetune``) and `evaluate`."""
 
 from __future__ import annotations
 

@@ -30,14 +30,29 @@ from electra.tasks.base import head_of
 def main(model: str, input: str, out: str | None = None, batch_size: int = 64,
          progress: bool = True) -> int:
     """`electra predict`: read, predict in batches, write JSON lines; returns the count."""
+    target = (check_file_out(out, "predict", [("--model", model), ("--input", input)],
+                             suffix=".jsonl") if out else None)
+    records = predict(model, input, batch_size, progress)
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    if target is None:
+        sys.stdout.write(text)
+    else:
+        write_file(target, lambda part: part.write_text(text, encoding="utf-8"), "predict")
+        print(f"wrote {len(records):,} predictions to {target}", file=sys.stderr)
+    return len(records)
+
+
+def predict(model: str | Path, input: str | Path, batch_size: int = 64,
+            progress: bool = False) -> list[dict[str, Any]]:
+    """A fine-tuned model (``OUT/seed-S``, or ``OUT/seed-S/TASK``) applied to the inputs in
+    a file (the forms above); one record per input, in order (the Python API's
+    ``electra.predict``)."""
     from electra.config import FinetuneConfig, config_from_dict
     from electra.io import folders
     from electra.io.tokenizer import load_tokenizer
 
     if batch_size < 1:
         raise UserError(f"--batch-size {batch_size}: give a positive number")
-    target = (check_file_out(out, "predict", [("--model", model), ("--input", input)],
-                             suffix=".jsonl") if out else None)
     net, meta = folders.load(model, "classifier")
     net.eval()
     cfg = config_from_dict(FinetuneConfig, meta["finetune"], f"{model}/config.json")
@@ -46,14 +61,7 @@ def main(model: str, input: str, out: str | None = None, batch_size: int = 64,
         raise UserError(f"--input {path}: no such file")
     items = head_of(meta).read_inputs(path, meta)
     tok = load_tokenizer(folders.resolve(model, "classifier"))
-    records = predict_records(net, tok, items, meta, cfg, batch_size, progress)
-    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    if target is None:
-        sys.stdout.write(text)
-    else:
-        write_file(target, lambda part: part.write_text(text, encoding="utf-8"), "predict")
-        print(f"wrote {len(records):,} predictions to {target}", file=sys.stderr)
-    return len(records)
+    return predict_records(net, tok, items, meta, cfg, batch_size, progress)
 
 
 @torch.no_grad()
