@@ -65,7 +65,7 @@ def inputs(w: Path) -> None:
     text = (w / "train.csv").read_text() + "".join(p.read_text() for p in COPA.glob("*.jsonl"))
     (w / "c.txt").write_text(text)
     sys.path.insert(0, str(ROOT / "src"))
-    from electra.io.tokenizer import train_tokenizer
+    from electra.data.tokenizer import train_tokenizer
 
     train_tokenizer([str(w / "c.txt")], 150, w / "tok")
 

@@ -22,9 +22,9 @@ from tokenizers import BertWordPieceTokenizer
 
 from electra.config import model_preset
 from electra.model.kernels import FAST_CPU
+from electra.runtime import autocast
 from electra.tasks.sequence import SequenceClassifier
 from electra.train.optim import adamw, param_groups
-from electra.train.runtime import autocast
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -71,8 +71,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
 
-from electra.config import ObjectiveConfig, model_preset  # noqa: E402
-from electra.io.tokenizer import SpecialTokens  # noqa: E402
+from electra.config import model_preset  # noqa: E402
+from electra.data.tokenizer import SpecialTokens  # noqa: E402
+from electra.objectives.config import ObjectiveConfig  # noqa: E402
 
 SPECIAL = SpecialTokens(pad=0, unk=100, cls=101, sep=102, mask=103)  # bert-base-uncased
 VOCAB = 30522
@@ -224,10 +225,11 @@ def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = Fa
     ``compile``, ``cuda_graphs``: ``train.unpad`` (None: its default), ``train.compile``,
     ``train.cuda_graphs``."""
     from electra.commands.pretrain import make_trainer, train_step
-    from electra.config import RunConfig, TrainConfig
+    from electra.config import TrainConfig
+    from electra.objectives.config import RunConfig
     from electra.objectives.flops import step_flops_per_sequence
     from electra.objectives.pretraining import ElectraPretrainingModel
-    from electra.train.runtime import Runtime
+    from electra.runtime import Runtime
 
     cfg = model_preset(preset, vocab_size=VOCAB, hidden_dropout=dropout,
                        attention_dropout=dropout, max_position_embeddings=max(512, T))
@@ -251,10 +253,10 @@ def hf_step(preset: str, B: int, T: int, dev: torch.device) -> Callable[[dict], 
     """transformers' ELECTRA pretraining step, as a transformers-based script writes it."""
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
-    from electra.io.hf_format import to_hf_config
     from electra.objectives.masking import mask_inputs
+    from electra.runtime import autocast
+    from electra.saved.hf_format import to_hf_config
     from electra.train.optim import adamw, param_groups
-    from electra.train.runtime import autocast
 
     cfg = model_preset(preset, vocab_size=VOCAB, max_position_embeddings=max(512, T))
     obj = ObjectiveConfig(max_predictions=int(0.155 * T))
@@ -410,7 +412,7 @@ def vocab_stage(dev: torch.device) -> dict:
     multiple of 64 (30,528, the GPU's default), in the command's layout otherwise."""
     import dataclasses
 
-    from electra.train.runtime import Runtime
+    from electra.runtime import Runtime
 
     command = Runtime(device=dev).model_kernels(False)
     return step_variants(dev, {f"multiple_{m}": {"kernels": dataclasses.replace(
@@ -430,9 +432,9 @@ def finetune_stage(dev: torch.device) -> dict:
     from tokenizers import BertWordPieceTokenizer
 
     from electra.model.kernels import kernels_for
+    from electra.runtime import autocast
     from electra.tasks.sequence import SequenceClassifier
     from electra.train.optim import adamw, param_groups
-    from electra.train.runtime import autocast
 
     tok = BertWordPieceTokenizer(str(DATA / "vocab.txt"), lowercase=True)
     tok.enable_truncation(128)
@@ -475,7 +477,7 @@ def inference(models: dict, batches: list[dict], dev: torch.device) -> dict:
     """The two fine-tuned models' weights made equal, in eval mode (no attention dropout:
     unpadded attention may run FlashAttention's varlen kernel): logits agree, and the
     examples/s of each."""
-    from electra.train.runtime import autocast
+    from electra.runtime import autocast
 
     padded, unpadded = models[False].eval(), models[True].eval()
     unpadded.load_state_dict(padded.state_dict())

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from electra.data.prepare import PrepareOptions, prepare
 from electra.data.text import expand_inputs, read_chunks
-from electra.io.tokenizer import load_tokenizer
+from electra.data.tokenizer import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ vocabulary 30,522, seq 128, masking 15% (max 19 per sequence), lambda = 50, Adam
   and cross-entropy over all positions (labels -100 off the masked ones), Gumbel-max
   sampling at the masked positions, torch's AdamW.
 
-Both sides run with malloc keeping freed memory (``electra.train.runtime.keep_freed_memory``, as
+Both sides run with malloc keeping freed memory (``electra.runtime.keep_freed_memory``, as
 `electra pretrain` sets it), so the ratio compares the steps, not the allocators.
 
 First, from the same weights and batch in fp32 with dropout off, both must give the same
@@ -36,8 +36,9 @@ from pathlib import Path
 
 import torch
 
-from electra.config import ObjectiveConfig, model_preset
-from electra.io.tokenizer import SpecialTokens
+from electra.config import model_preset
+from electra.data.tokenizer import SpecialTokens
+from electra.objectives.config import ObjectiveConfig
 from electra.objectives.flops import step_flops_per_sequence
 
 SEQ = 128
@@ -65,9 +66,10 @@ def build(side: str, dropout: float = 0.1):
     ours = ElectraPretrainingModel(cfg, OBJ, SPECIAL)
     if side == "ours":
         from electra.commands.pretrain import make_trainer, train_step
-        from electra.config import RunConfig, TrainConfig
+        from electra.config import TrainConfig
+        from electra.objectives.config import RunConfig
         from electra.objectives.pretraining import electra_forward
-        from electra.train.runtime import Runtime, autocast
+        from electra.runtime import Runtime, autocast
 
         rng = torch.Generator().manual_seed(1)
         trainer = {}
@@ -90,8 +92,8 @@ def build(side: str, dropout: float = 0.1):
 
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
-    from electra.io.hf_format import to_hf_config, to_hf_state_dict
     from electra.objectives.masking import mask_inputs
+    from electra.saved.hf_format import to_hf_config, to_hf_state_dict
 
     disc = ElectraForPreTraining(to_hf_config(cfg))
     gen = ElectraForMaskedLM(to_hf_config(cfg.generator_config()))
@@ -147,9 +149,9 @@ def disc_loss_on_same_corruption() -> float:
     """Both discriminators on one corrupted batch: the RTD losses must agree (fp32)."""
     from transformers import ElectraForPreTraining
 
-    from electra.io.hf_format import to_hf_config, to_hf_state_dict
     from electra.model import Discriminator
     from electra.objectives.losses import discriminator_loss
+    from electra.saved.hf_format import to_hf_config, to_hf_state_dict
 
     cfg = model_preset("small", hidden_dropout=0.0, attention_dropout=0.0)
     torch.manual_seed(0)
@@ -176,7 +178,7 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
 
 
 def worker(side: str, bs: int, steps: int) -> None:
-    from electra.train.runtime import keep_freed_memory
+    from electra.runtime import keep_freed_memory
 
     keep_freed_memory()
     _, step = build(side)

@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from electra.io import folders
-from electra.io.tokenizer import load_tokenizer
+from electra.data.tokenizer import load_tokenizer
 from electra.model import Discriminator
 from electra.objectives.pretraining import ElectraPretrainingModel
+from electra.saved import folders
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 

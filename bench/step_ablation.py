@@ -32,11 +32,11 @@ from pathlib import Path
 import torch
 
 from electra.commands.pretrain import make_trainer, train_step
-from electra.config import load_run_config
 from electra.data.loader import BatchLoader, ShardDataset
 from electra.model.kernels import FAST_CPU, REFERENCE, Kernels, use
+from electra.objectives.config import load_run_config
 from electra.objectives.pretraining import ElectraPretrainingModel
-from electra.train.runtime import Runtime, keep_freed_memory
+from electra.runtime import Runtime, keep_freed_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,8 +50,8 @@ def default_data(tmp: str) -> str:
     if (shared / "corpus/heldout").is_dir():
         text, tok = shared / "corpus/heldout", shared / "vocab/bert-base-uncased-vocab.txt"
     else:
+        from electra.data.tokenizer import train_tokenizer
         from electra.experiments.demo import write_corpus
-        from electra.io.tokenizer import train_tokenizer
 
         text, _ = write_corpus(Path(tmp) / "corpus")
         train_tokenizer([str(text)], 30522, Path(tmp) / "tok")

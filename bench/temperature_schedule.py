@@ -24,12 +24,13 @@ import time
 from pathlib import Path
 
 from electra.commands.pretrain import PretrainOptions, pretrain
-from electra.config import ObjectiveConfig, RunConfig, TrainConfig, model_preset
+from electra.config import TrainConfig, model_preset
 from electra.data.prepare import PrepareOptions, prepare
+from electra.data.tokenizer import train_tokenizer
 from electra.experiments.demo import write_corpus
-from electra.io.tokenizer import train_tokenizer
+from electra.objectives.config import ObjectiveConfig, RunConfig
+from electra.runtime import start
 from electra.train.metrics import iter_metrics
-from electra.train.runtime import start
 
 SCHEDULES = {"T=1": {}, "T=3->1": {"temperature": 3.0, "temperature_end": 1.0},
              "T=3": {"temperature": 3.0}}

@@ -11,7 +11,7 @@ import argparse
 import statistics
 import time
 
-from electra.io.tokenizer import _new_tokenizer, _train
+from electra.data.tokenizer import _new_tokenizer, _train
 
 
 def main() -> None:

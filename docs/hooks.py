@@ -46,7 +46,8 @@ def _range(cls: type, name: str, kind: str) -> str:
 
 
 def config_reference() -> str:
-    from electra.config import FinetuneConfig, ModelConfig, ObjectiveConfig, TrainConfig, field_docs
+    from electra.config import FinetuneConfig, ModelConfig, TrainConfig, field_docs
+    from electra.objectives.config import ObjectiveConfig
 
     out = []
     for cls, how in ((ModelConfig, "`[model]` in a `--config` TOML, or `--set model.KEY=VALUE`"),

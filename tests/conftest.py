@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import SPECIAL, write_corpus
 
-from electra.io.tokenizer import SpecialTokens
+from electra.data.tokenizer import SpecialTokens
 
 
 def pytest_configure(config) -> None:
@@ -33,7 +33,7 @@ def letters_data(tmp_path_factory) -> Path:
     """A letters corpus (test_data.write_corpus) packed into 32-token examples with a
     validation split: what the pretraining-loop tests train on."""
     from electra.data.prepare import PrepareOptions, prepare
-    from electra.io.tokenizer import train_tokenizer
+    from electra.data.tokenizer import train_tokenizer
 
     root = tmp_path_factory.mktemp("letters")
     text = root / "c.txt"

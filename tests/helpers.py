@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from electra.config import ModelConfig, model_preset
-from electra.io import folders
-from electra.io.tokenizer import SpecialTokens, train_tokenizer
+from electra.data.tokenizer import SpecialTokens, train_tokenizer
 from electra.objectives.pretraining import ElectraPretrainingModel
+from electra.saved import folders
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout
 SHARED_DATA = ROOT.parent / "shared" / "data"

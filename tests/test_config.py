@@ -8,15 +8,9 @@ import re
 import pytest
 from helpers import ROOT
 
-from electra.config import (
-    FinetuneConfig,
-    ModelConfig,
-    ObjectiveConfig,
-    TrainConfig,
-    load_run_config,
-    model_preset,
-)
+from electra.config import FinetuneConfig, ModelConfig, TrainConfig, model_preset
 from electra.errors import UserError
+from electra.objectives.config import ObjectiveConfig, load_run_config
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -143,7 +137,8 @@ def test_every_numeric_setting_declares_its_range():
     RANGES (what validation checks and the configuration reference shows)."""
     from dataclasses import fields
 
-    from electra.config import FinetuneConfig, ModelConfig, ObjectiveConfig, TrainConfig
+    from electra.config import FinetuneConfig, ModelConfig, TrainConfig
+    from electra.objectives.config import ObjectiveConfig
 
     missing = [f"{cls.__name__}.{f.name}" for cls in (ModelConfig, ObjectiveConfig,
                                                        TrainConfig, FinetuneConfig)

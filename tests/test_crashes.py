@@ -107,7 +107,7 @@ def test_pretraining_killed_at_random_moments_resumes_bitwise(world, tmp_path):
     # Each count from the start of its own (resumed) process, small enough to land within
     # the 30 steps: a step's forward, a checkpoint's checksums, its state.pt.
     kills = [("electra.objectives.pretraining", "electra_forward", rng.randint(2, 8)),
-             ("electra.train.checkpoint", "sha256_file", rng.randint(2, 20)),
+             ("electra.io.checkpoint", "sha256_file", rng.randint(2, 20)),
              ("torch", "save", rng.randint(2, 6))]
     steps_at_kill = []
     for i, kill in enumerate(kills):
@@ -149,7 +149,7 @@ def test_prepare_and_tokenizer_killed_leave_old_or_nothing(world, tmp_path):
     assert not (tmp_path / "data.partial").exists()
 
     res = electra("tokenizer", "train", "--input", world / "c.txt", "--out", tmp_path / "tok",
-                  kill=("electra.io.tokenizer", "save_tokenizer", 1))
+                  kill=("electra.data.tokenizer", "save_tokenizer", 1))
     assert killed(res) and not (tmp_path / "tok").exists()
     assert electra("tokenizer", "train", "--input", world / "c.txt", "--out",
                    tmp_path / "tok").returncode == 0

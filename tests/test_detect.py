@@ -11,7 +11,7 @@ from helpers import cli_error, make_run
 
 from electra.cli import main
 from electra.commands.detect import load_detector, score
-from electra.io.tokenizer import load_tokenizer
+from electra.data.tokenizer import load_tokenizer
 
 TEXTS = ["aaa bb <b>cccc</b> dd", "eeee f", "a"]
 

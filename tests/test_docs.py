@@ -174,7 +174,8 @@ def test_configuration_reference_lists_every_setting():
         sys.path.pop(0)
     from dataclasses import fields
 
-    from electra.config import FinetuneConfig, ModelConfig, ObjectiveConfig, TrainConfig
+    from electra.config import FinetuneConfig, ModelConfig, TrainConfig
+    from electra.objectives.config import ObjectiveConfig
 
     text = hooks.config_reference()
     for cls in (ModelConfig, ObjectiveConfig, TrainConfig, FinetuneConfig):

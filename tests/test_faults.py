@@ -943,7 +943,7 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(world, capsys, case):
 @pytest.mark.parametrize("command", ["pretrain", "finetune"])
 def test_compile_where_torch_cannot_is_one_line_naming_the_fallback(world, capsys, monkeypatch,
                                                                     command):
-    from electra.train import runtime
+    from electra import runtime
 
     monkeypatch.setattr(runtime, "compile_missing", lambda device: "no C++ compiler found")
     args, key = (PRETRAIN, "train.compile") if command == "pretrain" else (FINETUNE, "compile")
@@ -1024,7 +1024,7 @@ def disk_full(monkeypatch, capsys, argv: list, root: Path, *, kept: Path | None 
 
 def test_disk_full_tokenizer_and_prepare(world, tmp_path, monkeypatch, capsys):
     import electra.data.prepare as prep
-    import electra.io.tokenizer as tokmod
+    import electra.data.tokenizer as tokmod
 
     shutil.copytree(world / "tok", tmp_path / "tok")
     monkeypatch.setattr(tokmod, "save_tokenizer", enospc)
@@ -1043,7 +1043,7 @@ def test_disk_full_during_pretraining_keeps_the_last_checkpoint(world, tmp_path,
                                                                 capsys, failure):
     import torch
 
-    import electra.train.checkpoint as ck
+    import electra.io.checkpoint as ck
 
     run = tmp_path / "run"
     args = ["pretrain", "--config", world / "tiny.toml", "--data", world / "data", "--out",

@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 
 from electra.cli import main
 from electra.config import model_preset
-from electra.io import folders
-from electra.io.tokenizer import train_tokenizer
+from electra.data.tokenizer import train_tokenizer
 from electra.model import Discriminator
+from electra.saved import folders
 from electra.tasks.sequence import Sequence, SequenceClassifier
 
 
@@ -46,7 +46,7 @@ def test_learns_a_separable_task_and_evaluate_reproduces_it(task, capsys):
 
 
 def test_finetune_from_a_pretrained_discriminator(task):
-    from electra.io.tokenizer import load_tokenizer
+    from electra.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(task / "tok")
     disc = Discriminator(model_preset("tiny", vocab_size=tok.get_vocab_size()))
@@ -67,7 +67,7 @@ def test_any_model_folder_is_a_starting_point(task):
     """--model reads through the one opener: a transformers ElectraForPreTraining folder
     made from a run fine-tunes exactly as the run does (the export is bitwise)."""
     pytest.importorskip("transformers")
-    from electra.io.tokenizer import load_tokenizer
+    from electra.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(task / "tok")
     torch.manual_seed(0)
@@ -170,7 +170,7 @@ def test_double_pairs_adds_each_pair_swapped_to_the_chosen_subset(monkeypatch):
 
 def write_dropout_free_run(task: Path) -> Path:
     """A pretraining-run folder whose (random) discriminator has no dropout."""
-    from electra.io.tokenizer import load_tokenizer
+    from electra.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(task / "tok")
     torch.manual_seed(0)
@@ -210,8 +210,8 @@ def test_gradient_accumulation_trains_like_one_big_batch(task):
 def test_fp16_scales_the_loss_and_unscales_before_clipping():
     """One step from the same weights and batch: in fp16 the gradient the optimizer sees
     (and the norm that is clipped and reported) is the true one, not 65536 times it."""
+    from electra.runtime import Runtime
     from electra.train.optim import param_groups
-    from electra.train.runtime import Runtime
     from electra.train.trainer import RandomStreams, Settings, Trainer
 
     cfg = model_preset("tiny", vocab_size=50, num_layers=2, hidden_dropout=0.0,
@@ -300,7 +300,7 @@ def test_resume_takes_the_same_model_folder_however_it_is_written(task, monkeypa
     checkpoints away); another folder is still refused."""
     import shutil
 
-    from electra.io.tokenizer import load_tokenizer
+    from electra.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(task / "tok")
     disc = Discriminator(model_preset("tiny", vocab_size=tok.get_vocab_size()))
@@ -494,7 +494,7 @@ def test_freeze_encoder_trains_the_head_alone(task):
     """A linear probe: every encoder weight of the fine-tuned model is bitwise the
     pretrained one, the head moved, and the encoder ran without dropout (so two seeds'
     features agree)."""
-    from electra.io.tokenizer import load_tokenizer
+    from electra.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(task / "tok")
     torch.manual_seed(0)

@@ -68,7 +68,7 @@ def test_a_busy_machine_trains_on_fewer_threads_and_says_so(letters_data, tmp_pa
     """Loaded past its cores with no core idle, training runs on one thread fewer (2 -> 1 on
     2 cores: bench/busy_threads.py measured 1 thread ~3x faster there) and says how to
     choose; train.threads chooses; a load that has passed (cores idle) changes nothing."""
-    from electra.train import runtime
+    from electra import runtime
 
     cores = os.cpu_count() or 1
     monkeypatch.setattr(os, "getloadavg", lambda: (2.0 * cores, 0.0, 0.0))
@@ -97,7 +97,7 @@ def test_a_busy_machine_trains_on_fewer_threads_and_says_so(letters_data, tmp_pa
 
 
 def test_idle_cores_reads_proc_stat():
-    from electra.train.runtime import idle_cores
+    from electra.runtime import idle_cores
 
     idle = idle_cores(os.cpu_count() or 1, seconds=0.05)
     assert idle is None or 0.0 <= idle <= (os.cpu_count() or 1) + 0.01

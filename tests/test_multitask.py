@@ -65,7 +65,7 @@ def test_the_shared_encoder_is_held_once():
 
 @pytest.fixture
 def tasks(tmp_path):
-    from electra.io.tokenizer import train_tokenizer
+    from electra.data.tokenizer import train_tokenizer
 
     write_sentiment(tmp_path / "train.csv", 320, 0)
     write_sentiment(tmp_path / "dev.csv", 80, 1)

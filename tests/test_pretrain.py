@@ -14,12 +14,13 @@ from safetensors.torch import load_file
 
 from electra.cli import main
 from electra.commands.pretrain import PretrainOptions, pretrain
-from electra.config import ObjectiveConfig, RunConfig, TrainConfig
+from electra.config import TrainConfig
 from electra.data.prepare import PrepareOptions, prepare
+from electra.data.tokenizer import train_tokenizer
 from electra.errors import UserError
 from electra.experiments.demo import python_docs_corpus
-from electra.io.tokenizer import train_tokenizer
 from electra.objectives import pretraining as objectives
+from electra.objectives.config import ObjectiveConfig, RunConfig
 from electra.train.metrics import TIMING_KEYS, iter_metrics
 from electra.train.trainer import TrainingDiverged
 
@@ -124,7 +125,7 @@ def test_damaged_checkpoint_is_refused_before_loading(data, tmp_path, damage):
 
 def test_full_disk_keeps_the_previous_checkpoint(data, tmp_path, monkeypatch):
     run(data, tmp_path / "r", config(), stop_after=4)
-    import electra.train.checkpoint as ck
+    import electra.io.checkpoint as ck
 
     def no_space(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -188,7 +189,7 @@ def test_nonfinite_loss_stops_with_the_step_or_is_skipped(data, tmp_path, monkey
     with pytest.raises(TrainingDiverged, match=r"step 6 .*step-0000004"):
         run(data, tmp_path / "r", config(eval_every=0))
     ck = tmp_path / "r/checkpoints/step-0000004"
-    from electra.train.checkpoint import verify_checkpoint
+    from electra.io.checkpoint import verify_checkpoint
 
     verify_checkpoint(ck)
     calls["n"] = 0
@@ -216,7 +217,7 @@ def test_fast_path_trains_like_the_reference_path(tmp_path):
     fp32 + Gumbel-max + torch's Bernoulli dropout: over 200 steps on real text the losses
     agree within what a change of seed moves them."""
     from electra.model.kernels import REFERENCE
-    from electra.train.runtime import Runtime
+    from electra.runtime import Runtime
 
     data = docs_data(tmp_path)
 

@@ -10,7 +10,7 @@ import torch
 from helpers import SPECIAL, make_batch, tiny_config
 from tokenizers import Tokenizer, models
 
-from electra.config import FinetuneConfig, ObjectiveConfig
+from electra.config import FinetuneConfig
 from electra.objectives import registry as objectives
 from electra.objectives.base import (
     ElectraOutput,
@@ -21,6 +21,7 @@ from electra.objectives.base import (
     finish,
     generate,
 )
+from electra.objectives.config import ObjectiveConfig
 from electra.objectives.flops import step_flops_per_sequence
 from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.tasks import registry as heads
@@ -104,7 +105,7 @@ class Parity(Sequence):
 
 def test_a_new_head_is_one_class_and_one_registry_line(registered, tmp_path):
     from electra.commands.finetune import ModelSource, load_classifier, run_finetune
-    from electra.io.tokenizer import save_tokenizer
+    from electra.data.tokenizer import save_tokenizer
     from electra.tasks.registry import load_task
 
     registered(heads, Parity())
@@ -126,7 +127,7 @@ def test_a_new_head_is_one_class_and_one_registry_line(registered, tmp_path):
 def test_a_taken_name_is_refused_and_the_registries_are_read_when_used(registered):
     """A second part under a taken name is refused (it silently replaced the first); a head
     registered after the export module was imported has its export table and class."""
-    from electra.io import hf_format
+    from electra.saved import hf_format
 
     with pytest.raises(ValueError, match="'electra' is already registered"):
         objectives.register(HalfLambda.__new__(type("Twin", (HalfLambda,), {"name": "electra"})))

@@ -16,10 +16,11 @@ LOOPS = {"electra.commands.pretrain": {"electra.experiments.demo", "electra.expe
          # one loop for one task or several, and the probe during pretraining
          "electra.train.finetuning": {"electra.commands.finetune", "electra.train.probe"}}
 # What the CLI module may import: no loading, no training, no torch.
-# (electra.objectives.registry: only when `compare --help` is shown, its live names)
+# (electra.objectives.registry: only when `compare --help` is shown, its live names;
+# electra.objectives.config: the run's sections, for --set help; no torch)
 CLI_IMPORTS = {"electra", "electra.config", "electra.errors", "electra.io.files",
-               "electra.objectives.registry",
-               "electra.data.tasks", "electra.train.runtime"}
+               "electra.objectives.registry", "electra.objectives.config",
+               "electra.data.tasks", "electra.runtime"}
 
 
 def module_name(path: Path) -> str:
@@ -98,6 +99,61 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+# The packages in one order, top to bottom: a module imports only from its own package or
+# from a layer below it (siblings in one layer do not import each other). The package root
+# is at the bottom: it imports nothing (its Python API names load lazily, for users), and
+# modules read only its __version__ from it.
+LAYERS = [
+    {"electra.__main__"},  # python -m electra
+    {"electra.cli"},  # the `electra` command: a table of commands
+    {"electra.experiments"},  # compare, the demo: runs of the commands
+    {"electra.commands"},  # one module per command
+    {"electra.train"},  # the loops: the trainer, fine-tuning, the probe, parallelism
+    {"electra.saved"},  # model folders, the opener, transformers' format
+    {"electra.tasks", "electra.objectives"},  # the heads; the objectives and run config
+    {"electra.runtime"},  # device, precision, processes
+    {"electra.model"},  # the encoder family and its kernels
+    {"electra.data"},  # text, tokenizers, shards, task readers
+    {"electra.config"},  # the configuration machinery and the objective-free sections
+    {"electra.io"},  # files, outputs, checkpoints
+    {"electra.registry", "electra.errors", "electra"},
+]
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    """(layer, unit): the unit is the package (``electra.tasks``) or top-level module."""
+    for i, units in enumerate(LAYERS):
+        for unit in units:
+            if module == unit or (unit != "electra" and module.startswith(unit + ".")):
+                return i, unit
+    raise AssertionError(f"{module} is in no layer of LAYERS: place it")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for module, targets in graph.items():
+        here, unit = layer_of(module)
+        for target in sorted(targets):
+            there, other = layer_of(target)
+            if there < here or (there == here and other != unit):
+                bad.append(f"{module} imports {target} ({other} is "
+                           f"{'above it' if there < here else 'beside it'})")
+    return bad
+
+
+def test_no_package_imports_one_above_it():
+    """Function-level imports included (import_graph reads every import in a file)."""
+    assert upward_imports(import_graph()) == []
+
+
+def test_the_order_check_finds_an_upward_import():
+    graph = {"electra.data.text": {"electra.train.trainer"}, "electra.train.trainer": set(),
+             "electra.tasks.base": {"electra.objectives.base"}, "electra.objectives.base": set()}
+    assert upward_imports(graph) == [
+        "electra.data.text imports electra.train.trainer (electra.train is above it)",
+        "electra.tasks.base imports electra.objectives.base (electra.objectives is beside it)"]
+
+
 def test_training_loops_are_imported_only_by_what_runs_them():
     graph = import_graph()
     for loop, runners in LOOPS.items():
@@ -159,7 +215,7 @@ SEAMS = [
 ]
 # Where a device's type is the subject itself: choosing the device, its random state, its
 # optimizer kernels and its synchronisation.
-DEVICE_OWNERS = {"electra.train.runtime"}
+DEVICE_OWNERS = {"electra.runtime"}
 
 
 def branches(tree: ast.AST):

@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 
 _LAZY = {  # name -> (module, its attribute)
     "ModelConfig": ("electra.config", "ModelConfig"),
-    "ObjectiveConfig": ("electra.config", "ObjectiveConfig"),
+    "ObjectiveConfig": ("electra.objectives.config", "ObjectiveConfig"),
     "FinetuneConfig": ("electra.config", "FinetuneConfig"),
     "model_preset": ("electra.config", "model_preset"),
     "UserError": ("electra.errors", "UserError"),
@@ -31,7 +31,7 @@ _LAZY = {  # name -> (module, its attribute)
     "Generator": ("electra.model", "Generator"),
     "SequenceClassifier": ("electra.tasks.sequence", "SequenceClassifier"),
     "ElectraPretrainingModel": ("electra.objectives.pretraining", "ElectraPretrainingModel"),
-    "train_tokenizer": ("electra.io.tokenizer", "train_tokenizer"),
+    "train_tokenizer": ("electra.data.tokenizer", "train_tokenizer"),
     "prepare": ("electra.data.prepare", "main"),
     "pretrain": ("electra.commands.pretrain", "main"),
     "finetune": ("electra.commands.finetune", "main"),

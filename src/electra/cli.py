@@ -22,12 +22,12 @@ from electra.config import (
     MODEL_PRESETS,
     FinetuneConfig,
     ModelConfig,
-    ObjectiveConfig,
     TrainConfig,
     settings_help,
 )
 from electra.data.tasks import GLUE
 from electra.errors import UserError
+from electra.objectives.config import ObjectiveConfig
 
 
 class Later:
@@ -135,7 +135,7 @@ INPUT_FORMS = (".txt, .jsonl, .gz, .parquet, .arrow, a datasets.save_to_disk fol
 COMMANDS: dict[str, Command] = {
     "tokenizer train": Command(
         "train a WordPiece, BPE or Unigram tokenizer on raw text; writes tokenizer.json, "
-        "vocab.txt and special_tokens_map.json", "electra.io.tokenizer:train_tokenizer", (
+        "vocab.txt and special_tokens_map.json", "electra.data.tokenizer:train_tokenizer", (
             arg("--input", dest="inputs", nargs="+", required=True, metavar="PATH",
                 help="text files, directories or globs (" + INPUT_FORMS + ")"),
             arg("--model", default="wordpiece",
@@ -309,7 +309,7 @@ COMMANDS: dict[str, Command] = {
             arg("--batch-size", type=int, default=64, help="inputs per batch (default: 64)"),
             _quiet())),
     "export": Command(
-        "write transformers ELECTRA folders (needs transformers)", "electra.io.hf:export_hf", (
+        "write transformers ELECTRA folders (needs transformers)", "electra.saved.hf:export_hf", (
             arg("source", help="a pretraining run folder, RUN/checkpoints/step-N, or a "
                 "fine-tuned model (FT/seed-N)"),
             arg("--out", required=True, help="writes OUT/discriminator and OUT/generator "
@@ -317,7 +317,7 @@ COMMANDS: dict[str, Command] = {
                 "itself (ElectraForSequenceClassification)"),
             arg("--overwrite", action="store_true", help="replace an existing --out"))),
     "import": Command(
-        "read transformers ELECTRA folders into a run folder", "electra.io.hf:import_hf", (
+        "read transformers ELECTRA folders into a run folder", "electra.saved.hf:import_hf", (
             arg("hf_dir", help="an ElectraForPreTraining folder (config.json + weights + "
                 "vocab.txt/tokenizer.json)"),
             arg("--generator", help="an ElectraForMaskedLM folder (default: a fresh "
@@ -412,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         getattr(importlib.import_module(module), function)(**kwargs)
         return 0
     except UserError as err:
-        from electra.train.runtime import launched
+        from electra.runtime import launched
 
         place = launched()
         if place.is_main or not getattr(err, "shared", False):

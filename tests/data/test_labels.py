@@ -116,7 +116,7 @@ def test_evaluate_reads_the_columns_the_model_was_fine_tuned_on(tmp_path, capsys
     from helpers import write_sentiment
 
     from electra.cli import main
-    from electra.io.tokenizer import train_tokenizer
+    from electra.data.tokenizer import train_tokenizer
 
     for name, n, seed in (("train", 64, 0), ("dev", 16, 1)):
         write_sentiment(tmp_path / f"{name}.csv", n, seed)

@@ -16,8 +16,8 @@ from electra.cli import main
 from electra.data import prepare as prep
 from electra.data.loader import BatchLoader, Prefetched, ShardDataset
 from electra.data.prepare import PrepareOptions, prepare
+from electra.data.tokenizer import load_tokenizer, tokenizer_checksum, train_tokenizer
 from electra.errors import UserError
-from electra.io.tokenizer import load_tokenizer, tokenizer_checksum, train_tokenizer
 
 
 @pytest.fixture(scope="module")

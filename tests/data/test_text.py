@@ -15,8 +15,8 @@ from helpers import cli_error, write_corpus
 from electra.cli import main
 from electra.data.loader import ShardDataset
 from electra.data.prepare import PrepareOptions, prepare
+from electra.data.tokenizer import SpecialTokens, load_tokenizer, special_names, train_tokenizer
 from electra.errors import UserError
-from electra.io.tokenizer import SpecialTokens, load_tokenizer, special_names, train_tokenizer
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -166,7 +166,7 @@ def test_a_bpe_tokenizer_with_roberta_names_runs_into_transformers(docs, tmp_pat
     model, info = transformers.AutoModelForPreTraining.from_pretrained(
         tmp_path / "hf/discriminator", output_loading_info=True)
     assert not any(info.values()), info
-    from electra.io import folders
+    from electra.saved import folders
 
     disc = folders.load(tmp_path / "run", "discriminator")[0].eval()
     enc = hf_tok(*pair, return_tensors="pt")

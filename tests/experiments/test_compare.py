@@ -14,9 +14,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from electra.cli import main
-from electra.config import ModelConfig, ObjectiveConfig
+from electra.config import ModelConfig
+from electra.data.tokenizer import SpecialTokens
 from electra.experiments import compare_plan, compare_spec
-from electra.io.tokenizer import SpecialTokens
+from electra.objectives.config import ObjectiveConfig
 from electra.objectives.flops import step_flops_per_sequence
 from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.objectives.registry import OBJECTIVES

@@ -11,8 +11,8 @@ from safetensors.torch import load_file
 
 from electra.cli import main
 from electra.config import model_preset
-from electra.io import folders
-from electra.io.tokenizer import load_tokenizer
+from electra.data.tokenizer import load_tokenizer
+from electra.saved import folders
 
 transformers = pytest.importorskip("transformers")
 
@@ -50,7 +50,7 @@ def test_export_loads_in_transformers_with_equal_logits(tmp_path, preset):
 
 
 def load_pretrained_tokenizer_ids(run: Path, text: str) -> list[int]:
-    from electra.io.tokenizer import load_tokenizer
+    from electra.data.tokenizer import load_tokenizer
 
     return load_tokenizer(run / "discriminator").encode(text).ids
 
@@ -68,7 +68,7 @@ def test_export_then_import_is_bitwise(tmp_path):
 
 
 def test_import_a_transformers_model_and_a_fresh_generator(tmp_path):
-    from electra.io.hf_format import to_hf_config
+    from electra.saved.hf_format import to_hf_config
 
     cfg = model_preset("tiny", vocab_size=120)
     torch.manual_seed(1)
@@ -100,7 +100,7 @@ def test_bad_input(tmp_path, capsys):
     assert "--overwrite" in err("export", run, "--out", tmp_path / "hf")
     assert "no config.json" in err("import", tmp_path / "tok", "--out", tmp_path / "y")
     # A generator whose vocabulary differs from the discriminator's.
-    from electra.io.hf_format import to_hf_config
+    from electra.saved.hf_format import to_hf_config
 
     g = transformers.ElectraForMaskedLM(to_hf_config(model_preset("tiny", vocab_size=99)
                                                      .generator_config()))
@@ -113,7 +113,7 @@ def test_bad_input(tmp_path, capsys):
 
 
 def test_export_from_a_checkpoint_folder(tmp_path):
-    from electra.train.checkpoint import save_checkpoint
+    from electra.io.checkpoint import save_checkpoint
 
     run, model = make_run(tmp_path, "tiny")
     (run / "tokenizer.json").write_text((run / "discriminator/tokenizer.json").read_text())

@@ -342,7 +342,7 @@ def test_the_same_input_gives_a_byte_identical_tokenizer(outs, tmp_path, model):
 
 
 def test_the_wordpiece_tokenizer_splits_words_as_wordpiece_does(outs, tmp_path):
-    from electra.io.tokenizer import load_tokenizer
+    from electra.data.tokenizer import load_tokenizer
 
     words = write_words(tmp_path / "w.txt")
     assert cli("tokenizer", "train", "--input", tmp_path / "w.txt", "--vocab-size", 200,

@@ -6,12 +6,13 @@ import pytest
 import torch
 from helpers import make_batch, tiny_config
 
-from electra.config import ObjectiveConfig, model_preset
+from electra.config import model_preset
+from electra.data.tokenizer import SpecialTokens
 from electra.errors import UserError
-from electra.io.hf_format import from_hf_state_dict, to_hf_config, to_hf_state_dict
-from electra.io.tokenizer import SpecialTokens
 from electra.model import Discriminator, count_parameters
+from electra.objectives.config import ObjectiveConfig
 from electra.objectives.pretraining import ElectraPretrainingModel
+from electra.saved.hf_format import from_hf_state_dict, to_hf_config, to_hf_state_dict
 
 transformers = pytest.importorskip("transformers")
 

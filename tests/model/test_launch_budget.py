@@ -22,7 +22,7 @@ BUDGET = 3600
 
 def test_a_small_pretraining_step_stays_within_its_op_budget(tmp_path):
     from electra.data.prepare import PrepareOptions, prepare
-    from electra.io.tokenizer import train_tokenizer
+    from electra.data.tokenizer import train_tokenizer
 
     sys.path.insert(0, str(ROOT / "bench"))
     from op_count import count

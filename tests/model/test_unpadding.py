@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from helpers import host_reads, tiny_config
 
+from electra.data.tokenizer import train_tokenizer
 from electra.experiments.demo import python_docs_corpus
-from electra.io.tokenizer import train_tokenizer
 from electra.model import Discriminator, Generator
 from electra.model.kernels import FAST_CPU, REFERENCE, Padded, Unpadded, use
 from electra.tasks.choice import MultipleChoice

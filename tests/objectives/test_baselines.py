@@ -15,8 +15,9 @@ from helpers import SPECIAL, tiny_config
 from safetensors.torch import load_file
 
 from electra.commands.pretrain import PretrainOptions, pretrain
-from electra.config import ObjectiveConfig, RunConfig, TrainConfig, load_run_config
+from electra.config import TrainConfig
 from electra.errors import UserError
+from electra.objectives.config import ObjectiveConfig, RunConfig, load_run_config
 from electra.objectives.masking import Noise, choose_positions, unit_starts
 from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.train.metrics import TIMING_KEYS, iter_metrics
@@ -301,7 +302,7 @@ def test_every_variant_resumes_bitwise_and_exports(letters_data, tmp_path, name)
     disc, info = transformers.AutoModelForPreTraining.from_pretrained(
         tmp_path / "hf/discriminator", output_loading_info=True)
     assert not any(info.values()), info
-    from electra.io import folders
+    from electra.saved import folders
 
     ours = folders.load(tmp_path / "a", "discriminator")[0].eval()
     ids = torch.randint(5, ours.config.vocab_size, (2, 16))

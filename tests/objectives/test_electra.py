@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from helpers import SPECIAL, make_batch, tiny_config
 
-from electra.config import ObjectiveConfig
+from electra.objectives.config import ObjectiveConfig
 from electra.objectives.losses import discriminator_loss, generator_loss
 from electra.objectives.masking import candidate_mask, choose_positions, mask_inputs
 from electra.objectives.pretraining import ElectraPretrainingModel, electra_forward
@@ -362,7 +362,7 @@ def test_a_batch_without_padding_attends_without_a_mask(monkeypatch):
     bitwise the masked pass's; a batch with padding keeps its mask. train_step decides it per
     micro-batch from the loader's rows."""
     from electra.model.kernels import Kernels
-    from electra.train.runtime import Runtime
+    from electra.runtime import Runtime
 
     seen: list[bool] = []
     real = Kernels.attention
@@ -388,7 +388,8 @@ def test_a_batch_without_padding_attends_without_a_mask(monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1], strict=True))
 
     import electra.commands.pretrain as command
-    from electra.config import RunConfig, TrainConfig
+    from electra.config import TrainConfig
+    from electra.objectives.config import RunConfig
 
     calls: list[bool] = []
     forward = ElectraPretrainingModel.forward

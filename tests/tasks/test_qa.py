@@ -21,8 +21,8 @@ from electra.data.squad import (
     split_articles,
     squad_scores,
 )
+from electra.data.tokenizer import load_tokenizer, train_tokenizer
 from electra.errors import UserError
-from electra.io.tokenizer import load_tokenizer, train_tokenizer
 
 
 # -- the official scripts' rules, written again from their text ---------------------------
@@ -223,8 +223,8 @@ def qa_run(tmp_path_factory):
     import torch
 
     from electra.config import model_preset
-    from electra.io import folders
     from electra.model import Discriminator
+    from electra.saved import folders
 
     root = tmp_path_factory.mktemp("qa")
     write_qa(root / "v1.json", 30)
@@ -265,7 +265,7 @@ def test_squad1_learns_and_evaluate_and_export_reproduce_it(qa_run, capsys):
     import torch
     from transformers import AutoModelForQuestionAnswering
 
-    from electra.io import folders
+    from electra.saved import folders
 
     assert main(["export", str(qa_run / "ft1/seed-1"), "--out", str(qa_run / "hf")]) == 0
     hf, info = AutoModelForQuestionAnswering.from_pretrained(qa_run / "hf",

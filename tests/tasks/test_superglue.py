@@ -145,8 +145,8 @@ def test_the_multiple_choice_head_exports_as_transformers_multiple_choice(tmp_pa
     pytest.importorskip("transformers")
     from transformers import ElectraForMultipleChoice
 
-    from electra.io import folders
-    from electra.io.tokenizer import train_tokenizer
+    from electra.data.tokenizer import train_tokenizer
+    from electra.saved import folders
 
     (tmp_path / "c.txt").write_text("a b c d e f g h the sun was rising\n" * 5)
     tok = train_tokenizer([str(tmp_path / "c.txt")], 64, tmp_path / "tok")
@@ -168,7 +168,7 @@ def test_the_multiple_choice_head_exports_as_transformers_multiple_choice(tmp_pa
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory) -> Path:
-    from electra.io.tokenizer import train_tokenizer
+    from electra.data.tokenizer import train_tokenizer
 
     w = tmp_path_factory.mktemp("sg")
     text = "\n".join(p.read_text() for p in FIXTURES.glob("*/*.jsonl"))
@@ -250,7 +250,7 @@ def test_record_windows_a_long_passage_and_scores_a_candidate_where_it_is_mentio
     hold a mention of the candidate are marked, and the candidate's P(answer) is the best of
     its marked windows."""
     from electra.config import FinetuneConfig
-    from electra.io.tokenizer import load_tokenizer
+    from electra.data.tokenizer import load_tokenizer
     from electra.tasks.sequence import SequenceClassifier
     from electra.tasks.superglue import SuperGLUE
 

@@ -23,9 +23,9 @@ from electra.data.tagging import (
     tag_map,
     word_predictions,
 )
-from electra.io import folders
-from electra.io.tokenizer import train_tokenizer
+from electra.data.tokenizer import train_tokenizer
 from electra.model import Discriminator
+from electra.saved import folders
 
 CONLLU = """# sent_id = 1
 # text = I can't go.

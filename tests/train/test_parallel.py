@@ -17,7 +17,7 @@ import torch
 from helpers import launch, why_failed
 from safetensors.torch import load_file
 
-from electra.io.tokenizer import train_tokenizer
+from electra.data.tokenizer import train_tokenizer
 from electra.train.metrics import TIMING_KEYS, iter_metrics
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(),
@@ -251,8 +251,8 @@ def test_finetune_on_two_processes_equals_one(tmp_path):
     from helpers import write_sentiment
 
     from electra.config import model_preset
-    from electra.io import folders
     from electra.model import Discriminator
+    from electra.saved import folders
 
     write_sentiment(tmp_path / "train.csv", 256, 0)
     write_sentiment(tmp_path / "dev.csv", 64, 1)

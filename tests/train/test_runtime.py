@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from electra.errors import UserError
-from electra.train.runtime import autocast, grad_scaler, resolve_device, resolve_precision
+from electra.runtime import autocast, grad_scaler, resolve_device, resolve_precision
 
 # A step's worth of large tensors allocated, touched and freed 8 times: the pages each of the
 # last 6 times faults in (fresh memory from the kernel).
 REFAULTS = """
 import resource, sys, torch
-from electra.train.runtime import keep_freed_memory
+from electra.runtime import keep_freed_memory
 applied = keep_freed_memory() if sys.argv[1] == "keep" else False
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -10,7 +10,7 @@ import torch
 from helpers import no_syncs
 from torch import nn
 
-from electra.train.runtime import Runtime
+from electra.runtime import Runtime
 from electra.train.trainer import RandomStreams, Settings, Trainer, TrainingDiverged
 
 

@@ -27,8 +27,8 @@ _RED, _RESET = "\033[41;97m", "\033[0m"
 def load_detector(source: str | Path) -> tuple[torch.nn.Module, Any]:
     """(discriminator in eval mode, its tokenizer) from a run, discriminator folder,
     checkpoint, or transformers ElectraForPreTraining folder."""
-    from electra.io.models import open_model
-    from electra.io.tokenizer import load_tokenizer
+    from electra.data.tokenizer import load_tokenizer
+    from electra.saved.models import open_model
 
     opened = open_model(source, "discriminator")  # refuses generators and classifiers
     return opened["discriminator"].eval(), load_tokenizer(opened.tokenizer)
@@ -39,7 +39,7 @@ def score(disc: torch.nn.Module, tok: Any, texts: list[str], batch_size: int = 3
           ) -> list[dict[str, Any]]:
     """For each text: its tokens (without [CLS]/[SEP]), their character offsets and the
     probability each was replaced. Texts longer than the model's positions are truncated."""
-    from electra.io.tokenizer import special_names
+    from electra.data.tokenizer import special_names
 
     limit = disc.config.max_position_embeddings
     tok.no_padding()

@@ -55,10 +55,11 @@ from electra.config import (
     model_preset,
 )
 from electra.errors import UserError
-from electra.io import folders
 from electra.io.files import disk_errors, publish, read_json, write_json
-from electra.io.models import open_model
 from electra.io.outputs import Claim, claim_out
+from electra.runtime import Runtime, check_compile, start
+from electra.saved import folders
+from electra.saved.models import open_model
 from electra.tasks.base import TaskData, head_of
 from electra.tasks.registry import head_for_task, load_task
 from electra.train.finetuning import (
@@ -69,7 +70,6 @@ from electra.train.finetuning import (
     kept_predictions,
     scores,
 )
-from electra.train.runtime import Runtime, check_compile, start
 
 
 def model_source(model: str | None = None, random_init: str | None = None,
@@ -77,7 +77,7 @@ def model_source(model: str | None = None, random_init: str | None = None,
     """``--model RUN`` (a pretraining run, its discriminator/ or a checkpoint, a fine-tuned
     model, or a transformers ElectraForPreTraining folder), or
     ``--random-init PRESET --tokenizer PATH`` / ``--random-init RUN`` (that run's shape)."""
-    from electra.io.tokenizer import load_tokenizer
+    from electra.data.tokenizer import load_tokenizer
 
     if random_init:
         if Path(random_init).is_dir():  # a model folder's shape (and tokenizer), fresh weights
@@ -183,7 +183,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s); a
     collapsed model (nearly one class) is flagged as fine-tuning flags it. The text columns
     are the model's own (saved when it was fine-tuned) unless --text-columns names others."""
-    from electra.io.tokenizer import load_tokenizer
+    from electra.data.tokenizer import load_tokenizer
 
     classifier, meta = load_classifier(model)
     if meta["task"] not in head_for_task(task).trained_on(task):
@@ -245,7 +245,7 @@ def run_finetune(source: ModelSource, data: TaskData | dict[str, TaskData], out:
 def _finetune(source: ModelSource, tasks: dict[str, TaskData], out: Path, cfg: FinetuneConfig,
               seeds: list[int], rt: Runtime, claim: Claim, resume: bool,
               progress: bool) -> dict[str, Any] | None:
-    from electra.io.tokenizer import load_tokenizer
+    from electra.data.tokenizer import load_tokenizer
 
     def check() -> tuple[FinetuneConfig, dict[str, FinetuneConfig], dict[str, TaskData], Any]:
         whole, cfgs = resolve(source, tasks, cfg, rt.world_size)

@@ -12,11 +12,11 @@ from torch import nn
 
 from electra.config import FinetuneConfig, config_diffs
 from electra.errors import UserError
-from electra.io import folders
 from electra.io.files import read_json, staging_dir, write_json
 from electra.io.outputs import Claim
+from electra.runtime import Runtime, resolve_precision, use_threads
+from electra.saved import folders
 from electra.tasks.base import TaskData
-from electra.train.runtime import Runtime, resolve_precision, use_threads
 
 
 def report(data: TaskData, preds: dict[str, tuple[np.ndarray, np.ndarray]],
@@ -104,7 +104,7 @@ def begin(out: Path, settings: dict[str, Any], claim: Claim, resume: bool,
           seeds: list[int]) -> tuple[Path, dict[int, Any], Path | None]:
     """The staging folder (fresh, or the interrupted one), the finished seeds' result.json,
     and the last checkpoint of the first seed still to run (rank 0)."""
-    from electra.train.checkpoint import latest_checkpoint
+    from electra.io.checkpoint import latest_checkpoint
 
     tmp = staging(out, settings, claim, resume)
     done = {s: read_json(tmp / f"seed-{s}/result.json") for s in seeds
@@ -117,7 +117,7 @@ def opening(tasks: dict[str, TaskData], cfg: FinetuneConfig, source: str, seeds:
             rt: Runtime, progress: bool) -> None:
     """A fine-tune's first lines (rank 0, unless --quiet): each task's training and dev
     examples, the model it starts from, the recipe, precision and device; and the note of
-    :func:`electra.train.runtime.use_threads` (every rank applies ``cfg.threads``)."""
+    :func:`electra.runtime.use_threads` (every rank applies ``cfg.threads``)."""
     busy = use_threads(cfg.threads, "threads", rt.device)
     if not (progress and rt.is_main):
         return

@@ -48,8 +48,8 @@ def predict(model: str | Path, input: str | Path, batch_size: int = 64,
     a file (the forms above); one record per input, in order (the Python API's
     ``electra.predict``)."""
     from electra.config import FinetuneConfig, config_from_dict
-    from electra.io import folders
-    from electra.io.tokenizer import load_tokenizer
+    from electra.data.tokenizer import load_tokenizer
+    from electra.saved import folders
 
     if batch_size < 1:
         raise UserError(f"--batch-size {batch_size}: give a positive number")

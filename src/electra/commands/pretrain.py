@@ -29,28 +29,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from electra.config import (
-    DEFAULT_TIMEOUT_S,
-    ModelConfig,
-    RunConfig,
-    config_diffs,
-    load_run_config,
-    resumed_run_config,
-)
+from electra.config import DEFAULT_TIMEOUT_S, ModelConfig, config_diffs
 from electra.data.loader import BatchLoader, Prefetched, ShardDataset
+from electra.data.tokenizer import SIDECAR, SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.errors import UserError
-from electra.io import folders
+from electra.io.checkpoint import latest_checkpoint
 from electra.io.files import disk_errors, read_json, write_json
-from electra.io.models import open_model
 from electra.io.outputs import Claim, claim_out
-from electra.io.tokenizer import SIDECAR, SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.model import count_parameters
+from electra.objectives.config import RunConfig, load_run_config, resumed_run_config
 from electra.objectives.masking import Noise, Norm, choose, slots
 from electra.objectives.pretraining import ElectraPretrainingModel, begin_step, stage_at
-from electra.train.checkpoint import latest_checkpoint
-from electra.train.optim import param_groups
-from electra.train.probe import Probe
-from electra.train.runtime import (
+from electra.runtime import (
     Runtime,
     autocast,
     check_compile,
@@ -61,6 +51,10 @@ from electra.train.runtime import (
     start,
     use_threads,
 )
+from electra.saved import folders
+from electra.saved.models import open_model
+from electra.train.optim import param_groups
+from electra.train.probe import Probe
 from electra.train.trainer import RandomStreams, Settings, Trainer, add_into, pool
 
 # Settings that may change when a run is resumed; all others must match the saved run.

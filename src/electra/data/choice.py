@@ -94,7 +94,7 @@ def encode_choices(tok: Any, examples: list[ChoiceExample],
                    max_length: int) -> dict[str, torch.Tensor]:
     """(examples, choices, T) input_ids, token_type_ids, attention_mask, padded to the
     longest pair; ``labels`` (examples,) when every example has one."""
-    from electra.io.tokenizer import special_names
+    from electra.data.tokenizer import special_names
 
     tok.enable_truncation(max_length)
     pad = special_names(tok)["pad"]

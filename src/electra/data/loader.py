@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from electra.data.tokenizer import SpecialTokens
 from electra.errors import UserError
 from electra.io.files import read_json, sha256_file
-from electra.io.tokenizer import SpecialTokens
 
 FORMAT_VERSION = 1  # of the folders `electra prepare` writes
 SHARD_FILES = ("ids.bin", "segments.bin", "word_starts.bin")

@@ -45,16 +45,16 @@ import numpy as np
 from electra.config import MAX_SEED
 from electra.data.loader import FORMAT_VERSION, SHARD_FILES, ShardDataset
 from electra.data.text import Chunk, ReadStats, expand_inputs, read_chunks
-from electra.errors import UserError
-from electra.io.files import sha256_file, staged, write_json
-from electra.io.outputs import claim_out
-from electra.io.tokenizer import (
+from electra.data.tokenizer import (
     SpecialTokens,
     load_tokenizer,
     save_tokenizer,
     special_names,
     tokenizer_checksum,
 )
+from electra.errors import UserError
+from electra.io.files import sha256_file, staged, write_json
+from electra.io.outputs import claim_out
 
 MAX_SEQ_LEN = 512  # the position table of every preset
 OVERFLOW = ("drop", "carry")
@@ -631,7 +631,7 @@ def _meta(opt: PrepareOptions, tok: Any, writers: dict[str, _Writer], stats: Rea
 def verify_data(folder: str) -> dict[str, Any]:
     """Check every row of every split, the token counts and the files' checksums against
     meta.json, and the tokenizer against its checksum; print a summary."""
-    from electra.io.tokenizer import tokenizer_checksum
+    from electra.data.tokenizer import tokenizer_checksum
 
     meta = ShardDataset(folder, "train").meta
     found = {split: ShardDataset(folder, split).verify() for split in meta["splits"]}

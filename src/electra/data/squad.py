@@ -152,7 +152,7 @@ def qa_features(tok: Any, examples: list[QAExample], max_length: int = 512,
     hold the whole answer or there is none)."""
     import torch
 
-    from electra.io.tokenizer import special_names
+    from electra.data.tokenizer import special_names
 
     tok.no_padding()
     tok.no_truncation()

@@ -283,7 +283,7 @@ def record_windows(tok: Any, rows: list[Row], max_length: int,
     row's candidate: those windows train it and score it)."""
     import torch
 
-    from electra.io.tokenizer import special_names
+    from electra.data.tokenizer import special_names
 
     tok.no_padding()
     tok.no_truncation()

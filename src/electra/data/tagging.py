@@ -177,7 +177,7 @@ def encode_tagged(tok: Any, sentences: list[Sentence], max_length: int,
     (B, W): where each word's first piece is (-1: cut off by max_length)."""
     import torch
 
-    from electra.io.tokenizer import special_names
+    from electra.data.tokenizer import special_names
 
     tok.enable_truncation(max_length)
     pad = special_names(tok)["pad"]

@@ -342,7 +342,7 @@ def encode(tok: Any, examples: list[Example], max_length: int,
     input_ids, token_type_ids, attention_mask (and labels when every example has one)."""
     import torch
 
-    from electra.io.tokenizer import special_names
+    from electra.data.tokenizer import special_names
 
     tok.enable_truncation(max_length)
     pad = special_names(tok)["pad"]

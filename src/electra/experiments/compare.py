@@ -30,13 +30,9 @@ from typing import Any
 
 from electra.commands.finetune import model_source, parse_seeds, run_finetune
 from electra.commands.pretrain import PretrainOptions, pretrain
-from electra.config import (
-    DEFAULT_TIMEOUT_S,
-    config_diffs,
-    load_finetune_config,
-    raw_run_config,
-)
+from electra.config import DEFAULT_TIMEOUT_S, config_diffs, load_finetune_config
 from electra.data.loader import ShardDataset
+from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.experiments.compare_plan import Plan, make_plan, measure_rate
 from electra.experiments.compare_results import plot, summarize, table
@@ -49,14 +45,14 @@ from electra.experiments.compare_spec import (
     parse_tasks,
     with_probes,
 )
-from electra.io import folders
+from electra.io.checkpoint import step_dir
 from electra.io.files import read_json, write_json
-from electra.io.models import open_model
 from electra.io.outputs import MARK, Claim, claim_out
-from electra.io.tokenizer import load_tokenizer
+from electra.objectives.config import raw_run_config
+from electra.runtime import start
+from electra.saved import folders
+from electra.saved.models import open_model
 from electra.tasks.registry import load_task
-from electra.train.checkpoint import step_dir
-from electra.train.runtime import start
 
 
 def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random",

@@ -14,18 +14,15 @@ from typing import Any
 
 import torch
 
-from electra.config import (
-    ObjectiveConfig,
-    RunConfig,
-    config_from_dict,
-)
+from electra.config import config_from_dict
 from electra.errors import UserError
 from electra.experiments.compare_spec import RANDOM_INIT, Task
 from electra.io.outputs import inside
 from electra.model.kernels import kernels_for
+from electra.objectives.config import ObjectiveConfig, RunConfig
 from electra.objectives.flops import step_flops_per_sequence
 from electra.objectives.pretraining import ElectraPretrainingModel
-from electra.train.runtime import autocast, resolve_device, synchronize
+from electra.runtime import autocast, resolve_device, synchronize
 
 
 @dataclass

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
-from electra.config import ObjectiveConfig, RunConfig, TrainConfig, model_preset
+from electra.config import TrainConfig, model_preset
 from electra.errors import UserError
+from electra.objectives.config import ObjectiveConfig, RunConfig
 
 SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "tkinter", "turtledemo", "ensurepip",
              "site-packages", "dist-packages", "__pycache__", "pydoc_data", "encodings"}
@@ -84,7 +85,7 @@ def write_corpus(folder: Path) -> tuple[Path, Path]:
 
 def demo_config(steps: int, sets: list[str] | None = None) -> RunConfig:
     """The demo's run: the tiny preset at temperature 3, then ``--set`` overrides."""
-    from electra.config import apply_overrides
+    from electra.objectives.config import apply_overrides
 
     model = model_preset("tiny")
     train = TrainConfig(lr=1e-3, batch_size=32, warmup_steps=min(100, steps // 10),
@@ -98,7 +99,7 @@ def demo_config(steps: int, sets: list[str] | None = None) -> RunConfig:
 def interrupted_step(out: Path) -> int | None:
     """The step of the last checkpoint of an interrupted demo in ``out`` (its pretraining
     saved, no summary.json yet); None when there is none."""
-    from electra.train.checkpoint import latest_checkpoint
+    from electra.io.checkpoint import latest_checkpoint
 
     if (out / "summary.json").is_file():
         return None
@@ -134,8 +135,8 @@ def _reusable(out: Path) -> bool:
 def _demo(out: Path, cfg: RunConfig, resume: bool, progress: bool) -> dict:
     from electra.commands.pretrain import PretrainOptions, pretrain
     from electra.data.prepare import PrepareOptions, prepare
-    from electra.io.tokenizer import train_tokenizer
-    from electra.train.runtime import start
+    from electra.data.tokenizer import train_tokenizer
+    from electra.runtime import start
 
     t0 = time.perf_counter()
     steps = cfg.train.max_steps
@@ -179,10 +180,10 @@ def _demo(out: Path, cfg: RunConfig, resume: bool, progress: bool) -> dict:
 @torch.no_grad()
 def show_example(run: Path, heldout: Path, seed: int = 3) -> None:
     """Corrupt one held-out sentence with the generator and print what the discriminator flags."""
-    from electra.io import folders
-    from electra.io.tokenizer import SpecialTokens, load_tokenizer
+    from electra.data.tokenizer import SpecialTokens, load_tokenizer
     from electra.objectives.masking import mask_inputs
     from electra.objectives.sampling import corrupt, sample
+    from electra.saved import folders
 
     tok = load_tokenizer(run / "discriminator")
     special = SpecialTokens.of(tok)

@@ -1,12 +1,12 @@
 """The ELECTRA encoder family: embeddings, blocks, the generator and the discriminator.
 
 Single-device and free of training machinery: autocast, compile and DDP/FSDP are applied from
-outside (``electra.train.runtime``, ``electra.train.parallel``); the generator/discriminator
+outside (``electra.runtime``, ``electra.train.parallel``); the generator/discriminator
 pair trained together is the objective's (``electra.objectives.pretraining``); the
 fine-tuning heads (:class:`EncoderWithHead` subclasses) are the tasks' (``electra.tasks``).
 Every forward takes transformers' argument order ``(input_ids, attention_mask,
 token_type_ids)``. Parameters map one-to-one onto transformers' ``ElectraForMaskedLM``
-(generator) and ``ElectraForPreTraining`` (discriminator); ``electra.io.hf`` holds that key
+(generator) and ``ElectraForPreTraining`` (discriminator); ``electra.saved.hf`` holds that key
 table. Dropout and attention run through the kernels the model is built with
 (``electra.model.kernels``).
 

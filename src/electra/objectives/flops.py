@@ -21,7 +21,8 @@ from electra.objectives.masking import slots
 from electra.objectives.registry import OBJECTIVES
 
 if TYPE_CHECKING:
-    from electra.config import ModelConfig, ObjectiveConfig
+    from electra.config import ModelConfig
+    from electra.objectives.config import ObjectiveConfig
 
 
 def step_flops_per_sequence(cfg: ModelConfig, objective: ObjectiveConfig, seq_len: int) -> int:

@@ -15,13 +15,13 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from electra.io.tokenizer import SpecialTokens
+from electra.data.tokenizer import SpecialTokens
 
 
 class ObjectiveSettings(Protocol):
-    """What the objectives read of ``electra.config.ObjectiveConfig``. They do not import it:
-    the config validates ``objective.kind`` against their registry, so the import would
-    point back."""
+    """What the objectives read of ``electra.objectives.config.ObjectiveConfig``. They do not
+    import it: the config validates ``objective.kind`` against their registry, so the import
+    would point back."""
 
     kind: str
     mask_prob: float

@@ -16,11 +16,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from electra.config import ModelConfig, ObjectiveConfig, sharing_of
-from electra.io.tokenizer import SpecialTokens
+from electra.config import ModelConfig
+from electra.data.tokenizer import SpecialTokens
 from electra.model import Discriminator, GDESEmbeddings, Generator
 from electra.model.kernels import Kernels
 from electra.objectives.base import ElectraOutput, Step
+from electra.objectives.config import ObjectiveConfig, sharing_of
 from electra.objectives.losses import pair
 from electra.objectives.masking import Noise, Norm, mask_inputs
 from electra.objectives.registry import OBJECTIVES

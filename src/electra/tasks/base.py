@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from electra.registry import Registry
-from electra.train.runtime import autocast
+from electra.runtime import autocast
 
 if TYPE_CHECKING:
     from electra.config import FinetuneConfig, ModelConfig
@@ -57,7 +57,7 @@ class Head:
 
     name: ClassVar[str]
     tasks: ClassVar[tuple[str, ...]] = ()  # the --task names this head reads
-    hf_part: ClassVar[str]  # electra.io.hf's table name for this head's weights
+    hf_part: ClassVar[str]  # electra.saved.hf's table name for this head's weights
     hf_class: ClassVar[str]  # the transformers class a fine-tuned model exports as
     hf_keys: ClassVar[tuple[tuple[str, str], ...]]  # (our head key, transformers key)
 

@@ -27,11 +27,11 @@ import torch
 from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
-from electra.io import folders
+from electra.runtime import Runtime
+from electra.saved import folders
 from electra.tasks.base import TaskData
 from electra.train.multitask import MultiTaskModel
 from electra.train.optim import layerwise_groups
-from electra.train.runtime import Runtime
 from electra.train.trainer import RandomStreams, Settings, Trainer
 
 

@@ -25,7 +25,7 @@ from torch import nn
 
 from electra.errors import UserError
 from electra.model import Block
-from electra.train.runtime import Runtime
+from electra.runtime import Runtime
 
 
 def wrap(model: nn.Module, rt: Runtime, parallel: str = "ddp",

@@ -44,12 +44,9 @@ import torch
 from torch import nn
 
 from electra.errors import UserError
+from electra.io.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from electra.io.files import disk_errors
-from electra.train import parallel
-from electra.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from electra.train.metrics import MetricsLog
-from electra.train.optim import adamw, clip_grad_norm, warmup_linear
-from electra.train.runtime import (
+from electra.runtime import (
     Runtime,
     autocast,
     fast_fp32,
@@ -58,6 +55,9 @@ from electra.train.runtime import (
     rank_seed,
     resolve_precision,
 )
+from electra.train import parallel
+from electra.train.metrics import MetricsLog
+from electra.train.optim import adamw, clip_grad_norm, warmup_linear
 
 # A micro-batch: (loss, statistics) from the step model and the micro-batch's index. The loss
 # is this rank's share of the global batch's mean loss; each statistic is detached float64,

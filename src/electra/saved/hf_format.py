@@ -17,9 +17,9 @@ import torch
 
 from electra.config import ModelConfig
 from electra.errors import UserError
-from electra.io import folders
 from electra.io.files import read_json
 from electra.model import fuse_qkv, split_qkv
+from electra.saved import folders
 from electra.tasks.base import HEADS
 
 # (our key pattern, transformers key pattern); "{i}" is a layer index.

@@ -3,7 +3,7 @@
     RUN/                      a pretraining run (or one `electra import` wrote):
                               discriminator/ and generator/
     RUN/discriminator/, RUN/generator/, FT/seed-N/
-                              one model (``electra.io.folders``): config.json names its kind
+                              one model (``electra.saved.folders``): config.json names its kind
     RUN/checkpoints/step-N/   a checkpoint (manifest.json): the run's models at that step
     a transformers folder     ElectraForPreTraining / ElectraForMaskedLM (model_type electra)
 
@@ -20,8 +20,8 @@ from typing import Any
 from torch import nn
 
 from electra.errors import UserError
-from electra.io import folders
 from electra.io.files import read_json
+from electra.saved import folders
 
 RUN_PARTS = ("discriminator", "generator")
 
@@ -52,8 +52,8 @@ def open_model(path: str | Path, part: str | None = None, flag: str = "--model")
     meta = read_json(src / "config.json", "a model's config") if (
         src / "config.json").is_file() else {}
     if isinstance(meta, dict) and "model_type" in meta:  # a transformers folder
-        from electra.io.hf_format import read_hf_folder
         from electra.model import Discriminator, Generator
+        from electra.saved.hf_format import read_hf_folder
 
         kind = part or "discriminator"
         cfg, state = read_hf_folder(src, kind)  # refuses other heads
@@ -85,9 +85,10 @@ def _pick(opened: Opened, part: str | None, src: Path, flag: str) -> Opened:
 
 def _checkpoint_parts(src: Path) -> dict[str, nn.Module]:
     """A checkpoint's models as a finished run would keep them."""
-    from electra.config import ModelConfig, ObjectiveConfig, config_from_dict
+    from electra.config import ModelConfig, config_from_dict
+    from electra.io.checkpoint import load_checkpoint
+    from electra.objectives.config import ObjectiveConfig
     from electra.objectives.pretraining import ElectraPretrainingModel
-    from electra.train.checkpoint import load_checkpoint
 
     saved = read_json(src / "config.json", "a checkpoint's config")
     if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):

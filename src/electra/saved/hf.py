@@ -23,19 +23,19 @@ from typing import Any
 import torch
 
 from electra.config import ModelConfig
+from electra.data.tokenizer import load_tokenizer, save_tokenizer, special_names
 from electra.errors import UserError
-from electra.io import folders
 from electra.io.files import staged
-from electra.io.hf_format import (
+from electra.io.outputs import claim_out
+from electra.saved import folders
+from electra.saved.hf_format import (
     hf_class,
     need_transformers,
     read_hf_folder,
     to_hf_config,
     to_hf_state_dict,
 )
-from electra.io.models import open_model
-from electra.io.outputs import claim_out
-from electra.io.tokenizer import load_tokenizer, save_tokenizer, special_names
+from electra.saved.models import open_model
 from electra.tasks.base import head_of
 
 

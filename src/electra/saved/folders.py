@@ -149,7 +149,7 @@ def write(folder: Path, module: nn.Module, part: str, tok: Any, **meta: Any) -> 
     ``meta`` adds to config.json."""
     from safetensors.torch import save_file
 
-    from electra.io.tokenizer import save_tokenizer
+    from electra.data.tokenizer import save_tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
