@@ -159,7 +159,8 @@ def test_double_pairs_adds_each_pair_swapped_to_the_chosen_subset(monkeypatch):
                             "random-init")
     from electra.train.finetuning import finetune_one
 
-    finetune_one(source, tok, data, cfg.resolved(source.config, data.name), 1)
+    finetune_one(source, tok, data, cfg.resolved(
+        source.config, data.head.task_defaults(data.name)), 1)
     used = seen[0]
     assert len(used) == 20
     first, swapped = used[:10], used[10:]

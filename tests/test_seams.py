@@ -142,3 +142,53 @@ def test_a_taken_name_is_refused_and_the_registries_are_read_when_used(registere
     registered(heads, Exported())
     assert hf_format.hf_class("exported") == "HFExported"
     assert ("toy.weight", "hf_toy.weight") in hf_format.key_table("exported")
+
+
+def test_a_new_family_is_one_file_and_one_registry_line(registered, tmp_path, capsys):
+    """A family that subclasses no head (tests/toy_family.py: its own reader, defaults,
+    module, scores and export mapping): registered in one line, `finetune` trains it with its
+    defaults, `evaluate` and `predict` read its folder, `export` writes transformers' class."""
+    import json
+
+    import toy_family
+    from safetensors.torch import load_file
+
+    import electra
+    from electra.cli import main
+    from electra.commands.finetuned import load_classifier
+    from electra.data.tokenizer import save_tokenizer
+
+    registered(heads, toy_family.WordCount())  # the one line
+    for name, n in (("train.txt", 64), ("dev.txt", 16)):
+        (tmp_path / name).write_text("".join(" ".join(["a"] * (1 + i % 7)) + "\n"
+                                             for i in range(n)))
+    tok = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 2, "[CLS]": 3, "[SEP]": 4,
+                                      "[MASK]": 5}, unk_token="[UNK]"))
+    save_tokenizer(tok, tmp_path / "tok")
+    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(tmp_path / "tok"),
+                 "--task", "wordcount", "--train", str(tmp_path / "train.txt"), "--dev",
+                 str(tmp_path / "dev.txt"), "--set", "precision=fp32", "--set", "lr=1e-3",
+                 "--out", str(tmp_path / "ft"), "--quiet"]) == 0
+    results = json.loads((tmp_path / "ft/results.json").read_text())
+    assert results["config"]["max_length"] == 32 and results["config"]["epochs"] == 2
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(tmp_path / "ft/seed-1"), "--task", "wordcount",
+                 "--dev", str(tmp_path / "dev.txt")]) == 0
+    scored = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert scored == results["seeds"]["1"]  # the folder rebuilt by the toy's own head
+    records = electra.predict(tmp_path / "ft/seed-1", tmp_path / "dev.txt")
+    assert len(records) == 16 and all(set(r) == {"count"} for r in records)
+    assert main(["export", str(tmp_path / "ft/seed-1"), "--out", str(tmp_path / "hf")]) == 0
+    exported = load_file(tmp_path / "hf/model.safetensors")
+    assert {"classifier.dense.weight", "classifier.out_proj.bias"} <= set(exported)
+    config = json.loads((tmp_path / "hf/config.json").read_text())
+    assert config["architectures"] == ["ElectraForSequenceClassification"]
+    assert config["problem_type"] == "regression"
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf")
+    ours, _ = load_classifier(tmp_path / "ft/seed-1")
+    ids, mask, types = make_batch([9, 5], 9, vocab_size=6)
+    with torch.no_grad():
+        torch.testing.assert_close(hf.eval()(input_ids=ids, attention_mask=mask,
+                                             token_type_ids=types).logits,
+                                   ours.eval()(ids, mask, types), atol=1e-5, rtol=0)

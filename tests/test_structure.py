@@ -16,10 +16,11 @@ LOOPS = {"electra.commands.pretrain": {"electra.experiments.demo", "electra.expe
          # one loop for one task or several, and the probe during pretraining
          "electra.train.finetuning": {"electra.commands.finetune", "electra.train.probe"}}
 # What the CLI module may import: no loading, no training, no torch.
-# (electra.objectives.registry: only when `compare --help` is shown, its live names;
-# electra.objectives.config: the run's sections, for --set help; no torch)
+# (electra.objectives.registry, electra.tasks.registry: only when help is shown, their
+# live names; electra.objectives.config: the run's sections, for --set help; no torch)
 CLI_IMPORTS = {"electra", "electra.config", "electra.errors", "electra.io.files",
                "electra.objectives.registry", "electra.objectives.config",
+               "electra.tasks.registry",
                "electra.data.tasks", "electra.runtime"}
 
 

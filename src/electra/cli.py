@@ -25,7 +25,6 @@ from electra.config import (
     TrainConfig,
     settings_help,
 )
-from electra.data.tasks import GLUE
 from electra.errors import UserError
 from electra.objectives.config import ObjectiveConfig
 
@@ -48,6 +47,12 @@ class Later:
 
     def __getattr__(self, name: str) -> Any:  # argparse reads it as a str (strip, ...)
         return getattr(str(self), name)
+
+
+def _tasks() -> str:
+    from electra.tasks.registry import HEADS  # the live registry (torch: see Later)
+
+    return "; ".join(h.help for h in HEADS.values() if h.help)
 
 
 def _objectives() -> list[str]:
@@ -108,11 +113,9 @@ def _dist_timeout() -> Arg:
 
 def _task_args(evaluate: bool = False) -> tuple[Arg, ...]:
     return (
-        arg("--task", required=True, help=f"{', '.join(GLUE)}, custom (sentence or pair "
-            "classification, regression), tagging (NER, POS), squad1 or squad2; SuperGLUE's "
-            "boolq, cb, copa, multirc, record, sg-rte, wic, wsc (ax-b, ax-g with evaluate); "
-            "choice (N-choice JSONL)" + ("" if evaluate else "; several, comma-separated, "
-                                         "fine-tune together (multi-task)")),
+        arg("--task", required=True, help=Later(lambda: _tasks() + (
+            "" if evaluate else "; several, comma-separated, fine-tune together "
+            "(multi-task)"))),
         arg("--data", help="the GLUE or SuperGLUE task folder (e.g. glue/SST-2)"
             + ("" if evaluate else "; with several tasks one per task, comma-separated "
                "(empty for tasks read from --train/--dev, which take such lists too)")),

@@ -516,12 +516,13 @@ class FinetuneConfig:
                f"batch_size={self.batch_size} is not divisible by grad_accum="
                f"{self.grad_accum}; choose an accumulation that divides it")
 
-    def resolved(self, model_cfg: ModelConfig, task: str) -> FinetuneConfig:
-        """The paper's values where this config leaves them unset, for this model and task."""
-        length = self.max_length or (512 if task.startswith("squad") else 128)
-        _check(not task.startswith("squad") or self.doc_stride < length,
-               f"doc_stride={self.doc_stride} must be below max_length={length} (a window "
-               f"moves on by the stride); e.g. --set doc_stride={length // 4}")
+    def resolved(self, model_cfg: ModelConfig,
+                 task_defaults: dict[str, Any] | None = None) -> FinetuneConfig:
+        """The paper's values where this config leaves them unset, for this model and a task
+        (``task_defaults``: what the task's head says, ``Head.task_defaults``; the rest: 128
+        tokens, 3 epochs, lr and layer-wise decay by the model's size)."""
+        given = task_defaults or {}
+        length = self.max_length or given.get("max_length", 128)
         _check(length <= model_cfg.max_position_embeddings,
                f"max_length={length} exceeds the model's {model_cfg.max_position_embeddings} "
                f"positions; --set max_length=N with N <= "
@@ -532,8 +533,7 @@ class FinetuneConfig:
             (3e-4 if model_cfg.hidden_size <= 256 else 1e-4),
             layer_decay=self.layer_decay if self.layer_decay is not None else
             (0.9 if model_cfg.num_layers >= 24 else 0.8),
-            epochs=self.epochs if self.epochs is not None else
-            (10 if task in ("rte", "stsb") else 3))
+            epochs=self.epochs if self.epochs is not None else given.get("epochs", 3))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -211,14 +211,14 @@ def resolve(source: ModelSource, tasks: dict[str, TaskData], cfg: FinetuneConfig
     the task (RTE's 10 epochs, SQuAD's 512 tokens). Several: the model's defaults (3 epochs
     unless set), each task with its own length."""
     if len(tasks) == 1:
-        (name,) = tasks
-        whole = cfg.resolved(source.config, name)
+        ((name, data),) = tasks.items()
+        whole = cfg.resolved(source.config, data.head.task_defaults(name))
         check_split(whole, world_size)
         return whole, {name: whole}
-    whole = cfg.resolved(source.config, "multitask")
+    whole = cfg.resolved(source.config)
     check_split(whole, world_size)
     return whole, {t: dataclasses.replace(whole, max_length=cfg.resolved(
-        source.config, t).max_length) for t in tasks}
+        source.config, d.head.task_defaults(t)).max_length) for t, d in tasks.items()}
 
 
 def run_finetune(source: ModelSource, data: TaskData | dict[str, TaskData], out: str | Path,

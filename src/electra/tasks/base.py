@@ -10,6 +10,7 @@ encoder, its loss, its predictions, scores and report, and its transformers clas
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,16 +53,39 @@ class TaskData:
         return dataclasses.replace(self, **changes)
 
 
-class Head:
-    """A family of fine-tuning tasks. Subclasses fill in every method below."""
+class Head(abc.ABC):
+    """A family of fine-tuning tasks, in one module: its names, reader, defaults, module,
+    loss, predictions, scores, report and transformers mapping.
+
+    Every head implements the eight abstract methods (a head missing one cannot be made, so
+    it is refused when registered): :meth:`load`, :meth:`read_inputs`, :meth:`build`,
+    :meth:`encode`, :meth:`loss`, :meth:`predict`, :meth:`score`, :meth:`records`; and sets
+    ``name``, ``tasks``, ``help`` and the transformers mapping (``hf_part``, ``hf_class``,
+    ``hf_keys``). The rest are optional capabilities with defaults that fit most families:
+    settings of its own (:meth:`task_defaults`), a diagnostic set (:meth:`trained_on`),
+    data resolved with the settings (:meth:`prepare`, :meth:`for_model`,
+    :meth:`from_meta`), added examples (:meth:`augment`), a loss averaged over something
+    else than examples (:meth:`denominator`), a report (:meth:`report`), submission files
+    (:meth:`write_test`), and what the saved and exported model says (:meth:`meta`,
+    :meth:`export_note`, :meth:`hf_labels`).
+    """
 
     name: ClassVar[str]
     tasks: ClassVar[tuple[str, ...]] = ()  # the --task names this head reads
     hf_part: ClassVar[str]  # electra.saved.hf's table name for this head's weights
     hf_class: ClassVar[str]  # the transformers class a fine-tuned model exports as
     hf_keys: ClassVar[tuple[tuple[str, str], ...]]  # (our head key, transformers key)
+    help: ClassVar[str] = ""  # the --task names as `electra finetune --help` lists them
+    defaults: ClassVar[dict[str, Any]] = {}  # the paper's settings for its tasks (max_length)
+
+    def task_defaults(self, task: str) -> dict[str, Any]:
+        """The fine-tuning settings ``task`` takes where the user sets none (the paper's:
+        SQuAD's 512 tokens, RTE's and STS-B's 10 epochs); ``FinetuneConfig.resolved``
+        applies them."""
+        return dict(self.defaults)
 
     # -- reading ----------------------------------------------------------------------
+    @abc.abstractmethod
     def load(self, task: str, **given: Any) -> TaskData:
         """The task's data from what `finetune`/`evaluate` were given."""
         raise NotImplementedError
@@ -86,11 +110,13 @@ class Head:
                         bool(meta.get("regression")), meta.get("labels") or {}, head=self,
                         columns=tuple(meta.get("text_columns") or ()))
 
+    @abc.abstractmethod
     def read_inputs(self, path: Path, meta: dict[str, Any]) -> list[Any]:
         """A file to predict on, in the form this head reads (labels ignored)."""
         raise NotImplementedError
 
     # -- training ---------------------------------------------------------------------
+    @abc.abstractmethod
     def build(self, cfg: ModelConfig, labels: dict[str, int], regression: bool,
               kernels: Kernels | None = None) -> nn.Module:
         raise NotImplementedError
@@ -99,11 +125,13 @@ class Head:
         """Training examples added to the set (e.g. pairs swapped); none by default."""
         return examples
 
+    @abc.abstractmethod
     def encode(self, tok: Any, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
         """Training examples as the model reads them, with their ``labels``."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def loss(self, logits: torch.Tensor, labels: torch.Tensor,
              data: TaskData) -> torch.Tensor:
         """The summed loss of a micro-batch (fp32)."""
@@ -115,11 +143,13 @@ class Head:
         return batch_size
 
     # -- evaluating -------------------------------------------------------------------
+    @abc.abstractmethod
     def predict(self, model: nn.Module, tok: Any, examples: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> tuple[Any, Any]:
         """(predictions, labels) of one dev split."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def score(self, data: TaskData, preds: Any, labels: Any) -> dict[str, float]:
         raise NotImplementedError
 
@@ -128,6 +158,7 @@ class Head:
         """Warnings for a degenerate split, and its confusion matrix (or None)."""
         return [], None
 
+    @abc.abstractmethod
     def records(self, model: nn.Module, tok: Any, items: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> list[dict[str, Any]]:
         """`electra predict`'s JSON records of a batch of inputs."""

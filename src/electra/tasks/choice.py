@@ -61,6 +61,7 @@ class MultipleChoice(EncoderWithHead):
 class Choice(Head):
     name = "choice"
     tasks = ("copa", "choice")
+    help = "choice (N-choice JSONL)"
     hf_part = "multiple_choice"
     hf_class = "ElectraForMultipleChoice"
     hf_keys = (("head_dense.weight", "sequence_summary.summary.weight"),

@@ -60,6 +60,8 @@ class QuestionAnswerer(EncoderWithHead):
 class QA(Head):
     name = "qa"
     tasks = ("squad1", "squad2")
+    help = "squad1 or squad2"
+    defaults = {"max_length": 512}  # noqa: RUF012 (read, never changed)
     hf_part = "qa"
     hf_class = "ElectraForQuestionAnswering"
     hf_keys = (("head_out.weight", "qa_outputs.weight"), ("head_out.bias", "qa_outputs.bias"))
@@ -86,7 +88,12 @@ class QA(Head):
         return TaskData(task, train_q, {"dev": dev_q}, metrics, False, head=self)
 
     def prepare(self, data: TaskData, cfg: FinetuneConfig) -> TaskData:
-        """``article_split``: train on a fraction of the articles, evaluate on the others."""
+        """``article_split``: train on a fraction of the articles, evaluate on the others.
+        The stride checked against the length (a window moves on by the stride)."""
+        if cfg.doc_stride >= cfg.max_length:  # type: ignore[operator]
+            raise UserError(f"doc_stride={cfg.doc_stride} must be below max_length="
+                            f"{cfg.max_length} (a window moves on by the stride); e.g. --set "
+                            f"doc_stride={cfg.max_length // 4}")  # type: ignore[operator]
         if not cfg.article_split:
             return data
         return data.replace(train=split_articles(data.train, cfg.article_split)[0],

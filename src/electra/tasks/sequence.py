@@ -79,6 +79,11 @@ def _in_model_spelling(data: TaskData, labels: dict[str, int], where: str) -> Ta
 
 class Sequence(Head):
     name = "sequence"
+    help = f"{', '.join(GLUE)}, custom (sentence or pair classification, regression)"
+
+    def task_defaults(self, task: str) -> dict[str, Any]:
+        """The paper's 10 epochs for the small GLUE sets RTE and STS-B (3 otherwise)."""
+        return {"epochs": 10} if task in ("rte", "stsb") else {}
     hf_part = "classifier"
     hf_class = "ElectraForSequenceClassification"
     hf_keys = (("head_dense.weight", "classifier.dense.weight"),

@@ -50,6 +50,8 @@ class Labelled:
 class SuperGLUE(Sequence):
     name = "superglue"
     tasks = tuple(SUPERGLUE)
+    help = ("SuperGLUE's boolq, cb, copa, multirc, record, sg-rte, wic, wsc (ax-b, ax-g with "
+            "evaluate)")
 
     @staticmethod
     def spec(data: TaskData | str) -> SuperGlueTask:

@@ -53,6 +53,7 @@ class TokenClassifier(EncoderWithHead):
 class Tagging(Head):
     name = "tagging"
     tasks = ("tagging",)
+    help = "tagging (NER, POS)"
     hf_part = "tagger"
     hf_class = "ElectraForTokenClassification"
     hf_keys = (("head_out.weight", "classifier.weight"), ("head_out.bias", "classifier.bias"))

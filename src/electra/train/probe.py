@@ -48,7 +48,7 @@ class Probe:
         source = ModelSource(None, model_cfg, self.tokenizer, "probe", encoder.state_dict())
         local = Runtime(device=rt.device, chosen_kernels=rt.chosen_kernels)
         cfg = dataclasses.replace(self.cfg, max_length=min(
-            128, model_cfg.max_position_embeddings)).resolved(model_cfg, "custom")
+            128, model_cfg.max_position_embeddings)).resolved(model_cfg)
         if self.tok is None:
             self.tok = load_tokenizer(self.tokenizer)
         with torch.random.fork_rng(devices=rt.device_ids or []):  # a GPU's state too
