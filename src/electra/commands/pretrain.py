@@ -38,7 +38,7 @@ from electra.io.files import disk_errors, read_json, write_json
 from electra.io.outputs import Claim, claim_out
 from electra.model import count_parameters
 from electra.objectives.config import RunConfig, load_run_config, resumed_run_config
-from electra.objectives.masking import Noise, Norm, choose, slots
+from electra.objectives.masking import slots, step_draws
 from electra.objectives.pretraining import ElectraPretrainingModel, begin_step, stage_at
 from electra.runtime import (
     Runtime,
@@ -193,8 +193,8 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
     rt, obj_cfg = trainer.rt, cfg.objective
     full = rows_without_padding(batch["attention_mask"])  # before the batch goes over
     batch = {k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}
-    norm, noise = global_draws(batch, cfg.train.batch_size, special, cfg,
-                               trainer.streams["masking"], rt)
+    norm, noise = step_draws(batch, cfg.train.batch_size, cfg.model.vocab_size, special,
+                             cfg.objective, trainer.streams["masking"], rt)
     stage = begin_step(trainer.model, obj_cfg, trainer.step)
     words = batch.get("word_starts")
 
@@ -209,23 +209,6 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
                           **out.counts}
 
     return trainer.train_step(micro_step, tokens=norm.tokens)
-
-
-def global_draws(batch: dict[str, torch.Tensor], global_batch: int, special: SpecialTokens,
-                 cfg: RunConfig, rng: torch.Generator,
-                 rt: Runtime) -> tuple[Norm, Noise]:
-    """A step's loss denominators (summed over ranks) and this rank's rows of its random
-    draws, drawn for the whole global batch (of which ``batch`` is this rank's rows), with
-    the positions chosen: the step's one choice, which the denominators count."""
-    ids, mask = batch["input_ids"], batch["attention_mask"]
-    noise = Noise.draw(global_batch, ids.shape[1], cfg.model.vocab_size, cfg.objective,
-                       rng, ids.device)
-    first = rt.rank * len(ids)
-    mine = choose(noise.rows(first, first + len(ids)), ids, mask, special, cfg.objective,
-                  batch.get("word_starts"))
-    chosen = mine.chosen[1].sum()  # type: ignore[index]
-    counts = rt.all_sum(torch.stack([chosen, mask.sum()]).double())
-    return Norm(chosen=counts[0].float(), tokens=counts[1].float()), mine
 
 
 @torch.no_grad()
@@ -258,7 +241,8 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig,
         first = i * G + rt.rank * per_rank
         batch = {k: v.to(rt.device) for k, v in
                  data.batch(np.arange(first, first + per_rank)).items()}
-        norm, noise = global_draws(batch, G, data.special, cfg, rng, rt)
+        norm, noise = step_draws(batch, G, cfg.model.vocab_size, data.special,
+                                 cfg.objective, rng, rt)
         words = batch.get("word_starts")
         for j in range(0, per_rank, micro):
             rows = slice(j, min(j + micro, per_rank))

@@ -199,3 +199,29 @@ def mask_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, special: 
     new = torch.where(use_mask, special.mask, torch.where(use_random, noise.random_ids, targets))
     return Masked(input_ids=input_ids.scatter(1, positions, new), positions=positions,
                   weights=weights, targets=targets)
+
+
+class Ranks(Protocol):
+    """What :func:`step_draws` needs of the runtime: this process's rank, and a sum over
+    the processes."""
+
+    rank: int
+
+    def all_sum(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+def step_draws(batch: dict[str, torch.Tensor], global_batch: int, vocab_size: int,
+               special: SpecialTokens, cfg: ObjectiveSettings, rng: torch.Generator,
+               rt: Ranks) -> tuple[Norm, Noise]:
+    """A step's loss denominators (summed over ranks) and this rank's rows of its random
+    draws, drawn for the whole global batch (of which ``batch`` is this rank's rows), with
+    the positions chosen: the step's one choice, which the denominators count. What a
+    training or validation step draws before its micro-batches."""
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    noise = Noise.draw(global_batch, ids.shape[1], vocab_size, cfg, rng, ids.device)
+    first = rt.rank * len(ids)
+    mine = choose(noise.rows(first, first + len(ids)), ids, mask, special, cfg,
+                  batch.get("word_starts"))
+    chosen = mine.chosen[1].sum()  # type: ignore[index]
+    counts = rt.all_sum(torch.stack([chosen, mask.sum()]).double())
+    return Norm(chosen=counts[0].float(), tokens=counts[1].float()), mine
