@@ -162,7 +162,7 @@ def check_fp32(dev: torch.device, preset: str, B: int, T: int) -> dict:
     """The same weights and random draws in fp32 (no TF32) on the CPU and on ``dev``: every
     loss within 1e-4 and the same samples."""
     from electra.model.kernels import kernels_for
-    from electra.objectives.masking import Noise
+    from electra.objectives.masking import Batch, Draws, Noise
     from electra.objectives.pretraining import ElectraPretrainingModel
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -175,9 +175,9 @@ def check_fp32(dev: torch.device, preset: str, B: int, T: int) -> dict:
     out, samples = {}, {}
     for name, model, d in (("cpu", cpu, torch.device("cpu")), ("gpu", gpu, dev)):
         b = batch(B, T, 2, d)
-        o = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], Noise(
+        o = model(Batch.of(b), Draws(Noise(
             *(None if t is None else t.to(d) for t in (
-                noise.scores, noise.mask_u, noise.random_ids, noise.sample_u, noise.span_u))))
+                noise.scores, noise.mask_u, noise.random_ids, noise.sample_u, noise.span_u)))))
         out[name] = {k: float(v.detach()) for k, v in o.losses.items()} | {
             "loss": float(o.loss.detach())}
         samples[name] = o.corrupted_ids.cpu()

@@ -68,6 +68,7 @@ def build(side: str, dropout: float = 0.1):
         from electra.commands.pretrain import make_trainer, train_step
         from electra.config import TrainConfig
         from electra.objectives.config import RunConfig
+        from electra.objectives.masking import Batch, Draws
         from electra.objectives.pretraining import electra_forward
         from electra.runtime import Runtime, autocast
 
@@ -77,8 +78,7 @@ def build(side: str, dropout: float = 0.1):
         def step(b, train=True, precision="bf16"):
             if not train:  # the equality check: the objective's forward alone
                 with autocast(torch.device("cpu"), precision):
-                    out = electra_forward(ours, b["input_ids"], b["attention_mask"],
-                                          b["token_type_ids"], SPECIAL, OBJ, rng)
+                    out = electra_forward(ours, Batch.of(b), Draws(rng=rng))
                 return out.gen_loss.detach(), out.disc_loss.detach()
             bs = len(b["input_ids"])
             run = RunConfig(model=cfg, objective=OBJ, train=TrainConfig(

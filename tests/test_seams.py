@@ -23,6 +23,7 @@ from electra.objectives.base import (
 )
 from electra.objectives.config import ObjectiveConfig
 from electra.objectives.flops import step_flops_per_sequence
+from electra.objectives.masking import Batch, Draws
 from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.tasks import registry as heads
 from electra.tasks.base import TaskData
@@ -36,10 +37,12 @@ class HalfLambda(Objective):
     summary = "ELECTRA at λ/2"
 
     def forward(self, model, step: Step) -> ElectraOutput:
-        corrupted, labels = corrupt_with(step, generate(model, step))
-        disc_logits = detect(model, step, corrupted, labels)
-        loss = step.losses["gen_loss"] + step.cfg.disc_weight / 2 * step.losses["disc_loss"]
-        return finish(step, loss, corrupted, labels, disc_logits)
+        gen, sampled = generate(model, step)
+        corrupted, labels = corrupt_with(step, sampled)
+        disc, disc_logits = detect(model, step, corrupted, labels)
+        loss = gen.loss + step.cfg.disc_weight / 2 * disc.loss
+        return finish(step, loss, {"gen_loss": gen, "disc_loss": disc}, corrupted, labels,
+                      disc_logits)
 
 
 @pytest.fixture
@@ -65,7 +68,7 @@ def test_a_new_objective_is_one_class_and_one_registry_line(registered):
     def losses(kind: str) -> ElectraOutput:
         torch.manual_seed(0)
         model = ElectraPretrainingModel(model_cfg, ObjectiveConfig(kind=kind), SPECIAL)
-        return model(ids, mask, types, rng=torch.Generator().manual_seed(1))
+        return model(Batch(ids, mask, types), Draws(rng=torch.Generator().manual_seed(1)))
 
     toy, electra = losses("half_lambda"), losses("electra")
     assert toy.gen_loss == electra.gen_loss and toy.disc_loss == electra.disc_loss

@@ -19,6 +19,7 @@ from electra.data.tokenizer import SpecialTokens
 from electra.experiments import compare_plan, compare_spec
 from electra.objectives.config import ObjectiveConfig
 from electra.objectives.flops import step_flops_per_sequence
+from electra.objectives.masking import Batch, Draws
 from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.objectives.registry import OBJECTIVES
 
@@ -65,8 +66,8 @@ def test_flops_equal_torch_profiler_count_of_a_real_step(kind):
     ids[:, 0], ids[:, -1] = 2, 3
     ones = torch.ones(B, T, dtype=torch.long)
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        model(ids, ones, torch.zeros_like(ids), rng=torch.Generator().manual_seed(0)
-              ).loss.backward()
+        model(Batch(ids, ones, torch.zeros_like(ids)),
+              Draws(rng=torch.Generator().manual_seed(0))).loss.backward()
     assert counter.get_total_flops() == B * step_flops_per_sequence(CFG, objective, T)
 
 

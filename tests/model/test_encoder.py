@@ -62,10 +62,12 @@ def test_tied_output_layer_follows_the_word_table_after_an_update():
     torch.manual_seed(0)
     m = ElectraPretrainingModel(tiny_config())
     ids, mask, types = make_batch([20, 32], 32)
+    from electra.objectives.masking import Batch
     from electra.objectives.pretraining import electra_forward
 
     opt = torch.optim.SGD(m.parameters(), lr=1.0)
-    out = electra_forward(m, ids, mask, types, SpecialTokens(0, 1, 2, 3, 4), ObjectiveConfig())
+    out = electra_forward(m, Batch(ids, mask, types), None, SpecialTokens(0, 1, 2, 3, 4),
+                          ObjectiveConfig())
     out.loss.backward()
     opt.step()
     g = m.generator

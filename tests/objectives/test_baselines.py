@@ -18,7 +18,7 @@ from electra.commands.pretrain import PretrainOptions, pretrain
 from electra.config import TrainConfig
 from electra.errors import UserError
 from electra.objectives.config import ObjectiveConfig, RunConfig, load_run_config
-from electra.objectives.masking import Noise, choose_positions, unit_starts
+from electra.objectives.masking import Batch, Draws, Noise, choose_positions, unit_starts
 from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.train.metrics import TIMING_KEYS, iter_metrics
 
@@ -47,7 +47,7 @@ def build(kind: str, **obj) -> tuple[ElectraPretrainingModel, ObjectiveConfig]:
 
 def run(kind: str, **obj):
     model, cfg = build(kind, **obj)
-    return model, cfg, model(X, M, None, noise())
+    return model, cfg, model(Batch(X, M), Draws(noise()))
 
 
 def inverse_cdf(logits: torch.Tensor, u: float) -> torch.Tensor:
@@ -104,7 +104,7 @@ def test_hand_computed_random_replacements(replacement):
     counts = torch.zeros(tiny_config().vocab_size)
     counts[[20, 30, 60]] = torch.tensor([1.0, 1.0, 2.0])  # cumulative 1, 2, 4 of 4
     model.set_unigram(counts)
-    out = model(X, M, None, noise(sample_u=0.6))
+    out = model(Batch(X, M), Draws(noise(sample_u=0.6)))
     corrupted = X.clone()
     corrupted[0, POS] = torch.tensor([40, 41]) if replacement == "uniform" else 60  # u=0.6
     assert torch.equal(out.corrupted_ids, corrupted)
@@ -145,7 +145,7 @@ def test_gdes_gradients_and_the_exported_table():
     emb = model.discriminator.encoder.embeddings
     E, delta = model.generator.encoder.embeddings.word_embeddings.weight, emb.word_delta
     assert emb.word_embeddings is model.generator.encoder.embeddings.word_embeddings
-    out = model(X, M, None, noise())
+    out = model(Batch(X, M), Draws(noise()))
     out.gen_loss.backward(retain_graph=True)
     assert E.grad is not None and E.grad.abs().sum() > 0
     assert delta.grad is None or delta.grad.abs().sum() == 0

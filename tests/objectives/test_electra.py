@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,9 +12,20 @@ from helpers import SPECIAL, make_batch, tiny_config
 
 from electra.objectives.config import ObjectiveConfig
 from electra.objectives.losses import discriminator_loss, generator_loss
-from electra.objectives.masking import candidate_mask, choose_positions, mask_inputs
+from electra.objectives.masking import (
+    Batch,
+    Draws,
+    candidate_mask,
+    choose_positions,
+    mask_inputs,
+)
 from electra.objectives.pretraining import ElectraPretrainingModel, electra_forward
 from electra.objectives.sampling import corrupt, sample
+
+
+def forward(model, ids, mask, types, cfg, rng):
+    """The objective's one pass on a batch, with the tests' special tokens."""
+    return electra_forward(model, Batch(ids, mask, types), Draws(rng=rng), SPECIAL, cfg)
 
 
 def test_hand_computed_case():
@@ -47,7 +59,7 @@ def test_total_is_gen_plus_lambda_disc():
     model = ElectraPretrainingModel(tiny_config())
     ids, mask, types = make_batch([20, 13, 30], 32)
     cfg = ObjectiveConfig(disc_weight=37.0)
-    out = electra_forward(model, ids, mask, types, SPECIAL, cfg, torch.Generator().manual_seed(1))
+    out = forward(model, ids, mask, types, cfg, torch.Generator().manual_seed(1))
     assert torch.allclose(out.loss, out.gen_loss + 37.0 * out.disc_loss)
     # The discriminator sees the sampled tokens, never [MASK], and labels equal the difference.
     assert not (out.corrupted_ids == SPECIAL.mask).any()
@@ -91,7 +103,7 @@ def test_padding_never_chosen_nor_scored():
     model = ElectraPretrainingModel(tiny_config())
     ids, mask, types = make_batch([10, 32], 32)
     cfg = ObjectiveConfig()
-    out = electra_forward(model, ids, mask, types, SPECIAL, cfg, torch.Generator().manual_seed(3))
+    out = forward(model, ids, mask, types, cfg, torch.Generator().manual_seed(3))
     assert not out.labels[mask == 0].any()
     assert torch.equal(out.corrupted_ids[mask == 0], ids[mask == 0])
     # Changing the discriminator's logits at padding leaves its loss unchanged.
@@ -120,8 +132,7 @@ def test_generator_always_original_gives_no_replaced_labels():
     cfg = ObjectiveConfig()
     means = []
     for step in range(5):
-        out = electra_forward(model, ids, mask, types, SPECIAL, cfg,
-                              torch.Generator().manual_seed(step))
+        out = forward(model, ids, mask, types, cfg, torch.Generator().manual_seed(step))
         assert not out.labels.any()
         assert out.stats["replaced_frac"].item() == 0.0
         assert out.stats["sampled_original_frac"].item() == 1.0
@@ -136,7 +147,7 @@ def test_no_gradient_from_disc_loss_into_generator():
     torch.manual_seed(0)
     model = ElectraPretrainingModel(tiny_config())
     ids, mask, types = make_batch([30, 25], 32)
-    out = electra_forward(model, ids, mask, types, SPECIAL, ObjectiveConfig(), None)
+    out = forward(model, ids, mask, types, ObjectiveConfig(), None)
     out.disc_loss.backward()
     shared = {id(p) for p in model.discriminator.encoder.embeddings.parameters()}
     for name, p in model.generator.named_parameters():
@@ -145,7 +156,7 @@ def test_no_gradient_from_disc_loss_into_generator():
         assert p.grad is None or not p.grad.any(), name
     # And the generator's loss never reaches the discriminator's own layers.
     model.zero_grad(set_to_none=True)
-    out = electra_forward(model, ids, mask, types, SPECIAL, ObjectiveConfig(), None)
+    out = forward(model, ids, mask, types, ObjectiveConfig(), None)
     out.gen_loss.backward()
     for name, p in model.discriminator.named_parameters():
         if id(p) in shared:
@@ -210,8 +221,8 @@ def test_forward_is_deterministic_for_a_seed():
     outs = []
     for _ in range(2):
         torch.manual_seed(7)
-        outs.append(electra_forward(model, ids, mask, types, SPECIAL, ObjectiveConfig(),
-                                    torch.Generator().manual_seed(11)))
+        outs.append(forward(model, ids, mask, types, ObjectiveConfig(),
+                            torch.Generator().manual_seed(11)))
     assert torch.equal(outs[0].loss, outs[1].loss)
     assert torch.equal(outs[0].corrupted_ids, outs[1].corrupted_ids)
 
@@ -220,7 +231,7 @@ def test_statistics_match_their_definitions():
     torch.manual_seed(0)
     model = ElectraPretrainingModel(tiny_config())
     ids, mask, types = make_batch([30, 25, 32], 32)
-    out = electra_forward(model, ids, mask, types, SPECIAL, ObjectiveConfig(), None)
+    out = forward(model, ids, mask, types, ObjectiveConfig(), None)
     real = mask.bool()
     pred = out.disc_logits > 0
     acc = (pred == out.labels)[real].float().mean()
@@ -322,8 +333,7 @@ def test_a_padded_vocabulary_changes_nothing_but_the_gemm_width(kind, sampling, 
     outs = []
     for model in (plain, padded):
         torch.manual_seed(7)  # the same dropout masks
-        out = electra_forward(model, ids, mask, types, SPECIAL, cfg,
-                              torch.Generator().manual_seed(11))
+        out = forward(model, ids, mask, types, cfg, torch.Generator().manual_seed(11))
         out.loss.backward()
         outs.append(out)
     a, b = outs
@@ -379,7 +389,8 @@ def test_a_batch_without_padding_attends_without_a_mask(monkeypatch):
         torch.manual_seed(0)
         model = ElectraPretrainingModel(tiny_config(), special=SPECIAL, kernels=padded).train()
         seen.clear()
-        out = model(ids, mask, types, rng=torch.Generator().manual_seed(1), pad_free=pad_free)
+        full = np.full(len(ids), pad_free)  # what the host knows of the rows
+        out = model(Batch(ids, mask, types, full=full), Draws(rng=torch.Generator().manual_seed(1)))
         out.loss.backward()
         assert set(seen) == {pad_free}, seen
         results.append((out.loss.detach(), [p.grad.clone() for p in model.parameters()
@@ -394,9 +405,9 @@ def test_a_batch_without_padding_attends_without_a_mask(monkeypatch):
     calls: list[bool] = []
     forward = ElectraPretrainingModel.forward
 
-    def record(self, *a, pad_free=False, **k):
-        calls.append(pad_free)
-        return forward(self, *a, pad_free=pad_free, **k)
+    def record(self, batch, draws=None):
+        calls.append(batch.pad_free)
+        return forward(self, batch, draws)
 
     monkeypatch.setattr(ElectraPretrainingModel, "forward", record)
     run = RunConfig(model=tiny_config(), train=TrainConfig(batch_size=4, grad_accum=2,

@@ -38,7 +38,7 @@ from electra.io.files import disk_errors, read_json, write_json
 from electra.io.outputs import Claim, claim_out
 from electra.model import count_parameters
 from electra.objectives.config import RunConfig, load_run_config, resumed_run_config
-from electra.objectives.masking import slots, step_draws
+from electra.objectives.masking import Batch, Draws, slots, step_draws
 from electra.objectives.pretraining import ElectraPretrainingModel, begin_step, stage_at
 from electra.runtime import (
     Runtime,
@@ -192,19 +192,16 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
     The step the benches time."""
     rt, obj_cfg = trainer.rt, cfg.objective
     full = rows_without_padding(batch["attention_mask"])  # before the batch goes over
-    batch = {k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}
-    norm, noise = step_draws(batch, cfg.train.batch_size, cfg.model.vocab_size, special,
+    rows = Batch.of({k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}, full)
+    norm, noise = step_draws(rows, cfg.train.batch_size, cfg.model.vocab_size, special,
                              cfg.objective, trainer.streams["masking"], rt)
     stage = begin_step(trainer.model, obj_cfg, trainer.step)
-    words = batch.get("word_starts")
+    temperature = obj_cfg.temperature_at(trainer.step)
 
     def micro_step(model: torch.nn.Module, j: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        rows = slice(j * micro, (j + 1) * micro)
-        out = model(batch["input_ids"][rows], batch["attention_mask"][rows],
-                    batch["token_type_ids"][rows], noise.rows(rows.start, rows.stop), norm,
-                    trainer.streams["gumbel"], None if words is None else words[rows],
-                    obj_cfg.temperature_at(trainer.step), stage,
-                    pad_free=full is not None and bool(full[rows].all()))
+        these = slice(j * micro, (j + 1) * micro)
+        out = model(rows.rows(these), Draws(noise.rows(these.start, these.stop), norm,
+                                            trainer.streams["gumbel"], temperature, stage))
         return out.loss, {**{k: v.detach().double() for k, v in out.losses.items()},
                           **out.counts}
 
@@ -239,21 +236,17 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig,
     scores, labels = [], []
     for i in range(n):
         first = i * G + rt.rank * per_rank
-        batch = {k: v.to(rt.device) for k, v in
-                 data.batch(np.arange(first, first + per_rank)).items()}
+        batch = Batch.of({k: v.to(rt.device) for k, v in
+                          data.batch(np.arange(first, first + per_rank)).items()})
         norm, noise = step_draws(batch, G, cfg.model.vocab_size, data.special,
                                  cfg.objective, rng, rt)
-        words = batch.get("word_starts")
         for j in range(0, per_rank, micro):
             rows = slice(j, min(j + micro, per_rank))
             with autocast(rt.device, tc.precision):
-                out = model(batch["input_ids"][rows], batch["attention_mask"][rows],
-                            batch["token_type_ids"][rows], noise.rows(rows.start, rows.stop),
-                            norm, rng,
-                            None if words is None else words[rows],
-                            cfg.objective.final_temperature, stage)
+                out = model(batch.rows(rows), Draws(noise.rows(rows.start, rows.stop), norm, rng,
+                                                    cfg.objective.final_temperature, stage))
             if out.disc_logits is not None:
-                real = batch["attention_mask"][rows].bool()
+                real = batch.attention_mask[rows].bool()
                 scores.append(out.disc_logits.float()[real].cpu())
                 labels.append(out.labels[real].cpu())
             add_into(sums, {**{k: v.double() for k, v in out.losses.items()}, **out.counts})

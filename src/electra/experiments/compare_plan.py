@@ -21,6 +21,7 @@ from electra.io.outputs import inside
 from electra.model.kernels import kernels_for
 from electra.objectives.config import ObjectiveConfig, RunConfig
 from electra.objectives.flops import step_flops_per_sequence
+from electra.objectives.masking import Batch, Draws
 from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.runtime import autocast, resolve_device, synchronize
 
@@ -152,13 +153,12 @@ def measure_rate(cfg: RunConfig, data: Any, device: str = "auto", steps: int = 4
                                     kernels_for(dev)).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
     B = min(cfg.train.batch_size // cfg.train.grad_accum, len(data))
-    batch = {k: v.to(dev) for k, v in data.batch(np.arange(B)).items()}
+    batch = Batch.of({k: v.to(dev) for k, v in data.batch(np.arange(B)).items()})
     times = []
     for i in range(steps + 2):
         t0 = time.perf_counter()
         with autocast(dev, cfg.train.precision):
-            out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
-                        rng=torch.Generator(dev).manual_seed(i))
+            out = model(batch, Draws(rng=torch.Generator(dev).manual_seed(i)))
         out.loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

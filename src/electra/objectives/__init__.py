@@ -16,10 +16,11 @@ ELECTRA (``objective.kind = "electra"``, section 2, ``electra.py``):
 The paper's baselines and ablations (section 3.2): ``mlm`` (BERT), ``random`` (no
 generator), ``electra15``, ``replace_mlm``, ``all_tokens_mlm``, each its own module.
 
-    masking.py       steps 1-2: positions (chosen once per step) and x_masked
+    masking.py       the inputs (Batch, Draws); steps 1-2: positions (chosen once) and x_masked
     sampling.py      step 3: inverse-CDF / Gumbel sampling, unigram draws, x_corrupt
     losses.py        the fused MLM cross-entropy, BCE, the copy loss, the statistics
-    base.py          what an objective is (traits, forward) and the shared steps
+    base.py          what an objective is (traits, forward) and the shared steps, each
+                     returning its Term (a loss and its statistics)
     registry.py      every objective by name: config validation, FLOPs, compare, export
     pretraining.py   the modules trained together, and the one forward DDP/FSDP wrap
     flops.py         training FLOPs of a step, per objective

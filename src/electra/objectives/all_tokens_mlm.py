@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from electra.objectives.base import ElectraOutput, Objective, Step, corrupt_with, finish, generate
+from electra.objectives.base import (
+    ElectraOutput,
+    Objective,
+    Step,
+    Term,
+    corrupt_with,
+    finish,
+    generate,
+)
 from electra.objectives.losses import copy_mlm_loss, pair
 
 
@@ -20,16 +28,16 @@ class AllTokensMLM(Objective):
     main_mlm = True
 
     def forward(self, model: Any, step: Step) -> ElectraOutput:
-        corrupted, labels = corrupt_with(step, generate(model, step))
+        gen, sampled = generate(model, step)
+        corrupted, labels = corrupt_with(step, sampled)
         mask = step.attention_mask
         h = model.discriminator.encoder(corrupted, mask, step.token_type_ids)  # (B, T, H)
         disc_logits = model.discriminator.head(h)  # (B, T): "replaced", D_i = sigmoid(-it)
-        step.losses["mlm_loss"], correct = copy_mlm_loss(
-            model.main_mlm.logits(h, padded=True), disc_logits, step.input_ids, corrupted, mask,
-            step.tokens)
+        loss, correct = copy_mlm_loss(model.main_mlm.logits(h, padded=True), disc_logits,
+                                      step.input_ids, corrupted, mask, step.tokens)
         real = mask.bool()
-        step.counts["mlm_acc"] = pair((correct & real).sum(), real.sum())
-        return finish(step, step.losses["gen_loss"] + step.losses["mlm_loss"], corrupted,
+        mlm = Term(loss, {"mlm_acc": pair((correct & real).sum(), real.sum())})
+        return finish(step, gen.loss + mlm.loss, {"gen_loss": gen, "mlm_loss": mlm}, corrupted,
                       labels, disc_logits)
 
     def mlm_rows(self, seq_len: int, predictions: int) -> int:

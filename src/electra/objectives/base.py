@@ -15,17 +15,16 @@ from typing import Any, ClassVar
 import torch
 
 from electra.objectives.losses import discriminator_loss, mlm_accuracy, mlm_loss, pair, rtd_counts
-from electra.objectives.masking import Masked, Noise, Norm, ObjectiveSettings
+from electra.objectives.masking import Batch, Masked, Noise, Norm, ObjectiveSettings
 from electra.objectives.sampling import corrupt, locate, sample_fp32
 
 
-@dataclass
+@dataclass(frozen=True)
 class Step:
-    """One pass of an objective: the batch, its masking, and the step's draws."""
+    """What one pass of an objective reads: the batch, its masking, the step's draws, and the
+    masking's own statistics. Read-only: the shared steps below return their losses."""
 
-    input_ids: torch.Tensor  # (B, T) the original x
-    attention_mask: torch.Tensor  # (B, T)
-    token_type_ids: torch.Tensor | None
+    batch: Batch
     masked: Masked  # the chosen positions and x_masked
     noise: Noise  # the rows' uniform draws
     cfg: ObjectiveSettings
@@ -34,14 +33,24 @@ class Step:
     temperature: float = 1.0
     stage: int | None = None  # two-stage training: 1 (generator alone), 2 (generator frozen)
     counts: dict[str, torch.Tensor] = field(default_factory=dict)
-    losses: dict[str, torch.Tensor] = field(default_factory=dict)
-    pad_free: bool = False  # no row has padding (known on the host, from the loader's rows)
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return self.batch.input_ids  # (B, T) the original x
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return self.batch.attention_mask  # (B, T)
+
+    @property
+    def token_type_ids(self) -> torch.Tensor | None:
+        return self.batch.token_type_ids
 
     @property
     def attends(self) -> torch.Tensor | None:
         """The mask the encoders attend with: none where no row has padding (attention
         without a mask: FlashAttention on a GPU), else the batch's."""
-        return None if self.pad_free else self.attention_mask
+        return None if self.batch.pad_free else self.attention_mask
 
     @property
     def chosen(self) -> torch.Tensor | None:
@@ -51,8 +60,24 @@ class Step:
     def tokens(self) -> torch.Tensor | None:
         return None if self.norm is None else self.norm.tokens
 
-    def output(self, loss: torch.Tensor, **kw: Any) -> ElectraOutput:
-        return ElectraOutput(loss=loss, losses=self.losses, counts=self.counts, **kw)
+    def output(self, loss: torch.Tensor, terms: dict[str, Term],
+                 *more: dict[str, torch.Tensor], **kw: Any) -> ElectraOutput:
+        """The pass's output: ``loss``, each named term's loss, and the statistics (the
+        masking's, each term's in order, then ``more``)."""
+        counts = dict(self.counts)
+        for part in (*(term.counts for term in terms.values()), *more):
+            counts.update(part)
+        return ElectraOutput(loss=loss, losses={k: term.loss for k, term in terms.items()},
+                             counts=counts, **kw)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One loss of an objective (0-d, with gradient) and the statistics computed beside it,
+    each (2,): numerator, denominator."""
+
+    loss: torch.Tensor
+    counts: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -116,16 +141,17 @@ class Objective:
         return model.generator
 
 
-def generate(model: Any, step: Step) -> torch.Tensor:
-    """Steps 2-3: the generator's MLM loss on x_masked (``gen_loss``) and, without gradient,
-    one sample per chosen slot (B, P), with the generator's statistics. Frozen in stage 2."""
+def generate(model: Any, step: Step) -> tuple[Term, torch.Tensor]:
+    """Steps 2-3: the generator's MLM loss on x_masked with its statistics (``gen_acc``,
+    ``sampled_original_frac``) and, without gradient, one sample per chosen slot (B, P).
+    Frozen in stage 2."""
     masked = step.masked
     frozen = step.stage == 2
     with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
         gen_logits = model.generator(masked.input_ids, step.attends, step.token_type_ids,
                                      masked.positions, padded=True)  # (B, P, V padded)
-        step.losses["gen_loss"], probs, zmax, target_logit = mlm_loss(
-            gen_logits, masked.targets, masked.weights, step.chosen)
+        loss, probs, zmax, target_logit = mlm_loss(gen_logits, masked.targets, masked.weights,
+                                                   step.chosen)
     cfg, T, V = step.cfg, step.temperature, model.generator.config.vocab_size
     with torch.no_grad():
         if cfg.sampling == "inverse_cdf" and T == 1.0:
@@ -135,10 +161,11 @@ def generate(model: Any, step: Step) -> torch.Tensor:
             z = gen_logits.detach().to(torch.float32, copy=True)  # consumed by sampling
             sampled = sample_fp32(z, T, cfg.sampling, step.rng, step.noise.sample_u, V)[0]
             del z
-        step.counts["gen_acc"] = mlm_accuracy(target_logit, zmax, masked.weights)
-        step.counts["sampled_original_frac"] = pair(
-            ((sampled == masked.targets) & masked.weights).sum(), masked.weights.sum())
-    return sampled
+        counts = {"gen_acc": mlm_accuracy(target_logit, zmax, masked.weights),
+                  "sampled_original_frac": pair(
+                      ((sampled == masked.targets) & masked.weights).sum(),
+                      masked.weights.sum())}
+    return Term(loss, counts), sampled
 
 
 def corrupt_with(step: Step, sampled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,32 +176,32 @@ def corrupt_with(step: Step, sampled: torch.Tensor) -> tuple[torch.Tensor, torch
     return corrupted, corrupted != step.input_ids
 
 
-def full_mlm(model: Any, step: Step, inputs: torch.Tensor) -> None:
-    """The full-size MLM head predicts the originals at the chosen slots from ``inputs``
-    (``mlm_loss``, ``mlm_acc``)."""
+def full_mlm(model: Any, step: Step, inputs: torch.Tensor) -> Term:
+    """The full-size MLM head's loss predicting the originals at the chosen slots from
+    ``inputs``, with its accuracy (``mlm_acc``)."""
     masked = step.masked
     logits = model.main_mlm(inputs, step.attends, step.token_type_ids, masked.positions,
                             padded=True)
-    step.losses["mlm_loss"], _, zmax, target_logit = mlm_loss(
-        logits, masked.targets, masked.weights, step.chosen)
-    step.counts["mlm_acc"] = mlm_accuracy(target_logit, zmax, masked.weights)
+    loss, _, zmax, target_logit = mlm_loss(logits, masked.targets, masked.weights, step.chosen)
+    return Term(loss, {"mlm_acc": mlm_accuracy(target_logit, zmax, masked.weights)})
 
 
 def detect(model: Any, step: Step, corrupted: torch.Tensor, labels: torch.Tensor,
            over: torch.Tensor | None = None, denominator: torch.Tensor | None = None
-           ) -> torch.Tensor:
-    """Step 5: the discriminator's logits on x_corrupt and ``disc_loss``, averaged over
-    ``over`` (default: the non-pad tokens) with ``denominator`` (default: the step's token
-    count); returns the logits (B, T)."""
+           ) -> tuple[Term, torch.Tensor]:
+    """Step 5: the discriminator's loss on x_corrupt, averaged over ``over`` (default: the
+    non-pad tokens) with ``denominator`` (default: the step's token count), and its logits
+    (B, T)."""
     disc_logits = model.discriminator(corrupted, step.attends, step.token_type_ids)
-    step.losses["disc_loss"] = discriminator_loss(
-        disc_logits, labels, step.attention_mask if over is None else over,
-        step.tokens if over is None else denominator)
-    return disc_logits
+    loss = discriminator_loss(disc_logits, labels, step.attention_mask if over is None else over,
+                              step.tokens if over is None else denominator)
+    return Term(loss), disc_logits
 
 
-def finish(step: Step, loss: torch.Tensor, corrupted: torch.Tensor, labels: torch.Tensor,
-           disc_logits: torch.Tensor) -> ElectraOutput:
-    """The output of an objective that detects: its RTD statistics over the non-pad tokens."""
-    step.counts.update(rtd_counts(disc_logits, labels, step.attention_mask.bool()))
-    return step.output(loss, corrupted_ids=corrupted, labels=labels, disc_logits=disc_logits)
+def finish(step: Step, loss: torch.Tensor, terms: dict[str, Term], corrupted: torch.Tensor,
+           labels: torch.Tensor, disc_logits: torch.Tensor) -> ElectraOutput:
+    """The output of an objective that detects: its terms, and its RTD statistics over the
+    non-pad tokens."""
+    rtd = rtd_counts(disc_logits, labels, step.attention_mask.bool())
+    return step.output(loss, terms, rtd, corrupted_ids=corrupted, labels=labels,
+                       disc_logits=disc_logits)

@@ -31,15 +31,16 @@ class Electra(Objective):
     two_stage = True
 
     def forward(self, model: Any, step: Step) -> ElectraOutput:
-        sampled = generate(model, step)
+        gen, sampled = generate(model, step)
         if step.stage == 1:  # two-stage training, stage 1: the generator alone
-            return step.output(step.losses["gen_loss"])
+            return step.output(gen.loss, {"gen_loss": gen})
         corrupted, labels = corrupt_with(step, sampled)
-        disc_logits = detect(model, step, corrupted, labels, **self.scored_on(step))
-        loss = step.cfg.disc_weight * step.losses["disc_loss"]
+        disc, disc_logits = detect(model, step, corrupted, labels, **self.scored_on(step))
+        loss = step.cfg.disc_weight * disc.loss
         if step.stage != 2:  # step 6: one joint update (stage 2: the generator is frozen)
-            loss = step.losses["gen_loss"] + loss
-        return finish(step, loss, corrupted, labels, disc_logits)
+            loss = gen.loss + loss
+        return finish(step, loss, {"gen_loss": gen, "disc_loss": disc}, corrupted, labels,
+                      disc_logits)
 
     def scored_on(self, step: Step) -> dict[str, Any]:
         """Where the discriminator's loss is averaged: every non-pad token."""

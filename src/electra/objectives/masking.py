@@ -1,4 +1,5 @@
-"""Steps 1-2 of every objective: choose positions, then build the model's input x_masked.
+"""An objective's inputs (a :class:`Batch` of rows and a step's :class:`Draws`) and steps 1-2
+of every objective: choose positions, then build the model's input x_masked.
 
 Randomness comes in as a :class:`Noise` drawn for the whole global batch up front, so that
 which positions are chosen, and how they are masked, depend neither on the number of
@@ -12,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -83,6 +85,52 @@ class Norm:
 
     chosen: torch.Tensor  # 0-d
     tokens: torch.Tensor  # 0-d
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Token rows an objective trains on: the (B, T) ids and attention mask, the segment ids,
+    the word starts (unit ``word``), and which rows have no padding as read on the host
+    (``full``, before the rows went to a device; None where unknown)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    token_type_ids: torch.Tensor | None = None
+    word_starts: torch.Tensor | None = None
+    full: np.ndarray | None = None
+
+    @staticmethod
+    def of(tensors: dict[str, torch.Tensor], full: np.ndarray | None = None) -> Batch:
+        """A loader's batch (its dict of tensors) as a Batch."""
+        return Batch(tensors["input_ids"], tensors["attention_mask"],
+                     tensors.get("token_type_ids"), tensors.get("word_starts"), full)
+
+    @property
+    def pad_free(self) -> bool:
+        """No row has padding, known on the host: the encoders may attend without a mask."""
+        return self.full is not None and bool(self.full.all())
+
+    def rows(self, rows: slice) -> Batch:
+        """Rows ``rows`` of the batch (a micro-batch)."""
+        def cut(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[rows]
+
+        return Batch(self.input_ids[rows], self.attention_mask[rows], cut(self.token_type_ids),
+                     cut(self.word_starts), None if self.full is None else self.full[rows])
+
+
+@dataclass(frozen=True)
+class Draws:
+    """A step's randomness and schedule: the rows' uniform draws (else drawn from ``rng``),
+    the global batch's loss denominators (else the batch's own), the generator Gumbel
+    sampling reads, the sampling temperature now (else the config's), and the stage of
+    two-stage training (1: generator alone; 2: generator frozen)."""
+
+    noise: Noise | None = None
+    norm: Norm | None = None
+    rng: torch.Generator | None = None
+    temperature: float | None = None
+    stage: int | None = None
 
 
 def slots(cfg: ObjectiveSettings, seq_len: int) -> int:
@@ -210,18 +258,17 @@ class Ranks(Protocol):
     def all_sum(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
-def step_draws(batch: dict[str, torch.Tensor], global_batch: int, vocab_size: int,
-               special: SpecialTokens, cfg: ObjectiveSettings, rng: torch.Generator,
-               rt: Ranks) -> tuple[Norm, Noise]:
+def step_draws(batch: Batch, global_batch: int, vocab_size: int, special: SpecialTokens,
+               cfg: ObjectiveSettings, rng: torch.Generator, rt: Ranks) -> tuple[Norm, Noise]:
     """A step's loss denominators (summed over ranks) and this rank's rows of its random
     draws, drawn for the whole global batch (of which ``batch`` is this rank's rows), with
     the positions chosen: the step's one choice, which the denominators count. What a
     training or validation step draws before its micro-batches."""
-    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ids, mask = batch.input_ids, batch.attention_mask
     noise = Noise.draw(global_batch, ids.shape[1], vocab_size, cfg, rng, ids.device)
     first = rt.rank * len(ids)
     mine = choose(noise.rows(first, first + len(ids)), ids, mask, special, cfg,
-                  batch.get("word_starts"))
+                  batch.word_starts)
     chosen = mine.chosen[1].sum()  # type: ignore[index]
     counts = rt.all_sum(torch.stack([chosen, mask.sum()]).double())
     return Norm(chosen=counts[0].float(), tokens=counts[1].float()), mine

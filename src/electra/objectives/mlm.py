@@ -20,8 +20,8 @@ class MLM(Objective):
     random_token_prob = 0.1
 
     def forward(self, model: Any, step: Step) -> ElectraOutput:
-        full_mlm(model, step, step.masked.input_ids)
-        return step.output(step.losses["mlm_loss"])
+        mlm = full_mlm(model, step, step.masked.input_ids)
+        return step.output(mlm.loss, {"mlm_loss": mlm})
 
     def exported_generator(self, model: Any) -> torch.nn.Module | None:
         return model.main_mlm  # the full-size MLM model is what a BERT run keeps

@@ -3,9 +3,10 @@
 :class:`ElectraPretrainingModel` holds the parts its objective needs (the discriminator
 always; the generator; a full-size MLM head on the discriminator's encoder) and how the
 generator shares weights (``sharing``: the embeddings, none, all, or DeBERTaV3's
-gradient-disentangled sharing). Its forward is :func:`electra_forward`: masking, then the
-objective's own forward (``electra.objectives.registry``), so that DDP and FSDP wrappers see
-the whole objective as one module call.
+gradient-disentangled sharing). Its forward is :func:`electra_forward` over a ``Batch`` and
+the step's ``Draws``: masking, then the objective's own forward
+(``electra.objectives.registry``), so that DDP and FSDP wrappers see the whole objective as
+one module call.
 
 Nothing here calls ``.item()``: no host-device sync inside a step. Randomness comes from an
 explicit ``torch.Generator`` so that masking and sampling are reproducible and resumable.
@@ -23,7 +24,7 @@ from electra.model.kernels import Kernels
 from electra.objectives.base import ElectraOutput, Step
 from electra.objectives.config import ObjectiveConfig, sharing_of
 from electra.objectives.losses import pair
-from electra.objectives.masking import Noise, Norm, mask_inputs
+from electra.objectives.masking import Batch, Draws, Noise, mask_inputs
 from electra.objectives.registry import OBJECTIVES
 
 
@@ -76,19 +77,13 @@ class ElectraPretrainingModel(nn.Module):
         assert self.generator is not None
         self.discriminator.encoder.load_state_dict(self.generator.encoder.state_dict())
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None, noise: Noise | None = None,
-                norm: Norm | None = None, rng: torch.Generator | None = None,
-                word_starts: torch.Tensor | None = None, temperature: float | None = None,
-                stage: int | None = None, pad_free: bool = False) -> ElectraOutput:
-        """The whole objective on a batch (:func:`electra_forward`); ``pad_free``: the
-        caller knows no row has padding (the encoders then attend without a mask)."""
+    def forward(self, batch: Batch, draws: Draws | None = None) -> ElectraOutput:
+        """The whole objective on ``batch`` with the step's ``draws``
+        (:func:`electra_forward`)."""
         if self.special is None:
             raise ValueError("ElectraPretrainingModel needs the special-token ids to train: "
                              "build it with special=SpecialTokens(...)")
-        return electra_forward(self, input_ids, attention_mask, token_type_ids, self.special,
-                               self.objective, rng, noise, norm, word_starts, temperature,
-                               stage, pad_free)
+        return electra_forward(self, batch, draws)
 
     def parts(self) -> dict[str, nn.Module]:
         """The modules a finished run keeps as RUN/discriminator and RUN/generator: the
@@ -112,42 +107,36 @@ class ElectraPretrainingModel(nn.Module):
         return plain
 
 
-def electra_forward(
-    model: ElectraPretrainingModel,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    token_type_ids: torch.Tensor | None,
-    special: SpecialTokens,
-    cfg: ObjectiveConfig,
-    rng: torch.Generator | None = None,
-    noise: Noise | None = None,
-    norm: Norm | None = None,
-    word_starts: torch.Tensor | None = None,
-    temperature: float | None = None,
-    stage: int | None = None,
-    pad_free: bool = False,
-) -> ElectraOutput:
-    """One pass of the objective ``cfg.kind``: masking, then the objective's own forward.
+def electra_forward(model: ElectraPretrainingModel, batch: Batch, draws: Draws | None = None,
+                   special: SpecialTokens | None = None,
+                   cfg: ObjectiveConfig | None = None) -> ElectraOutput:
+    """One pass of the objective: masking, then the objective's own forward.
 
-    ``noise``: the batch's random draws (else drawn here from ``rng``, which Gumbel sampling
-    always uses), with the positions chosen or not. ``norm``: the global batch's loss
-    denominators (else this batch's own). ``temperature``: the sampling temperature now
-    (else cfg.temperature). ``stage``: 1 or 2 of two-stage training (generator alone;
-    discriminator with the generator frozen). ``pad_free``: no row has padding, known on the
-    host (the encoders attend without a mask; the masking still reads ``attention_mask``).
+    ``draws`` (:class:`Draws`): the batch's random draws (else drawn here from its ``rng``,
+    which Gumbel sampling always uses), with the positions chosen or not; the global batch's
+    loss denominators (else this batch's own); the sampling temperature now (else
+    ``cfg.temperature``); the stage of two-stage training. ``special`` and ``cfg``: the
+    model's unless given (``cfg`` of the model's kind). Where ``batch.pad_free`` the encoders
+    attend without a mask; the masking still reads ``attention_mask``.
     """
+    special = model.special if special is None else special
+    cfg = model.objective if cfg is None else cfg
+    draws = Draws() if draws is None else draws
     if cfg.kind != model.objective.kind:
         raise ValueError(f"this model was built for objective {model.objective.kind!r}, not "
                          f"{cfg.kind!r}")
-    vocab = model.config.vocab_size
+    if special is None:
+        raise ValueError("electra_forward needs the special-token ids: build the model with "
+                         "special=SpecialTokens(...) or pass special=")
+    ids, mask = batch.input_ids, batch.attention_mask
+    noise = draws.noise
     if noise is None:
-        noise = Noise.draw(*input_ids.shape, vocab, cfg, rng, input_ids.device)
-    masked = mask_inputs(input_ids, attention_mask, special, vocab, cfg, noise=noise,
-                         word_starts=word_starts)
-    step = Step(input_ids, attention_mask, token_type_ids, masked, noise, cfg, norm, rng,
-                cfg.temperature if temperature is None else temperature, stage,
-                counts={"masked_frac": pair(masked.weights.sum(), attention_mask.sum())},
-                pad_free=pad_free)
+        noise = Noise.draw(*ids.shape, model.config.vocab_size, cfg, draws.rng, ids.device)
+    masked = mask_inputs(ids, mask, special, model.config.vocab_size, cfg, noise=noise,
+                         word_starts=batch.word_starts)
+    step = Step(batch, masked, noise, cfg, draws.norm, draws.rng,
+                cfg.temperature if draws.temperature is None else draws.temperature,
+                draws.stage, counts={"masked_frac": pair(masked.weights.sum(), mask.sum())})
     return model.method.forward(model, step)
 
 

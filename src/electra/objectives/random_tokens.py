@@ -19,9 +19,9 @@ class RandomTokens(Objective):
         sampled = (noise.random_ids if step.cfg.replacement == "uniform"
                    else unigram_sample(model.unigram, noise.sample_u))
         corrupted, labels = corrupt_with(step, sampled)
-        disc_logits = detect(model, step, corrupted, labels)
-        return finish(step, step.cfg.disc_weight * step.losses["disc_loss"], corrupted, labels,
-                      disc_logits)
+        disc, disc_logits = detect(model, step, corrupted, labels)
+        return finish(step, step.cfg.disc_weight * disc.loss, {"disc_loss": disc}, corrupted,
+                      labels, disc_logits)
 
     def needs_unigram(self, cfg: Any) -> bool:
         return cfg.replacement == "unigram"

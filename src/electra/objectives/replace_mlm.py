@@ -17,9 +17,10 @@ class ReplaceMLM(Objective):
     detects = False
 
     def forward(self, model: Any, step: Step) -> ElectraOutput:
-        corrupted, labels = corrupt_with(step, generate(model, step))
-        full_mlm(model, step, corrupted)
+        gen, sampled = generate(model, step)
+        corrupted, labels = corrupt_with(step, sampled)
+        mlm = full_mlm(model, step, corrupted)
         real = step.attention_mask.bool()
-        step.counts["replaced_frac"] = pair((labels & real).sum(), real.sum())
-        return step.output(step.losses["gen_loss"] + step.losses["mlm_loss"],
+        replaced = {"replaced_frac": pair((labels & real).sum(), real.sum())}
+        return step.output(gen.loss + mlm.loss, {"gen_loss": gen, "mlm_loss": mlm}, replaced,
                            corrupted_ids=corrupted, labels=labels)
