@@ -23,7 +23,7 @@ from tokenizers import BertWordPieceTokenizer
 from electra.config import model_preset
 from electra.model.kernels import FAST_CPU
 from electra.runtime import autocast
-from electra.tasks.sequence import SequenceClassifier
+from electra.tasks.sequence.head import SequenceClassifier
 from electra.train.optim import adamw, param_groups
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -82,8 +82,8 @@ def hf_worker(task: Path, rows: int, seed: int, precision: str, epochs: int,
     )
 
     sys.path.insert(0, str(ROOT / "src"))
-    from electra.data.tasks import glue_task, read_glue
     from electra.data.tokenizer import load_tokenizer
+    from electra.tasks.sequence.data import glue_task, read_glue
 
     spec = glue_task(task.name.lower().replace("-", ""))
     train, dev = read_glue(spec, task, "train"), read_glue(spec, task, next(iter(spec.dev)))

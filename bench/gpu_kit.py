@@ -433,7 +433,7 @@ def finetune_stage(dev: torch.device) -> dict:
 
     from electra.model.kernels import kernels_for
     from electra.runtime import autocast
-    from electra.tasks.sequence import SequenceClassifier
+    from electra.tasks.sequence.head import SequenceClassifier
     from electra.train.optim import adamw, param_groups
 
     tok = BertWordPieceTokenizer(str(DATA / "vocab.txt"), lowercase=True)

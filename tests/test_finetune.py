@@ -17,7 +17,7 @@ from electra.config import model_preset
 from electra.data.tokenizer import train_tokenizer
 from electra.model import Discriminator
 from electra.saved import folders
-from electra.tasks.sequence import Sequence, SequenceClassifier
+from electra.tasks.sequence.head import Sequence, SequenceClassifier
 
 
 @pytest.fixture
@@ -134,10 +134,10 @@ def test_predict_test_writes_glue_submission_files(tmp_path, task, folder, file,
 
 def test_double_pairs_adds_each_pair_swapped_to_the_chosen_subset(monkeypatch):
     import electra.commands.finetune as ft
-    from electra.data.tasks import Example
+    from electra.data.examples import Example
 
     seen = []
-    import electra.tasks.sequence as seq
+    import electra.tasks.sequence.head as seq
 
     real = seq.encode
 

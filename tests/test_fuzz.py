@@ -55,7 +55,7 @@ def parsed_or_user_error(call: Any) -> None:
 @FUZZ
 @given(data=BYTES, suffix=st.sampled_from([".csv", ".tsv", ".jsonl"]))
 def test_custom_files(tmp_path_factory, data, suffix):
-    from electra.data.tasks import read_custom
+    from electra.data.examples import read_custom
 
     path = tmp_path_factory.mktemp("f") / f"t{suffix}"
     path.write_bytes(data)
@@ -66,7 +66,7 @@ def test_custom_files(tmp_path_factory, data, suffix):
 @FUZZ
 @given(rows=st.lists(row_of(["text", "label", "b"]), min_size=1, max_size=5))
 def test_custom_jsonl_rows(tmp_path_factory, rows):
-    from electra.data.tasks import label_map, read_custom
+    from electra.data.examples import label_map, read_custom
 
     path = tmp_path_factory.mktemp("f") / "t.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -80,7 +80,7 @@ def test_custom_jsonl_rows(tmp_path_factory, rows):
 @FUZZ
 @given(data=BYTES, task=st.sampled_from(["sst2", "cola", "stsb", "mrpc"]))
 def test_glue_files(tmp_path_factory, data, task):
-    from electra.data.tasks import read_glue
+    from electra.tasks.sequence.data import read_glue
 
     folder = tmp_path_factory.mktemp("g")
     (folder / "train.tsv").write_bytes(data)
@@ -98,7 +98,7 @@ SG_KEYS = ["idx", "label", "question", "passage", "premise", "hypothesis", "sent
     task=st.sampled_from(["boolq", "cb", "sg-rte", "wic", "wsc", "multirc", "record",
                           "ax-g"]))
 def test_superglue_files(tmp_path_factory, data, task):
-    from electra.data.superglue import SUPERGLUE, files, read_split
+    from electra.tasks.superglue.data import SUPERGLUE, files, read_split
 
     spec = SUPERGLUE[task]
     folder = tmp_path_factory.mktemp("s")
@@ -114,7 +114,7 @@ def test_superglue_files(tmp_path_factory, data, task):
                                                      for r in rows).encode())),
     copa=st.booleans())
 def test_choice_files(tmp_path_factory, data, copa):
-    from electra.data.choice import read_choices
+    from electra.tasks.choice.data import read_choices
 
     path = tmp_path_factory.mktemp("c") / "train.jsonl"
     path.write_bytes(data)
@@ -126,7 +126,7 @@ def test_choice_files(tmp_path_factory, data, copa):
     lambda rows: "".join(json.dumps(r) + "\n" for r in rows).encode())),
     suffix=st.sampled_from([".conll", ".conllu", ".jsonl", ".txt"]))
 def test_tagging_files(tmp_path_factory, data, suffix):
-    from electra.data.tagging import read_tagged
+    from electra.tasks.tagging.data import read_tagged
 
     path = tmp_path_factory.mktemp("t") / f"t{suffix}"
     path.write_bytes(data)
@@ -146,7 +146,7 @@ SQUAD = st.fixed_dictionaries({}, optional={
 @FUZZ
 @given(doc=st.one_of(JSON, SQUAD), training=st.booleans())
 def test_squad_files(tmp_path_factory, doc, training):
-    from electra.data.squad import read_squad
+    from electra.tasks.qa.data import read_squad
 
     path = tmp_path_factory.mktemp("q") / "train.json"
     path.write_text(json.dumps(doc))
@@ -156,7 +156,7 @@ def test_squad_files(tmp_path_factory, doc, training):
 @FUZZ
 @given(data=BYTES)
 def test_squad_bytes(tmp_path_factory, data):
-    from electra.data.squad import read_squad
+    from electra.tasks.qa.data import read_squad
 
     path = tmp_path_factory.mktemp("q") / "train.json"
     path.write_bytes(data)
@@ -211,7 +211,7 @@ def test_a_runs_config_json(tmp_path_factory, saved):
 def test_the_fuzzed_inputs_reach_the_parsers(tmp_path: Path):
     """A sanity check that the strategies are not all refused at the door: a plain valid
     file of each kind parses."""
-    from electra.data.tasks import read_custom
+    from electra.data.examples import read_custom
 
     (tmp_path / "t.csv").write_bytes(b"\xef\xbb\xbftext,label\na b,1\nc,0\n")
     assert [e.label for e in read_custom(tmp_path / "t.csv", ["text"], "label")] == ["1", "0"]

@@ -50,8 +50,8 @@ def test_the_sampler_resumes_its_draws_and_every_tasks_batches():
 def test_the_shared_encoder_is_held_once():
     from helpers import tiny_config
 
-    from electra.tasks.choice import MultipleChoice
-    from electra.tasks.sequence import SequenceClassifier
+    from electra.tasks.choice.head import MultipleChoice
+    from electra.tasks.sequence.head import SequenceClassifier
 
     cfg = tiny_config()
     model = MultiTaskModel({"x": SequenceClassifier(cfg, 2), "y": MultipleChoice(cfg)})

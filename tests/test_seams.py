@@ -27,7 +27,7 @@ from electra.objectives.masking import Batch, Draws
 from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.tasks import registry as heads
 from electra.tasks.base import TaskData
-from electra.tasks.sequence import Sequence, SequenceClassifier
+from electra.tasks.sequence.head import Sequence, SequenceClassifier
 
 
 class HalfLambda(Objective):
@@ -96,7 +96,7 @@ class Parity(Sequence):
 
     @staticmethod
     def example(text: str):
-        from electra.data.tasks import Example
+        from electra.data.examples import Example
 
         return Example(text, None, "even" if len(text.split()) % 2 == 0 else "odd")
 

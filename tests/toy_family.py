@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from electra.data.tasks import Example, encode
+from electra.data.examples import Example, encode
 from electra.model import Encoder, EncoderWithHead, init_weights
 from electra.tasks.base import Head, TaskData, logits
 

@@ -29,7 +29,7 @@ _LAZY = {  # name -> (module, its attribute)
     "UserError": ("electra.errors", "UserError"),
     "Discriminator": ("electra.model", "Discriminator"),
     "Generator": ("electra.model", "Generator"),
-    "SequenceClassifier": ("electra.tasks.sequence", "SequenceClassifier"),
+    "SequenceClassifier": ("electra.tasks.sequence.head", "SequenceClassifier"),
     "ElectraPretrainingModel": ("electra.objectives.pretraining", "ElectraPretrainingModel"),
     "Batch": ("electra.objectives.masking", "Batch"),
     "Draws": ("electra.objectives.masking", "Draws"),

@@ -32,7 +32,7 @@ def test_what_cannot_be_a_class_is_refused_naming_the_row(value, words):
 
 
 def test_a_csv_as_pandas_writes_it_is_two_classes_with_one_note(tmp_path, capsys):
-    from electra.data.tasks import label_map, read_custom
+    from electra.data.examples import label_map, read_custom
 
     (tmp_path / "t.csv").write_text("text,label\na,1\nb,1.0\nc,0\nd,0.0\ne,1\n")
     examples = read_custom(tmp_path / "t.csv", ["text"], "label")
@@ -42,7 +42,7 @@ def test_a_csv_as_pandas_writes_it_is_two_classes_with_one_note(tmp_path, capsys
 
 
 def test_jsonl_booleans_and_their_strings_are_one_class(tmp_path, capsys):
-    from electra.data.tasks import label_map, read_custom
+    from electra.data.examples import label_map, read_custom
 
     rows = [("a", True), ("b", "true"), ("c", False), ("d", "false"), ("e", "True")]
     (tmp_path / "t.jsonl").write_text("".join(json.dumps({"text": t, "label": y}) + "\n"
@@ -53,8 +53,8 @@ def test_jsonl_booleans_and_their_strings_are_one_class(tmp_path, capsys):
 
 
 def test_a_control_character_is_refused_in_every_format(tmp_path):
-    from electra.data.tagging import read_tagged
-    from electra.data.tasks import read_custom
+    from electra.data.examples import read_custom
+    from electra.tasks.tagging.data import read_tagged
 
     (tmp_path / "t.csv").write_text("text,label\na,1\nb,1\x07\n")
     with pytest.raises(UserError, match=r"t.csv: row 2: label \('label'\) '1\\x07' holds"):
@@ -68,7 +68,7 @@ def test_a_control_character_is_refused_in_every_format(tmp_path):
 
 
 def test_superglue_reads_a_boolean_written_as_text(tmp_path):
-    from electra.data.superglue import SUPERGLUE, read_split
+    from electra.tasks.superglue.data import SUPERGLUE, read_split
 
     rows = [{"question": "q", "passage": "p", "label": v, "idx": i}
             for i, v in enumerate([True, "True", "false", False])]
@@ -78,9 +78,9 @@ def test_superglue_reads_a_boolean_written_as_text(tmp_path):
 
 
 def test_a_model_fine_tuned_before_the_rule_still_scores_its_labels():
-    from electra.data.tasks import Example
+    from electra.data.examples import Example
     from electra.tasks.base import TaskData
-    from electra.tasks.sequence import Sequence
+    from electra.tasks.sequence.head import Sequence
 
     data = TaskData("custom", [], {"dev": [Example("a", None, "true"),
                                            Example("b", None, "1")]}, ("accuracy",), False,

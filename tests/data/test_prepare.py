@@ -354,7 +354,7 @@ def test_bert_uncased_vocab_tokenizes_as_transformers_does():
     from helpers import shared_data
 
     transformers = pytest.importorskip("transformers")
-    from electra.data.tasks import glue_task, read_glue
+    from electra.tasks.sequence.data import glue_task, read_glue
 
     vocab, mrpc = shared_data("vocab/bert-base-uncased-vocab.txt"), shared_data("glue/MRPC")
     with tempfile.TemporaryDirectory() as folder:

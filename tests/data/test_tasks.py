@@ -9,14 +9,9 @@ import numpy as np
 import pytest
 from helpers import shared_data
 
-from electra.data.tasks import (
-    compute_metrics,
-    glue_task,
-    label_map,
-    read_custom,
-    read_glue,
-)
+from electra.data.examples import compute_metrics, label_map, read_custom
 from electra.errors import UserError
+from electra.tasks.sequence.data import glue_task, read_glue
 
 OFFICIAL = [  # task, folder, train rows, dev rows, test rows
     ("cola", "CoLA", 8551, 1043, 1063),
@@ -101,7 +96,7 @@ def test_metrics_are_scikit_learns():
 
     from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, matthews_corrcoef
 
-    from electra.data.tasks import confusion_counts
+    from electra.data.examples import confusion_counts
 
     rng = np.random.default_rng(0)
     cases = [(rng.integers(c, size=n), rng.integers(c, size=n))

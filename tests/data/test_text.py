@@ -175,7 +175,7 @@ def test_a_bpe_tokenizer_with_roberta_names_runs_into_transformers(docs, tmp_pat
             disc(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]),
             model.eval()(**enc).logits, atol=1e-5, rtol=1e-5)
     # fine-tuning encodes with the same roles: <s> A </s> B </s>, padded with <pad>
-    from electra.data.tasks import Example, encode
+    from electra.data.examples import Example, encode
 
     batch = encode(ours, [Example("aaa bb", "cc", None), Example("a", None, None)], 16, {}, False)
     assert batch["input_ids"][1, -1] == ours.token_to_id("<pad>")

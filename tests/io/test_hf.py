@@ -171,7 +171,7 @@ def test_finetuned_classifier_exports_with_equal_predictions(tmp_path, regressio
     from electra.commands.finetune import load_classifier, save_classifier
     from electra.config import FinetuneConfig
     from electra.tasks.base import TaskData
-    from electra.tasks.sequence import SequenceClassifier
+    from electra.tasks.sequence.head import SequenceClassifier
 
     run, _ = make_run(tmp_path, "tiny")
     tok = load_tokenizer(run / "discriminator")

@@ -360,7 +360,7 @@ def test_the_wordpiece_tokenizer_splits_words_as_wordpiece_does(outs, tmp_path):
 
 
 def test_labels_with_spaces_are_stripped_with_a_note(tmp_path, capsys):
-    from electra.data.tasks import read_custom
+    from electra.data.examples import read_custom
 
     (tmp_path / "t.csv").write_text("text,label\na, 1\nb,1\nc,0 \n")
     examples = read_custom(tmp_path / "t.csv", ["text"], "label")

@@ -16,10 +16,10 @@ from electra.data.tokenizer import train_tokenizer
 from electra.experiments.demo import python_docs_corpus
 from electra.model import Discriminator, Generator
 from electra.model.kernels import FAST_CPU, REFERENCE, Padded, Unpadded, use
-from electra.tasks.choice import MultipleChoice
-from electra.tasks.qa import QuestionAnswerer
-from electra.tasks.sequence import SequenceClassifier
-from electra.tasks.tagging import TokenClassifier
+from electra.tasks.choice.head import MultipleChoice
+from electra.tasks.qa.head import QuestionAnswerer
+from electra.tasks.sequence.head import SequenceClassifier
+from electra.tasks.tagging.head import TokenClassifier
 
 PADDED = dataclasses.replace(FAST_CPU, name="padded", unpad=False)
 

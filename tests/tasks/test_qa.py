@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 from helpers import shared_data
 
-from electra.data.squad import (
+from electra.data.tokenizer import load_tokenizer, train_tokenizer
+from electra.errors import UserError
+from electra.tasks.qa.data import (
     QAExample,
     best_answers,
     qa_features,
@@ -21,8 +23,6 @@ from electra.data.squad import (
     split_articles,
     squad_scores,
 )
-from electra.data.tokenizer import load_tokenizer, train_tokenizer
-from electra.errors import UserError
 
 
 # -- the official scripts' rules, written again from their text ---------------------------

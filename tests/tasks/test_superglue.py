@@ -15,8 +15,9 @@ import torch
 from helpers import tiny_config
 
 from electra.cli import main
-from electra.data.choice import read_choices
-from electra.data.superglue import (
+from electra.tasks.choice.data import read_choices
+from electra.tasks.choice.head import MultipleChoice
+from electra.tasks.superglue.data import (
     SUPERGLUE,
     Row,
     class_scores,
@@ -26,7 +27,6 @@ from electra.data.superglue import (
     record_answers,
     record_scores,
 )
-from electra.tasks.choice import MultipleChoice
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "superglue"
 
@@ -122,7 +122,7 @@ def test_cb_score_is_the_mean_of_accuracy_and_macro_f1_and_parity_counts_pairs()
 
 
 def test_the_multiple_choice_loss_is_a_softmax_over_the_choices_by_hand():
-    from electra.tasks.choice import Choice
+    from electra.tasks.choice.head import Choice
 
     torch.manual_seed(0)
     model = MultipleChoice(tiny_config()).eval()
@@ -251,8 +251,8 @@ def test_record_windows_a_long_passage_and_scores_a_candidate_where_it_is_mentio
     its marked windows."""
     from electra.config import FinetuneConfig
     from electra.data.tokenizer import load_tokenizer
-    from electra.tasks.sequence import SequenceClassifier
-    from electra.tasks.superglue import SuperGLUE
+    from electra.tasks.sequence.head import SequenceClassifier
+    from electra.tasks.superglue.head import SuperGLUE
 
     filler = " ".join(["the tower was tall and the river was wide ."] * 12)
     text = f"Tracy Morgan met Jay Leno . {filler} Later Gustave Eiffel arrived ."
@@ -267,7 +267,7 @@ def test_record_windows_a_long_passage_and_scores_a_candidate_where_it_is_mentio
         (tmp_path / f"ReCoRD/{split}.jsonl").write_text(json.dumps(row) + "\n")
     rows = read_split(SUPERGLUE["record"], tmp_path / "ReCoRD", "val")
     tk = load_tokenizer(tok)
-    from electra.data.superglue import record_windows
+    from electra.tasks.superglue.data import record_windows
 
     w = record_windows(tk, rows, 48, 8)
     per_row = [int((w["row"] == i).sum()) for i in range(3)]

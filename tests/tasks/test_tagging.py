@@ -13,7 +13,10 @@ from helpers import shared_data
 
 from electra.cli import main
 from electra.config import model_preset
-from electra.data.tagging import (
+from electra.data.tokenizer import train_tokenizer
+from electra.model import Discriminator
+from electra.saved import folders
+from electra.tasks.tagging.data import (
     IGNORE,
     Sentence,
     encode_tagged,
@@ -23,9 +26,6 @@ from electra.data.tagging import (
     tag_map,
     word_predictions,
 )
-from electra.data.tokenizer import train_tokenizer
-from electra.model import Discriminator
-from electra.saved import folders
 
 CONLLU = """# sent_id = 1
 # text = I can't go.

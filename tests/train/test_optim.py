@@ -7,7 +7,7 @@ import torch
 from helpers import small_model
 
 from electra.config import model_preset
-from electra.tasks.sequence import SequenceClassifier
+from electra.tasks.sequence.head import SequenceClassifier
 from electra.train.optim import layer_depth, layerwise_groups, param_groups, warmup_linear
 
 

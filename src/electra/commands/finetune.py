@@ -115,22 +115,21 @@ def parse_seeds(text: str) -> list[int]:
 
 def main(task: str, out: str, model: str | None = None, random_init: str | None = None,
          tokenizer: str | None = None, data: str | None = None, train: str | None = None,
-         dev: str | None = None, text_columns: str = "text", label_column: str = "label",
-         regression: bool = False, seeds: str = "1", sets: list[str] | None = None,
+         dev: str | None = None, seeds: str = "1", sets: list[str] | None = None,
          overwrite: bool = False, resume: bool = False, predict: str | None = None,
-         tag_column: str | None = None, device: str = "auto", progress: bool = True,
-         dist_timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any] | None:
+         device: str = "auto", progress: bool = True,
+         dist_timeout: float = DEFAULT_TIMEOUT_S, **reading: Any) -> dict[str, Any] | None:
     """`electra finetune`: the task, the model to start from, the settings, then one
-    fine-tune per seed in this command's runtime."""
+    fine-tune per seed in this command's runtime. ``reading``: what the task families read
+    beside their files (``text_columns``, ``label_column``, ``regression``, ``tag_column``:
+    ``electra.tasks.registry.load_task``)."""
     seed_list = parse_seeds(seeds)
     cfg = load_finetune_config(sets or [])
     names = [t.strip() for t in task.split(",")]
     if len(names) > 1:
-        tasks = load_tasks(names, data, train, dev, text_columns, label_column, regression,
-                           predict, tag_column)
+        tasks = load_tasks(names, data, train, dev, predict=predict, **reading)
     else:
-        one = load_task(task, data, train, dev, text_columns, label_column, regression,
-                        predict, tag_column=tag_column)
+        one = load_task(task, data=data, train=train, dev=dev, predict=predict, **reading)
         tasks = {one.name: one}
     source = model_source(model, random_init, tokenizer)
     inputs = [("--model", model), ("--random-init", random_init), ("--tokenizer", tokenizer),
@@ -143,8 +142,7 @@ def main(task: str, out: str, model: str | None = None, random_init: str | None 
 
 
 def load_tasks(names: list[str], data: str | None, train: str | None, dev: str | None,
-               text_columns: str, label_column: str, regression: bool, predict: str | None,
-               tag_column: str | None) -> dict[str, TaskData]:
+               **reading: Any) -> dict[str, TaskData]:
     """``--task a,b,c``: each task's data, ``--data``/``--train``/``--dev`` given as
     comma-separated lists in the tasks' order (an empty entry where a task reads none)."""
     if any(not n for n in names):
@@ -167,8 +165,8 @@ def load_tasks(names: list[str], data: str | None, train: str | None, dev: str |
 
     datas, trains, devs = (per_task(f, v) for f, v in (("--data", data), ("--train", train),
                                                         ("--dev", dev)))
-    loaded = [load_task(n, datas[i], trains[i], devs[i], text_columns, label_column,
-                        regression, predict, tag_column=tag_column) for i, n in enumerate(names)]
+    loaded = [load_task(n, data=datas[i], train=trains[i], dev=devs[i], **reading)
+              for i, n in enumerate(names)]
     same = sorted({d.name for d in loaded if [e.name for e in loaded].count(d.name) > 1})
     if same:
         raise UserError(f"--task {','.join(names)}: {', '.join(same)} is given twice (under "
@@ -177,9 +175,8 @@ def load_tasks(names: list[str], data: str | None, train: str | None, dev: str |
 
 
 def evaluate(model: str, task: str, data: str | None = None, dev: str | None = None,
-             text_columns: str | None = None, label_column: str = "label",
-             regression: bool = False, split: str = "dev",
-             tag_column: str | None = None) -> dict[str, Any]:
+             split: str = "dev", text_columns: str | None = None,
+             **reading: Any) -> dict[str, Any]:
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s); a
     collapsed model (nearly one class) is flagged as fine-tuning flags it. The text columns
     are the model's own (saved when it was fine-tuned) unless --text-columns names others."""
@@ -189,8 +186,8 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     if meta["task"] not in head_for_task(task).trained_on(task):
         raise UserError(f"--model {model} was fine-tuned on {meta['task']}, not {task}")
     columns = text_columns or ",".join(meta.get("text_columns") or ["text"])
-    task_data = load_task(task, data, None, dev, columns, label_column, regression,
-                          split=split, tag_column=tag_column)
+    task_data = load_task(task, data=data, dev=dev, split=split, text_columns=columns,
+                          **reading)
     cfg = config_from_dict(FinetuneConfig, meta["finetune"], f"{model}/config.json")
     task_data = head_of(meta).for_model(task_data, meta, cfg, model)
     preds = dev_predictions(classifier, load_tokenizer(model), task_data, cfg)

@@ -81,9 +81,8 @@ def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random
                         f"one-process run, whose compare.json records the FLOPs")
     raw = raw_run_config(preset, config, sets or [])
     shards = ShardDataset(data, "train")
-    loaded = {t.name: load_task(t.task, t.folder, t.train, t.dev, t.text_columns,
-                                t.label_column, t.regression) for t in task_list}  # read now,
-    # not after hours of pretraining
+    loaded = {t.name: load_task(t.task, **t.reading) for t in task_list}  # read now, not
+    # after hours of pretraining
     inputs = [("--data", data), ("--config", config), ("--glue", glue),
               *[(f"--tasks {t.name}", p) for t in task_list for p in (t.train, t.dev)]]
     with start(device, dist_timeout, keep_memory=True) as rt, \
@@ -202,9 +201,7 @@ def _finetune_all(plan: Plan, data: str, out: Path, rt: Any, progress: bool,
                 scores[name][task.name] = read_json(folder / "results.json")
                 continue
             if task.name not in loaded:
-                loaded[task.name] = load_task(task.task, task.folder, task.train, task.dev,
-                                              task.text_columns, task.label_column,
-                                              task.regression)
+                loaded[task.name] = load_task(task.task, **task.reading)
             if objective is None:
                 first = next(iter(plan.objectives))
                 shape = out / "models" / f"{first}-100"

@@ -8,6 +8,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from electra.config import (
     FinetuneConfig,
@@ -15,10 +16,10 @@ from electra.config import (
     parse_bool,
     parse_set,
 )
-from electra.data.tasks import GLUE
 from electra.errors import UserError
 from electra.io.outputs import plain_name
 from electra.objectives.registry import OBJECTIVES
+from electra.tasks.sequence.data import GLUE
 
 RANDOM_INIT = "random-init"  # the models fine-tuned from random weights
 FRACTIONS = (0.25, 0.5, 1.0)
@@ -58,6 +59,13 @@ class Task:
     def probe(self) -> bool:
         """A linear probe (``--probe``): the encoder frozen, the head alone trained."""
         return "freeze=encoder" in self.sets
+
+    @property
+    def reading(self) -> dict[str, Any]:
+        """What ``load_task`` reads the task from."""
+        return dict(data=self.folder, train=self.train, dev=self.dev,
+                    text_columns=self.text_columns, label_column=self.label_column,
+                    regression=self.regression)
 
     @property
     def metric(self) -> str:

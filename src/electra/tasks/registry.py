@@ -3,14 +3,15 @@ with a :class:`~electra.tasks.base.Head` subclass and one line here."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from electra.tasks.base import HEADS, Head, TaskData
-from electra.tasks.choice import Choice
-from electra.tasks.qa import QA
-from electra.tasks.sequence import Sequence
-from electra.tasks.superglue import SuperGLUE
-from electra.tasks.tagging import Tagging
+from electra.tasks.choice.head import Choice
+from electra.tasks.qa.head import QA
+from electra.tasks.sequence.head import Sequence
+from electra.tasks.superglue.head import SuperGLUE
+from electra.tasks.tagging.head import Tagging
 
 for _head in (
     Sequence(),
@@ -35,18 +36,28 @@ def head_for_task(task: str) -> Head:
                 HEADS["sequence"])
 
 
-def load_task(task: str, data: str | None = None, train: str | None = None,
-              dev: str | None = None, text_columns: str = "text",
-              label_column: str = "label", regression: bool = False,
-              predict: str | None = None, split: str | None = None,
-              tag_column: str | None = None) -> TaskData:
-    """A GLUE task from its folder (``data``), ``custom`` from ``train``/``dev`` files,
-    ``tagging`` from CoNLL-U/CoNLL/JSONL files, or SQuAD from its JSON.
+def reading_options() -> set[str]:
+    """What ``load_task`` may be given: the keywords of every registered head's ``load``
+    (``data``, ``train``, ``dev``, ``predict``, ``split`` and each family's own, such as
+    ``text_columns`` or ``tag_column``)."""
+    names: set[str] = set()
+    for head in HEADS.values():
+        names |= {p.name for p in inspect.signature(head.load).parameters.values()
+                  if p.kind is p.POSITIONAL_OR_KEYWORD or p.kind is p.KEYWORD_ONLY}
+    return names - {"task"}
+
+
+def load_task(task: str, **given: Any) -> TaskData:
+    """The data of ``--task``, read by the head that reads it from what the command was
+    given: a GLUE task from its folder (``data``), ``custom`` from ``train``/``dev`` files,
+    ``tagging`` from CoNLL-U/CoNLL/JSONL files (``tag_column``), SQuAD from its JSON...
+    Each family reads the keywords it knows; one no head knows is refused (TypeError).
 
     ``split`` (evaluation only): which dev split to read, and no training set; None reads
     the training set and every dev split (fine-tuning).
     """
-    given: dict[str, Any] = dict(data=data, train=train, dev=dev, text_columns=text_columns,
-                                 label_column=label_column, regression=regression,
-                                 predict=predict, split=split, tag_column=tag_column)
+    unknown = sorted(set(given) - reading_options())
+    if unknown:
+        raise TypeError(f"load_task() got {', '.join(map(repr, unknown))}, which no task "
+                        f"family reads; they read {', '.join(sorted(reading_options()))}")
     return head_for_task(task).load(task, **given)

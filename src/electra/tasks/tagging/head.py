@@ -2,7 +2,7 @@
 
 The head is a dense layer on every token, trained and read at each word's first piece; it is
 scored with seqeval's entity F1 for BIO tags, else accuracy, and exports as transformers'
-``ElectraForTokenClassification``. Reading and metrics are ``electra.data.tagging``'.
+``ElectraForTokenClassification``. Reading and metrics are ``electra.tasks.tagging.data``'.
 """
 
 from __future__ import annotations
@@ -15,7 +15,11 @@ import torch
 from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
-from electra.data.tagging import (
+from electra.errors import UserError
+from electra.model import Encoder, EncoderWithHead, init_weights
+from electra.model.kernels import Kernels
+from electra.tasks.base import Head, TaskData, confusion, cross_entropy, logits
+from electra.tasks.tagging.data import (
     IGNORE,
     Sentence,
     encode_tagged,
@@ -25,10 +29,6 @@ from electra.data.tagging import (
     tagging_metrics,
     word_predictions,
 )
-from electra.errors import UserError
-from electra.model import Encoder, EncoderWithHead, init_weights
-from electra.model.kernels import Kernels
-from electra.tasks.base import Head, TaskData, confusion, cross_entropy, logits
 
 
 class TokenClassifier(EncoderWithHead):

@@ -4,7 +4,7 @@ The head is a dense layer giving each token a start and an end logit, trained on
 the context (``doc_stride`` apart) with the mean of the two positions' cross-entropies,
 scored with the official script's exact match and F1 (SQuAD 2.0: with the best no-answer
 threshold too); it exports as transformers' ``ElectraForQuestionAnswering``. Reading,
-windows and scores are ``electra.data.squad``'.
+windows and scores are ``electra.tasks.qa.data``'.
 """
 
 from __future__ import annotations
@@ -17,7 +17,11 @@ import torch
 from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
-from electra.data.squad import (
+from electra.errors import UserError
+from electra.model import Encoder, EncoderWithHead, init_weights
+from electra.model.kernels import Kernels
+from electra.tasks.base import Head, TaskData, cross_entropy, logits
+from electra.tasks.qa.data import (
     QAExample,
     best_answers,
     qa_features,
@@ -25,10 +29,6 @@ from electra.data.squad import (
     split_articles,
     squad_scores,
 )
-from electra.errors import UserError
-from electra.model import Encoder, EncoderWithHead, init_weights
-from electra.model.kernels import Kernels
-from electra.tasks.base import Head, TaskData, cross_entropy, logits
 
 
 class QuestionAnswerer(EncoderWithHead):

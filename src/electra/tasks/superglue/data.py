@@ -2,7 +2,7 @@
 ``test.jsonl``; the diagnostics ``AX-b/AX-b.jsonl`` and ``AX-g/AX-g.jsonl``), its metrics and
 its submission files (https://super.gluebenchmark.com/tasks).
 
-Every task but COPA (``electra.tasks.choice``) becomes sentence-pair examples for the
+Every task but COPA (``electra.tasks.choice.head``) becomes sentence-pair examples for the
 sequence head; where a task scores groups of rows (MultiRC's questions, ReCoRD's candidates,
 AX-g's sentence pairs) each row says its group:
 
@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from electra.data.examples import Example
 from electra.data.labels import canonical_label
-from electra.data.tasks import Example
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
 
@@ -341,7 +341,7 @@ def record_answers(scores: np.ndarray, rows: list[Row]) -> dict[str, str]:
 def record_scores(answers: dict[str, str], rows: list[Row]) -> dict[str, float]:
     """SQuAD's EM and F1 of each query's answer, the maximum over its gold answers (0 where
     it has none), averaged over the queries."""
-    from electra.data.squad import exact_score, f1_score
+    from electra.tasks.qa.data import exact_score, f1_score
 
     gold = {r.group: r.answers for r in rows}
     em = [max((exact_score(g, answers[q]) for g in gold[q]), default=0.0) for q in gold]

@@ -2,8 +2,8 @@
 
 The head is ELECTRA's on [CLS] (dropout -> dense -> GELU -> dropout -> dense), trained with
 cross-entropy (mean squared error for regression), scored with GLUE's metrics; it exports as
-transformers' ``ElectraForSequenceClassification``. Reading and metrics are
-``electra.data.tasks``'.
+transformers' ``ElectraForSequenceClassification``. GLUE's files are
+``electra.tasks.sequence.data``'s; custom files and the metrics ``electra.data.examples``'.
 """
 
 from __future__ import annotations
@@ -17,22 +17,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
-from electra.data.tasks import (
-    GLUE,
-    SUBMISSION_FILES,
-    Example,
-    compute_metrics,
-    encode,
-    glue_task,
-    label_map,
-    read_custom,
-    read_glue,
-    write_submission,
-)
+from electra.data.examples import Example, compute_metrics, encode, label_map, read_custom
 from electra.errors import UserError
 from electra.model import Encoder, EncoderWithHead, init_weights
 from electra.model.kernels import Kernels
 from electra.tasks.base import HEADS, Head, TaskData, confusion, cross_entropy, logits
+from electra.tasks.sequence.data import (
+    GLUE,
+    SUBMISSION_FILES,
+    glue_task,
+    read_glue,
+    write_submission,
+)
 
 
 class SequenceClassifier(EncoderWithHead):

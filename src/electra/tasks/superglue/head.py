@@ -1,11 +1,11 @@
 """SuperGLUE's pair tasks: BoolQ, CB, RTE (``sg-rte``), WiC, WSC, MultiRC, ReCoRD and the
 diagnostics AX-b and AX-g, on the sequence head (ELECTRA's classifier on [CLS]).
 
-Rows, metrics and submission files are ``electra.data.superglue``'s. Predictions are class
-probabilities per row; MultiRC, ReCoRD and AX-g score them by group (a question's options,
-a query's candidates, a Winogender pair). COPA is the multiple-choice head's
-(``electra.tasks.choice``). A model fine-tuned on RTE (GLUE's or SuperGLUE's) scores AX-b and
-AX-g with ``electra evaluate``. Exports as ``ElectraForSequenceClassification``.
+Rows, metrics and submission files are ``electra.tasks.superglue.data``'s. Predictions are
+class probabilities per row; MultiRC, ReCoRD and AX-g score them by group (a question's
+options, a query's candidates, a Winogender pair). COPA is the multiple-choice head's
+(``electra.tasks.choice.head``). A model fine-tuned on RTE (GLUE's or SuperGLUE's) scores
+AX-b and AX-g with ``electra evaluate``. Exports as ``ElectraForSequenceClassification``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ import numpy as np
 import torch
 
 from electra.config import FinetuneConfig
-from electra.data.superglue import (
+from electra.errors import UserError
+from electra.io.files import jsonl, read_text
+from electra.tasks.base import TaskData, confusion, logits
+from electra.tasks.sequence.head import Sequence
+from electra.tasks.superglue.data import (
     DIAGNOSTIC_OF,
     SUPERGLUE,
     Row,
@@ -33,10 +37,6 @@ from electra.data.superglue import (
     record_windows,
     write_submission,
 )
-from electra.errors import UserError
-from electra.io.files import jsonl, read_text
-from electra.tasks.base import TaskData, confusion, logits
-from electra.tasks.sequence import Sequence
 
 
 @dataclass

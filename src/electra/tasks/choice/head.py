@@ -5,7 +5,7 @@ Every (context, choice) pair runs through the encoder; the head scores each from
 (dense -> GELU -> dropout -> one logit), and a softmax over an example's choices is trained
 with cross-entropy and read as the prediction; accuracy. Exports as transformers'
 ``ElectraForMultipleChoice`` (its ``sequence_summary`` and ``classifier``). Reading is
-``electra.data.choice``'s.
+``electra.tasks.choice.data``'s.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
-from electra.data.choice import ChoiceExample, encode_choices, read_choices
 from electra.errors import UserError
 from electra.model import Encoder, EncoderWithHead, init_weights
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, confusion, cross_entropy, logits
+from electra.tasks.choice.data import ChoiceExample, encode_choices, read_choices
 
 
 class MultipleChoice(EncoderWithHead):
