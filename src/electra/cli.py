@@ -415,7 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         getattr(importlib.import_module(module), function)(**kwargs)
         return 0
     except UserError as err:
-        from electra.runtime import launched
+        from electra.runtime import launched  # here: the runtime imports torch
 
         place = launched()
         if place.is_main or not getattr(err, "shared", False):
@@ -440,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:  # a writer the disk failed under, that said nothing more itself
         from pathlib import Path
 
-        from electra.io.files import disk_problem
+        from electra.io.files import disk_problem  # light, but only an error needs it
 
         problem = disk_problem(err, Path(err.filename or "."))
         if problem is None:

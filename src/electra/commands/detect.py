@@ -17,9 +17,11 @@ from typing import Any
 
 import torch
 
+from electra.data.tokenizer import load_tokenizer, special_names
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
-from electra.io.outputs import HTML_GENERATOR
+from electra.io.outputs import HTML_GENERATOR, check_file_out, write_file
+from electra.saved.models import open_model
 
 _RED, _RESET = "\033[41;97m", "\033[0m"
 
@@ -27,9 +29,6 @@ _RED, _RESET = "\033[41;97m", "\033[0m"
 def load_detector(source: str | Path) -> tuple[torch.nn.Module, Any]:
     """(discriminator in eval mode, its tokenizer) from a run, discriminator folder,
     checkpoint, or transformers ElectraForPreTraining folder."""
-    from electra.data.tokenizer import load_tokenizer
-    from electra.saved.models import open_model
-
     opened = open_model(source, "discriminator")  # refuses generators and classifiers
     return opened["discriminator"].eval(), load_tokenizer(opened.tokenizer)
 
@@ -39,8 +38,6 @@ def score(disc: torch.nn.Module, tok: Any, texts: list[str], batch_size: int = 3
           ) -> list[dict[str, Any]]:
     """For each text: its tokens (without [CLS]/[SEP]), their character offsets and the
     probability each was replaced. Texts longer than the model's positions are truncated."""
-    from electra.data.tokenizer import special_names
-
     limit = disc.config.max_position_embeddings
     tok.no_padding()
     tok.enable_truncation(limit)
@@ -123,8 +120,6 @@ def main(model: str, text: list[str] | None = None, input: str | None = None,
          html_out: str | None = None, json_lines: bool = False,
          threshold: float = 0.5) -> None:
     """`electra detect`."""
-    from electra.io.outputs import check_file_out, write_file
-
     if not 0.0 <= threshold <= 1.0:
         raise UserError(f"--threshold {threshold} must be between 0 and 1")
     texts = list(text or []) + (_read_texts(input) if input else [])

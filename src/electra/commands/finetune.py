@@ -54,6 +54,7 @@ from electra.config import (
     load_finetune_config,
     model_preset,
 )
+from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.io.files import disk_errors, publish, read_json, write_json
 from electra.io.outputs import Claim, claim_out
@@ -77,8 +78,6 @@ def model_source(model: str | None = None, random_init: str | None = None,
     """``--model RUN`` (a pretraining run, its discriminator/ or a checkpoint, a fine-tuned
     model, or a transformers ElectraForPreTraining folder), or
     ``--random-init PRESET --tokenizer PATH`` / ``--random-init RUN`` (that run's shape)."""
-    from electra.data.tokenizer import load_tokenizer
-
     if random_init:
         if Path(random_init).is_dir():  # a model folder's shape (and tokenizer), fresh weights
             folder = folders.resolve(random_init, "discriminator", "--random-init")
@@ -180,8 +179,6 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s); a
     collapsed model (nearly one class) is flagged as fine-tuning flags it. The text columns
     are the model's own (saved when it was fine-tuned) unless --text-columns names others."""
-    from electra.data.tokenizer import load_tokenizer
-
     classifier, meta = load_classifier(model)
     if meta["task"] not in head_for_task(task).trained_on(task):
         raise UserError(f"--model {model} was fine-tuned on {meta['task']}, not {task}")
@@ -242,8 +239,6 @@ def run_finetune(source: ModelSource, data: TaskData | dict[str, TaskData], out:
 def _finetune(source: ModelSource, tasks: dict[str, TaskData], out: Path, cfg: FinetuneConfig,
               seeds: list[int], rt: Runtime, claim: Claim, resume: bool,
               progress: bool) -> dict[str, Any] | None:
-    from electra.data.tokenizer import load_tokenizer
-
     def check() -> tuple[FinetuneConfig, dict[str, FinetuneConfig], dict[str, TaskData], Any]:
         whole, cfgs = resolve(source, tasks, cfg, rt.world_size)
         return (whole, cfgs, {t: d.head.prepare(d, cfgs[t]) for t, d in tasks.items()},

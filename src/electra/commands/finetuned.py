@@ -12,6 +12,7 @@ from torch import nn
 
 from electra.config import FinetuneConfig, config_diffs
 from electra.errors import UserError
+from electra.io.checkpoint import latest_checkpoint
 from electra.io.files import read_json, staging_dir, write_json
 from electra.io.outputs import Claim
 from electra.runtime import Runtime, resolve_precision, use_threads
@@ -104,8 +105,6 @@ def begin(out: Path, settings: dict[str, Any], claim: Claim, resume: bool,
           seeds: list[int]) -> tuple[Path, dict[int, Any], Path | None]:
     """The staging folder (fresh, or the interrupted one), the finished seeds' result.json,
     and the last checkpoint of the first seed still to run (rank 0)."""
-    from electra.io.checkpoint import latest_checkpoint
-
     tmp = staging(out, settings, claim, resume)
     done = {s: read_json(tmp / f"seed-{s}/result.json") for s in seeds
             if (tmp / f"seed-{s}/result.json").is_file()}

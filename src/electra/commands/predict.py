@@ -22,8 +22,11 @@ from typing import Any
 
 import torch
 
+from electra.config import FinetuneConfig, config_from_dict
+from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.io.outputs import check_file_out, write_file
+from electra.saved import folders
 from electra.tasks.base import head_of
 
 
@@ -47,10 +50,6 @@ def predict(model: str | Path, input: str | Path, batch_size: int = 64,
     """A fine-tuned model (``OUT/seed-S``, or ``OUT/seed-S/TASK``) applied to the inputs in
     a file (the forms above); one record per input, in order (the Python API's
     ``electra.predict``)."""
-    from electra.config import FinetuneConfig, config_from_dict
-    from electra.data.tokenizer import load_tokenizer
-    from electra.saved import folders
-
     if batch_size < 1:
         raise UserError(f"--batch-size {batch_size}: give a positive number")
     net, meta = folders.load(model, "classifier")

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from electra import __version__
 from electra.config import DEFAULT_TIMEOUT_S, ModelConfig, config_diffs
 from electra.data.loader import BatchLoader, Prefetched, ShardDataset
 from electra.data.tokenizer import SIDECAR, SpecialTokens, load_tokenizer, tokenizer_checksum
@@ -268,8 +269,6 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig,
 def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
     """Check the inputs on every rank, prepare the run folder, build the model and trainer
     (restored from the run's last checkpoint with ``--resume``)."""
-    from electra import __version__
-
     tc = opt.config.train
     busy = use_threads(tc.threads, "train.threads", rt.device)
     if busy and opt.progress and rt.is_main:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from electra.data.labels import Spellings
+from electra.data.tokenizer import special_names
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
 
@@ -203,7 +204,6 @@ def encode(tok: Any, examples: list[Example], max_length: int,
     input_ids, token_type_ids, attention_mask (and labels when every example has one)."""
     import torch
 
-    from electra.data.tokenizer import special_names
 
     tok.enable_truncation(max_length)
     pad = special_names(tok)["pad"]

@@ -631,8 +631,6 @@ def _meta(opt: PrepareOptions, tok: Any, writers: dict[str, _Writer], stats: Rea
 def verify_data(folder: str) -> dict[str, Any]:
     """Check every row of every split, the token counts and the files' checksums against
     meta.json, and the tokenizer against its checksum; print a summary."""
-    from electra.data.tokenizer import tokenizer_checksum
-
     meta = ShardDataset(folder, "train").meta
     found = {split: ShardDataset(folder, split).verify() for split in meta["splits"]}
     tok = load_tokenizer(Path(folder) / "tokenizer.json")

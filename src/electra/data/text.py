@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from electra.errors import UserError
-from electra.io.files import json_line, read_json
+from electra.io.files import json_line, read_json, sha256_file
 
 TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".txt.gz", ".text.gz", ".jsonl.gz", ".parquet",
                  ".arrow")
@@ -226,8 +226,6 @@ def iter_lines(path: Path, text_field: str, stats: ReadStats,
         stats.files[str(path)] = {"split": split or "train"}
         return
     if path.name.endswith((".parquet", ".arrow")):
-        from electra.io.files import sha256_file
-
         yield from _record_lines(_table_records(path, text_field))
         size = path.stat().st_size
         stats.files[str(path)] = {"sha256": sha256_file(path), "bytes": size}

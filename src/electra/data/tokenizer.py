@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from electra.data.text import expand_inputs, read_chunks
 from electra.errors import UserError
-from electra.io.files import read_json
+from electra.io.files import read_json, staged
+from electra.io.outputs import claim_out
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -115,7 +117,6 @@ def _read_sidecar(folder: Path) -> dict[str, str]:
     path = folder / SIDECAR
     if not path.is_file():
         return {}
-    from electra.io.files import read_json
 
     raw = read_json(path, f"the tokens' roles: fix or delete it, or name them with {_FLAG}",
                     max_bytes=1 << 20)
@@ -364,10 +365,6 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
                     split: str | None = None) -> Tokenizer:
     """Train a tokenizer of algorithm ``model`` (wordpiece, bpe, unigram) on raw text and write it
     to ``out``. The special tokens come first (ids 0-4), named as in ``ALGORITHM_SPECIALS``."""
-    from electra.data.text import expand_inputs, read_chunks
-    from electra.io.files import staged
-    from electra.io.outputs import claim_out
-
     if model not in ALGORITHMS:
         raise UserError(f"--model {model!r} is not a tokenizer algorithm; use one of "
                         f"{', '.join(ALGORITHMS)}")

@@ -17,6 +17,7 @@ import torch
 from electra.config import config_from_dict
 from electra.errors import UserError
 from electra.experiments.compare_spec import RANDOM_INIT, Task
+from electra.experiments.demo import demo_config
 from electra.io.outputs import inside
 from electra.model.kernels import kernels_for
 from electra.objectives.config import ObjectiveConfig, RunConfig
@@ -104,8 +105,6 @@ def _base_config(raw: dict[str, Any], budget_kind: str) -> RunConfig:
                         "variant with `electra pretrain` runs (its cost changes at the stage "
                         "boundary)")
     if budget_kind == "demo":
-        from electra.experiments.demo import demo_config
-
         demo = demo_config(600).to_dict()
         raw = {s: {**demo[s], **raw.get(s, {})} for s in demo}
     return RunConfig.from_dict(raw)

@@ -18,9 +18,19 @@ from pathlib import Path
 
 import torch
 
+from electra.commands import pretrain as pretrain_command  # a module: tests stop its run
 from electra.config import TrainConfig, model_preset
+from electra.data.prepare import PrepareOptions, prepare
+from electra.data.tokenizer import SpecialTokens, load_tokenizer, train_tokenizer
 from electra.errors import UserError
-from electra.objectives.config import ObjectiveConfig, RunConfig
+from electra.experiments.plot import plot_run
+from electra.io.checkpoint import latest_checkpoint
+from electra.io.outputs import claim_out
+from electra.objectives.config import ObjectiveConfig, RunConfig, apply_overrides
+from electra.objectives.masking import mask_inputs
+from electra.objectives.sampling import corrupt, sample
+from electra.runtime import start
+from electra.saved import folders
 
 SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "tkinter", "turtledemo", "ensurepip",
              "site-packages", "dist-packages", "__pycache__", "pydoc_data", "encodings"}
@@ -85,8 +95,6 @@ def write_corpus(folder: Path) -> tuple[Path, Path]:
 
 def demo_config(steps: int, sets: list[str] | None = None) -> RunConfig:
     """The demo's run: the tiny preset at temperature 3, then ``--set`` overrides."""
-    from electra.objectives.config import apply_overrides
-
     model = model_preset("tiny")
     train = TrainConfig(lr=1e-3, batch_size=32, warmup_steps=min(100, steps // 10),
                         max_steps=steps, log_every=10, eval_every=max(1, steps // 4),
@@ -99,8 +107,6 @@ def demo_config(steps: int, sets: list[str] | None = None) -> RunConfig:
 def interrupted_step(out: Path) -> int | None:
     """The step of the last checkpoint of an interrupted demo in ``out`` (its pretraining
     saved, no summary.json yet); None when there is none."""
-    from electra.io.checkpoint import latest_checkpoint
-
     if (out / "summary.json").is_file():
         return None
     last = latest_checkpoint(out / "run" / "checkpoints")
@@ -113,8 +119,6 @@ def run_demo(out: str | Path = "runs/demo", steps: int | None = None, overwrite:
     ``out`` is a demo folder: a new one, or one the demo wrote, whose finished demo a rerun
     replaces. An interrupted demo (its pretraining checkpointed) is continued with ``resume``
     (corpus, tokenizer and shards reused), discarded with ``overwrite``, else refused."""
-    from electra.io.outputs import claim_out
-
     cfg = demo_config(steps or DEMO_STEPS, sets)
     with claim_out(out, "demo", "demo", overwrite=True) as claim:
         step = interrupted_step(Path(out))
@@ -133,11 +137,6 @@ def _reusable(out: Path) -> bool:
 
 
 def _demo(out: Path, cfg: RunConfig, resume: bool, progress: bool) -> dict:
-    from electra.commands.pretrain import PretrainOptions, pretrain
-    from electra.data.prepare import PrepareOptions, prepare
-    from electra.data.tokenizer import train_tokenizer
-    from electra.runtime import start
-
     t0 = time.perf_counter()
     steps = cfg.train.max_steps
     train_txt, held_txt = out / "corpus/train.txt", out / "corpus/heldout.txt"
@@ -158,9 +157,9 @@ def _demo(out: Path, cfg: RunConfig, resume: bool, progress: bool) -> dict:
           f" replacements sampled at temperature {DEMO_TEMPERATURE:g} (the paper uses 1, which"
           f" needs far more than a few CPU minutes to leave the all-original plateau)")
     with start("auto", keep_memory=True) as rt:
-        last = pretrain(PretrainOptions(data=str(out / "data"), out=str(out / "run"),
-                                        config=cfg, overwrite=not resume, resume=resume,
-                                        progress=progress), rt)
+        last = pretrain_command.pretrain(pretrain_command.PretrainOptions(
+            data=str(out / "data"), out=str(out / "run"), config=cfg, overwrite=not resume,
+            resume=resume, progress=progress), rt)
     minutes = (time.perf_counter() - t0) / 60
     acc, base = last["val_disc_acc"], last["val_baseline_acc"]
     margin = 100 * (acc - base)
@@ -169,7 +168,6 @@ def _demo(out: Path, cfg: RunConfig, resume: bool, progress: bool) -> dict:
           f"{base:.2%} by {margin:+.2f} points (ROC-AUC {last['val_disc_auc']:.3f}; 0.5 is "
           f"chance); generator accuracy on masked "
           f"tokens {last['val_gen_acc']:.1%} (chance {1 / 8192:.3%}); {minutes:.1f} min")
-    from electra.experiments.plot import plot_run
 
     print(f"curves: {plot_run(out / 'run')}")
     show_example(out / "run", held_txt)
@@ -180,11 +178,6 @@ def _demo(out: Path, cfg: RunConfig, resume: bool, progress: bool) -> dict:
 @torch.no_grad()
 def show_example(run: Path, heldout: Path, seed: int = 3) -> None:
     """Corrupt one held-out sentence with the generator and print what the discriminator flags."""
-    from electra.data.tokenizer import SpecialTokens, load_tokenizer
-    from electra.objectives.masking import mask_inputs
-    from electra.objectives.sampling import corrupt, sample
-    from electra.saved import folders
-
     tok = load_tokenizer(run / "discriminator")
     special = SpecialTokens.of(tok)
     disc = folders.load(run, "discriminator")[0].eval()

@@ -29,7 +29,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from electra.errors import UserError
-from electra.io.files import read_json, sha256_file, staged
+from electra.io.files import pickle_refusal, read_json, sha256_file, staged
 
 FILES = ("model.safetensors", "state.pt", "config.json")
 
@@ -122,7 +122,6 @@ def load_checkpoint(path: Path, model: nn.Module) -> tuple[dict[str, Any], dict[
 
     from safetensors import SafetensorError
 
-    from electra.io.files import pickle_refusal
 
     config = verify_checkpoint(path)
     try:  # weights_only: plain tensors and containers; anything that would run code is refused

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from electra.errors import UserError
+from electra.io.files import disk_errors
 
 MARK = ".electra.json"
 
@@ -615,8 +616,6 @@ def write_file(path: Path, write: Callable[[Path], None], command: str,
     """Write a single-file output atomically under its lock: ``write(part)`` fills a part
     file, renamed over ``path`` at the end (missing folders above it made; on any error the
     part file is removed and ``path`` untouched)."""
-    from electra.io.files import disk_errors
-
     if path.exists() and not path.is_file():  # /dev/stdout, /dev/null, a pipe: write into it
         with disk_errors(path):
             write(path)

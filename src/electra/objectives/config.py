@@ -29,6 +29,7 @@ from electra.config import (
     parse_set,
 )
 from electra.errors import UserError
+from electra.io.files import read_json, read_toml
 
 SHARINGS = ("embeddings", "none", "all", "gdes")
 UNITS = ("token", "word", "span")
@@ -273,8 +274,6 @@ def raw_run_config(preset: str | None = None, config_file: str | None = None,
                             f"{', '.join(MODEL_PRESETS)}")
         d["preset"] = preset
     if config_file:
-        from electra.io.files import read_toml
-
         d = read_toml(Path(config_file), "--config")
     return apply_overrides(d, sets or [])
 
@@ -286,8 +285,6 @@ RUN_FILE_KEYS = {"model", "objective", "train", "tokenizer_sha256", "data_vocab_
 
 def resumed_run_config(run: str | Path, sets: list[str] | None = None) -> RunConfig:
     """`pretrain --resume` without --preset/--config: the run's own config, then ``--set``."""
-    from electra.io.files import read_json
-
     path = Path(run) / "config.json"
     if not path.is_file():
         raise UserError(f"--resume: {path} not found; give --preset or --config to start a run")

@@ -24,8 +24,11 @@ from typing import Any
 from torch import nn
 
 from electra.config import ModelConfig, config_from_dict
+from electra.data.tokenizer import save_tokenizer
 from electra.errors import UserError
-from electra.io.files import read_json, staged, write_json
+from electra.io.files import pickle_refusal, read_json, staged, write_json
+from electra.model import Discriminator, Generator
+from electra.tasks.base import head_of
 
 PARTS = ("discriminator", "generator", "classifier")
 _HINT = {"classifier": "give OUT/seed-N from `electra finetune`"}
@@ -89,9 +92,6 @@ def read_config(folder: Path, part: str, flag: str = "--model") -> tuple[ModelCo
 
 def build(part: str, cfg: ModelConfig, meta: dict[str, Any] | None = None) -> nn.Module:
     """A fresh module of ``part`` (a classifier: its head's, from ``meta``)."""
-    from electra.model import Discriminator, Generator
-    from electra.tasks.base import head_of
-
     if part == "discriminator":
         return Discriminator(cfg)
     if part == "generator":
@@ -114,8 +114,6 @@ def read_weights(path: Path) -> dict[str, Any]:
             return torch.load(path, map_location="cpu", weights_only=True)
         return load_file(str(path))
     except pickle.UnpicklingError as err:
-        from electra.io.files import pickle_refusal
-
         raise UserError(f"{path}: refused, it holds more than tensors "
                         f"({pickle_refusal(err)}); nothing was loaded") from None
     except (SafetensorError, OSError, RuntimeError, EOFError) as err:
@@ -149,7 +147,6 @@ def write(folder: Path, module: nn.Module, part: str, tok: Any, **meta: Any) -> 
     ``meta`` adds to config.json."""
     from safetensors.torch import save_file
 
-    from electra.data.tokenizer import save_tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}

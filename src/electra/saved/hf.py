@@ -27,6 +27,7 @@ from electra.data.tokenizer import load_tokenizer, save_tokenizer, special_names
 from electra.errors import UserError
 from electra.io.files import staged
 from electra.io.outputs import claim_out
+from electra.model import Discriminator, Generator
 from electra.saved import folders
 from electra.saved.hf_format import (
     hf_class,
@@ -106,8 +107,6 @@ def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None 
     Without a generator folder a fresh one (¼ width) is made, sharing the discriminator's
     embeddings, so the run can be fine-tuned or pretrained further.
     """
-    from electra.model import Discriminator, Generator
-
     disc_dir, out = Path(hf_dir), Path(out)
     inputs = [("the transformers folder", disc_dir), ("--generator", generator)]
     with claim_out(out, "run", "import", overwrite=overwrite, inputs=inputs) as claim:

@@ -19,9 +19,15 @@ from typing import Any
 
 from torch import nn
 
+from electra.config import ModelConfig, config_from_dict
 from electra.errors import UserError
+from electra.io.checkpoint import load_checkpoint
 from electra.io.files import read_json
+from electra.model import Discriminator, Generator
+from electra.objectives.config import ObjectiveConfig
+from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.saved import folders
+from electra.saved.hf_format import read_hf_folder
 
 RUN_PARTS = ("discriminator", "generator")
 
@@ -52,8 +58,6 @@ def open_model(path: str | Path, part: str | None = None, flag: str = "--model")
     meta = read_json(src / "config.json", "a model's config") if (
         src / "config.json").is_file() else {}
     if isinstance(meta, dict) and "model_type" in meta:  # a transformers folder
-        from electra.model import Discriminator, Generator
-        from electra.saved.hf_format import read_hf_folder
 
         kind = part or "discriminator"
         cfg, state = read_hf_folder(src, kind)  # refuses other heads
@@ -85,11 +89,6 @@ def _pick(opened: Opened, part: str | None, src: Path, flag: str) -> Opened:
 
 def _checkpoint_parts(src: Path) -> dict[str, nn.Module]:
     """A checkpoint's models as a finished run would keep them."""
-    from electra.config import ModelConfig, config_from_dict
-    from electra.io.checkpoint import load_checkpoint
-    from electra.objectives.config import ObjectiveConfig
-    from electra.objectives.pretraining import ElectraPretrainingModel
-
     saved = read_json(src / "config.json", "a checkpoint's config")
     if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
         raise UserError(f"{src}: {folders.what_instead(src, 'discriminator')}")

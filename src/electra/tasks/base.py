@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from electra.data.examples import confusion_counts
 from electra.registry import Registry
 from electra.runtime import autocast
 
@@ -194,8 +195,6 @@ def confusion(preds: np.ndarray, labels: np.ndarray, names: dict[int, str], spli
     """A split's confusion matrix of class ids, and a warning when the predictions are (nearly)
     one class: every one, or at least NEAR_ONE_CLASS of them while that class is less than
     NEAR_ONE_CLASS_LABELS of the labels (see :data:`NEAR_ONE_CLASS`)."""
-    from electra.data.examples import confusion_counts
-
     matrix = {"labels": [names[i] for i in range(len(names))],
               "matrix": confusion_counts(labels, preds, len(names)).tolist()}
     warnings = []

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from electra.config import FinetuneConfig, ModelConfig, TrainConfig
+from electra.data.tokenizer import load_tokenizer
 from electra.runtime import Runtime
 from electra.tasks.base import TaskData
 from electra.tasks.registry import load_task
@@ -42,8 +43,6 @@ class Probe:
     def run(self, encoder: torch.nn.Module, model_cfg: ModelConfig,
             rt: Runtime) -> dict[str, float]:
         """``probe_<split>_<metric>`` of a probe on ``encoder``'s current weights."""
-        from electra.data.tokenizer import load_tokenizer
-
         # the probe's model loads a copy of the weights: the encoder itself is not touched
         source = ModelSource(None, model_cfg, self.tokenizer, "probe", encoder.state_dict())
         local = Runtime(device=rt.device, chosen_kernels=rt.chosen_kernels)

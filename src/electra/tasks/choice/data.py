@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from electra.data.tokenizer import special_names
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
 
@@ -94,8 +95,6 @@ def encode_choices(tok: Any, examples: list[ChoiceExample],
                    max_length: int) -> dict[str, torch.Tensor]:
     """(examples, choices, T) input_ids, token_type_ids, attention_mask, padded to the
     longest pair; ``labels`` (examples,) when every example has one."""
-    from electra.data.tokenizer import special_names
-
     tok.enable_truncation(max_length)
     pad = special_names(tok)["pad"]
     tok.enable_padding(pad_id=tok.token_to_id(pad), pad_token=pad)

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from electra.data.tokenizer import special_names
 from electra.errors import UserError
 from electra.io.files import read_json
 
@@ -152,7 +153,6 @@ def qa_features(tok: Any, examples: list[QAExample], max_length: int = 512,
     hold the whole answer or there is none)."""
     import torch
 
-    from electra.data.tokenizer import special_names
 
     tok.no_padding()
     tok.no_truncation()

@@ -18,6 +18,7 @@ from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
 from electra.errors import UserError
+from electra.io.files import jsonl, read_text
 from electra.model import Encoder, EncoderWithHead, init_weights
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, cross_entropy, logits
@@ -110,8 +111,6 @@ class QA(Head):
 
     def read_inputs(self, path: Path, meta: dict[str, Any]) -> list[Any]:
         """SQuAD JSON, or JSONL {"question", "context"[, "id"]}."""
-        from electra.io.files import jsonl, read_text
-
         if path.suffix == ".json":
             return read_squad(path, training=False)[0]
         out = []

@@ -18,7 +18,9 @@ from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
 from electra.data.examples import Example, compute_metrics, encode, label_map, read_custom
+from electra.data.labels import canonical_label
 from electra.errors import UserError
+from electra.io.files import read_text
 from electra.model import Encoder, EncoderWithHead, init_weights
 from electra.model.kernels import Kernels
 from electra.tasks.base import HEADS, Head, TaskData, confusion, cross_entropy, logits
@@ -60,7 +62,6 @@ def _in_model_spelling(data: TaskData, labels: dict[str, int], where: str) -> Ta
     fine-tuned before the rule may name a class ``True`` or ``1.0``."""
     import dataclasses
 
-    from electra.data.labels import canonical_label
 
     spelled: dict[str, str] = {}
     for name in labels:
@@ -156,7 +157,6 @@ class Sequence(Head):
         if len(columns) > 1:
             raise UserError(f"--input {path}: this model reads pairs ({', '.join(columns)}); "
                             f"give a CSV, TSV or JSONL file with those columns")
-        from electra.io.files import read_text
 
         return [Example(line, None, None) for line in read_text(path, "--input").splitlines()
                 if line.strip()]

@@ -36,8 +36,10 @@ import numpy as np
 
 from electra.data.examples import Example
 from electra.data.labels import canonical_label
+from electra.data.tokenizer import special_names
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
+from electra.tasks.qa.data import exact_score, f1_score
 
 BOOL = ("false", "true")  # SuperGLUE's JSON booleans, as label names
 
@@ -283,7 +285,6 @@ def record_windows(tok: Any, rows: list[Row], max_length: int,
     row's candidate: those windows train it and score it)."""
     import torch
 
-    from electra.data.tokenizer import special_names
 
     tok.no_padding()
     tok.no_truncation()
@@ -341,8 +342,6 @@ def record_answers(scores: np.ndarray, rows: list[Row]) -> dict[str, str]:
 def record_scores(answers: dict[str, str], rows: list[Row]) -> dict[str, float]:
     """SQuAD's EM and F1 of each query's answer, the maximum over its gold answers (0 where
     it has none), averaged over the queries."""
-    from electra.tasks.qa.data import exact_score, f1_score
-
     gold = {r.group: r.answers for r in rows}
     em = [max((exact_score(g, answers[q]) for g in gold[q]), default=0.0) for q in gold]
     f1 = [max((f1_score(g, answers[q]) for g in gold[q]), default=0.0) for q in gold]

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from electra.data.labels import Spellings
+from electra.data.tokenizer import special_names
 from electra.errors import UserError
-from electra.io.files import jsonl
+from electra.io.files import jsonl, read_text
 
 IGNORE = -100
 _BIO = re.compile(r"^(O|[BIES]-.+)$")
@@ -44,8 +45,6 @@ def read_tagged(path: str | Path, tag_column: str | None = None) -> list[Sentenc
         UserError: a missing or empty file, a line with the wrong number of columns (naming
             it), tokens and tags of different lengths, a tag column the file does not have.
     """
-    from electra.io.files import read_text
-
     path = Path(path)
     if path.suffix.lower() in (".csv", ".tsv", ".tab", ".json", ".parquet"):
         raise UserError(f"{path}: tagging reads CoNLL-U (.conllu), CoNLL (a word and its tag "
@@ -177,7 +176,6 @@ def encode_tagged(tok: Any, sentences: list[Sentence], max_length: int,
     (B, W): where each word's first piece is (-1: cut off by max_length)."""
     import torch
 
-    from electra.data.tokenizer import special_names
 
     tok.enable_truncation(max_length)
     pad = special_names(tok)["pad"]

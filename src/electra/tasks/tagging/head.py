@@ -16,6 +16,7 @@ from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
 from electra.errors import UserError
+from electra.io.files import read_text
 from electra.model import Encoder, EncoderWithHead, init_weights
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, confusion, cross_entropy, logits
@@ -85,7 +86,6 @@ class Tagging(Head):
     def read_inputs(self, path: Path, meta: dict[str, Any]) -> list[Any]:
         if path.suffix in (".conllu", ".jsonl", ".conll", ".bio", ".tsv"):
             return read_tagged(path)
-        from electra.io.files import read_text
 
         return [Sentence(line.split(), None) for line in read_text(path, "--input").splitlines()
                 if line.split()]
