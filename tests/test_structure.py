@@ -312,3 +312,21 @@ def test_every_name_in_the_python_api_resolves():
     missing = [name for name in electra.__all__ if not hasattr(electra, name)]
     assert missing == []
     assert electra.ElectraPretrainingModel.__name__ == "ElectraPretrainingModel"
+
+
+def test_every_function_level_import_says_why():
+    """An import of electra's own inside a function stays only where it saves start-up time
+    (torch, a registry the CLI's help reads), and says so on its line or the line above."""
+    silent = []
+    for path in sorted((SRC / "electra").rglob("*.py")):
+        text = path.read_text()
+        lines = text.splitlines()
+        for fn in ast.walk(ast.parse(text)):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("electra")
+                        and "#" not in lines[node.lineno - 1]
+                        and not lines[node.lineno - 2].strip().startswith("#")):
+                    silent.append(f"{module_name(path)}:{node.lineno}")
+    assert silent == []
