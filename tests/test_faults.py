@@ -832,6 +832,15 @@ CASES = [
 SG = ("finetune", "--model", P("run"), "--quiet", "--task")
 LONG = "x" * 300
 CASES += [
+    # -- issue 42: the body and its settings --
+    ("config", (*PRETRAIN, "--set", "model.body=gpt"),
+     "model.body='gpt' is not a body; choose one of bert, modernbert"),
+    ("config", (*PRETRAIN, "--set", "model.body=modernbert", "--set",
+                "model.local_attention=7"), "model.local_attention=7 must be an even number"),
+    ("config", (*PRETRAIN, "--set", "model.global_every=0"),
+     "model.global_every must be a positive integer, got 0"),
+    ("config", (*PRETRAIN, "--set", "model.local_rope_theta=-1"),
+     "model.local_rope_theta must be > 0, got -1.0"),
     # -- issue 39: a lock is ours or it is not touched --
     ("loss", (*FINETUNE, "--out", P("ft39")), "ft39.electra-lock exists and was not written "
      "by electra (nothing was changed)"),

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from electra.data.examples import Example, encode
-from electra.model import Encoder, EncoderWithHead, init_weights
+from electra.model import EncoderWithHead, encoder_for, init_weights
 from electra.tasks.base import Head, TaskData, logits
 
 
@@ -28,7 +28,7 @@ class WordCounter(EncoderWithHead):
     def __init__(self, cfg, kernels=None) -> None:
         super().__init__()
         self.config = cfg
-        self.encoder = Encoder(cfg, kernels=kernels)
+        self.encoder = encoder_for(cfg, kernels=kernels)
         self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.head_out = nn.Linear(cfg.hidden_size, 1)
         init_weights(self, cfg.initializer_range)

@@ -152,7 +152,9 @@ class ModelConfig:
     RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {
         **{name: f"[1, {top}]" for name, top in MODEL_LIMITS.items()},
         "hidden_dropout": "[0, 1)", "attention_dropout": "[0, 1)", "layer_norm_eps": "> 0",
-        "initializer_range": "> 0", "pad_token_id": ">= 0", "generator_size": "(0, 1]"}
+        "initializer_range": "> 0", "pad_token_id": ">= 0", "generator_size": "(0, 1]",
+        "local_attention": ">= 2", "global_every": ">= 1", "global_rope_theta": "> 0",
+        "local_rope_theta": "> 0"}
     vocab_size: int = 30522
     """Rows of the word-embedding table (set from the tokenizer)."""
     embedding_size: int = 128
@@ -183,6 +185,17 @@ class ModelConfig:
     """Generator width as a fraction of this model's (hidden, FFN and heads scaled)."""
     share_embeddings: bool = True
     """Generator and discriminator share one embedding module (word, position, type, LN)."""
+    body: str = "bert"
+    """The transformer body: bert (ELECTRA's) or modernbert (RoPE, GeGLU, local/global
+    attention); ``electra.model.bodies`` names each."""
+    local_attention: int = 128
+    """modernbert: the window of a local block (tokens at most half of it away attend)."""
+    global_every: int = 3
+    """modernbert: every n-th block (the first included) attends globally."""
+    global_rope_theta: float = 160_000.0
+    """modernbert: RoPE's base in the global blocks."""
+    local_rope_theta: float = 10_000.0
+    """modernbert: RoPE's base in the local blocks."""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -198,6 +211,9 @@ class ModelConfig:
                f"model.layer_norm_eps ({self.layer_norm_eps!r}) and model.initializer_range "
                f"({self.initializer_range!r}) must be > 0; BERT uses 1e-12 and 0.02")
         _check_ranges(self)
+        _check(self.local_attention >= 2 and self.local_attention % 2 == 0,
+               f"model.local_attention={self.local_attention} must be an even number of "
+               f"tokens >= 2 (ModernBERT's is 128)")
         _check(self.pad_token_id < self.vocab_size,
                f"model.pad_token_id={self.pad_token_id} is outside the vocabulary "
                f"(size {self.vocab_size})")
@@ -254,11 +270,24 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
                         intermediate_size=3072, generator_size=1 / 3),
     "large": ModelConfig(embedding_size=1024, hidden_size=1024, num_layers=24, num_heads=16,
                          intermediate_size=4096, generator_size=0.25),
+    # ModernBERT bodies: the published base (22 x 768, GeGLU 1152, 8,192 tokens) and a small
+    # one sized like the published ~17M encoders (7 x 256); no dropout, as published.
+    "modernbert-small": ModelConfig(body="modernbert", embedding_size=256, hidden_size=256,
+                                    num_layers=7, num_heads=4, intermediate_size=384,
+                                    max_position_embeddings=8192, hidden_dropout=0.0,
+                                    attention_dropout=0.0, layer_norm_eps=1e-5,
+                                    generator_size=0.25),
+    "modernbert-base": ModelConfig(body="modernbert", embedding_size=768, hidden_size=768,
+                                   num_layers=22, num_heads=12, intermediate_size=1152,
+                                   max_position_embeddings=8192, hidden_dropout=0.0,
+                                   attention_dropout=0.0, layer_norm_eps=1e-5,
+                                   generator_size=1 / 3),
 }
 
 
 def model_preset(name: str, **overrides: Any) -> ModelConfig:
-    """A named preset (``tiny``, ``small``, ``base``, ``large``) with ``overrides`` applied."""
+    """A named preset (``tiny``, ``small``, ``base``, ``large``; ``modernbert-small``,
+    ``modernbert-base``) with ``overrides`` applied."""
     if name not in MODEL_PRESETS:
         raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(MODEL_PRESETS)}")
     return MODEL_PRESETS[name].replace(**overrides)

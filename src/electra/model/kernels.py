@@ -93,7 +93,14 @@ class Layout:
         return x
 
     def attend(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
-               dropout: torch.nn.Module) -> torch.Tensor:
+               dropout: torch.nn.Module, window: int | None = None) -> torch.Tensor:
+        """Attention from fused projections; ``window``: each token attends only to those at
+        most ``window`` positions away in its row (a local block), None: the whole row."""
+        raise NotImplementedError
+
+    def positions(self, x: torch.Tensor) -> torch.Tensor:
+        """Each token's position in its row, shaped as ``x``'s token dims (or broadcast to
+        them): what rotary embeddings read."""
         raise NotImplementedError
 
     def reads_first(self) -> bool:
@@ -106,9 +113,22 @@ class Layout:
         raise NotImplementedError
 
     def attend_first(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
-                     dropout: torch.nn.Module) -> torch.Tensor:
+                     dropout: torch.nn.Module, window: int | None = None) -> torch.Tensor:
         """Attention of each row's first position alone, over its row: (B, H)."""
         raise NotImplementedError
+
+
+def band(mask: torch.Tensor | None, T: int, window: int | None,
+         device: torch.device) -> torch.Tensor | None:
+    """``mask`` (B, 1, 1, T) restricted to keys at most ``window`` positions from each query:
+    (B, 1, T, T), or (T, T) without a mask; ``mask`` itself where ``window`` is None. A query
+    always sees itself, so a padding position's row is never empty (no NaN from it)."""
+    if window is None:
+        return mask
+    i = torch.arange(T, device=device)
+    offset = i[:, None] - i[None, :]
+    near = offset.abs() <= window  # (T, T)
+    return near if mask is None else (mask & near) | (offset == 0)
 
 
 def _heads(qkv: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -136,21 +156,32 @@ class Padded(Layout):
         return x if self.shape is None else x.view(*self.shape, *x.shape[1:])
 
     def attend(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
-               dropout: torch.nn.Module) -> torch.Tensor:
+               dropout: torch.nn.Module, window: int | None = None) -> torch.Tensor:
         """Fused projections (B, T, 3H) -> attention (B, T, H), or (B·T, 3H) -> (B·T, H)."""
-        a = kernels.attention(*_heads(self.repad(qkv), num_heads), self.mask, p,
-                              dropout)  # (B, nh, T, hs)
+        q, k, v = _heads(self.repad(qkv), num_heads)
+        mask = band(self.mask, q.shape[2], window, q.device)
+        a = kernels.attention(q, k, v, mask, p, dropout)  # (B, nh, T, hs)
         return a.transpose(1, 2).reshape(*qkv.shape[:-1], qkv.shape[-1] // 3)
+
+    def positions(self, x: torch.Tensor) -> torch.Tensor:
+        """(T,) for (B, T, ...) tokens; (B·T,) for the rows of a (B, T) batch."""
+        if self.shape is None:
+            return torch.arange(x.shape[1], device=x.device)
+        B, T = self.shape
+        return torch.arange(T, device=x.device).repeat(B)
 
     def first(self, x: torch.Tensor) -> torch.Tensor:
         return self.repad(x)[:, 0]
 
     def attend_first(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
-                     dropout: torch.nn.Module) -> torch.Tensor:
+                     dropout: torch.nn.Module, window: int | None = None) -> torch.Tensor:
         """Fused projections (B, T, 3H) or (B·T, 3H) -> the first position's attention (B, H)."""
         qkv = self.repad(qkv)
         q, k, v = _heads(qkv, num_heads)
-        a = kernels.attention(q[:, :, :1], k, v, self.mask, p, dropout)  # (B, nh, 1, hs)
+        mask = band(self.mask, q.shape[2], window, q.device)
+        if mask is not None and window is not None:
+            mask = mask[..., :1, :]  # the first query's row of the band
+        a = kernels.attention(q[:, :, :1], k, v, mask, p, dropout)  # (B, nh, 1, hs)
         return a.reshape(len(qkv), -1)
 
 
@@ -195,16 +226,20 @@ class Unpadded(Layout):
         return out.view(B, T, *x.shape[1:])
 
     def attend(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
-               dropout: torch.nn.Module) -> torch.Tensor:
+               dropout: torch.nn.Module, window: int | None = None) -> torch.Tensor:
         """Fused projections (N, 3H) -> attention (N, H)."""
         N, three_h = qkv.shape
-        varlen = _varlen_attn() if kernels.varlen and p == 0 else None
+        varlen = _varlen_attn() if kernels.varlen and p == 0 and window is None else None
         if varlen is None or qkv.dtype not in (torch.float16, torch.bfloat16):
             return self.tokens(self.padded.attend(kernels, self.repad(qkv), num_heads, p,
-                                                  dropout))
+                                                  dropout, window))
         q, k, v = qkv.view(N, 3, num_heads, three_h // 3 // num_heads).unbind(1)
         a = varlen(q, k, v, self.cu_seqlens, self.cu_seqlens, self.max_len, self.max_len)
         return a.reshape(N, three_h // 3)
+
+    def positions(self, x: torch.Tensor) -> torch.Tensor:
+        """(N,): each real token's position in its row."""
+        return self.index % self.shape[1]
 
     def reads_first(self) -> bool:
         """Each row's first position is among the real tokens (a [CLS]; read with the rest
@@ -216,10 +251,11 @@ class Unpadded(Layout):
         return x.index_select(0, self.cu_seqlens[:-1])
 
     def attend_first(self, kernels: Kernels, qkv: torch.Tensor, num_heads: int, p: float,
-                     dropout: torch.nn.Module) -> torch.Tensor:
+                     dropout: torch.nn.Module, window: int | None = None) -> torch.Tensor:
         """Fused projections (N, 3H) -> the first tokens' attention (B, H), over the repadded
         rows with the mask (one query a row: the varlen kernel would save nothing)."""
-        return self.padded.attend_first(kernels, self.repad(qkv), num_heads, p, dropout)
+        return self.padded.attend_first(kernels, self.repad(qkv), num_heads, p, dropout,
+                                        window)
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,13 @@ adds up into a step's training FLOPs): matrix multiplies only."""
 from __future__ import annotations
 
 from electra.config import ModelConfig
+from electra.model.bodies import body_of
 
 
 def encoder_macs_per_token(cfg: ModelConfig, seq_len: int) -> int:
-    H, I, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers
-    per_layer = 4 * H * H + 2 * H * I + 2 * seq_len * H  # QKV+out, FFN, QK^T and AV
-    project = cfg.embedding_size * H if cfg.embedding_size != H else 0
-    return L * per_layer + project
+    """An encoder's multiply-accumulates per token of a ``seq_len``-token sequence, by its
+    body (``Body.macs_per_token``)."""
+    return body_of(cfg).macs_per_token(cfg, seq_len)
 
 
 def mlm_head_macs(cfg: ModelConfig, rows: int) -> int:

@@ -156,7 +156,12 @@ class RunConfig:
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
+        # The bodies' registry (here, not at the top: the CLI reads this module without
+        # torch): an unknown model.body is refused with the run's other settings.
+        from electra.model.bodies import body_of
+
         m, o, t = self.model, self.objective, self.train
+        body_of(m)
         same_size = "; set model.generator_size = 1"
         _check(o.sharing != "all" or m.generator_size == 1.0,
                f"objective.sharing='all' ties every generator weight to the discriminator's, "

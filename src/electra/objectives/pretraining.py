@@ -19,7 +19,7 @@ from torch import nn
 
 from electra.config import ModelConfig
 from electra.data.tokenizer import SpecialTokens
-from electra.model import Discriminator, GDESEmbeddings, Generator
+from electra.model import GDES, Discriminator, Generator, body_of
 from electra.model.kernels import Kernels
 from electra.objectives.base import ElectraOutput, Step
 from electra.objectives.config import ObjectiveConfig, sharing_of
@@ -59,7 +59,7 @@ class ElectraPretrainingModel(nn.Module):
             else:
                 self.generator = Generator(gen_cfg, kernels=kernels)
                 if self.sharing == "gdes":
-                    disc.encoder.embeddings = GDESEmbeddings(
+                    disc.encoder.embeddings = body_of(cfg).gdes(
                         cfg, self.generator.encoder.embeddings.word_embeddings, kernels)
         if method.main_mlm:
             self.main_mlm = Generator(cfg.replace(generator_size=1.0), encoder=disc.encoder)
@@ -97,7 +97,7 @@ class ElectraPretrainingModel(nn.Module):
 
     def _plain_discriminator(self) -> nn.Module:
         disc = self.discriminator
-        if not isinstance(disc.encoder.embeddings, GDESEmbeddings):
+        if not isinstance(disc.encoder.embeddings, GDES):
             return disc
         plain = Discriminator(self.config)
         state = {k: v for k, v in disc.state_dict().items() if not k.endswith("word_delta")}

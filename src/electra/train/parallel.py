@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from electra.errors import UserError
-from electra.model import Block
+from electra.model import blocks
 from electra.runtime import Runtime
 
 
@@ -72,7 +72,7 @@ def _shard(model: nn.Module, rt: Runtime, precision: str) -> None:
     fully_shard = _fully_shard()
     mesh = init_device_mesh(rt.device.type, (rt.world_size,))
     policy = mixed_precision(precision)
-    for block in [m for m in model.modules() if isinstance(m, Block)]:
+    for block in [m for m in model.modules() if isinstance(m, blocks())]:
         fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
 

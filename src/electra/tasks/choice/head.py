@@ -21,7 +21,7 @@ from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
 from electra.errors import UserError
-from electra.model import Encoder, EncoderWithHead, init_weights
+from electra.model import EncoderWithHead, encoder_for, init_weights
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, confusion, cross_entropy, logits
 from electra.tasks.choice.data import ChoiceExample, encode_choices, read_choices
@@ -39,7 +39,7 @@ class MultipleChoice(EncoderWithHead):
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
         super().__init__()
         self.config = cfg
-        self.encoder = Encoder(cfg, kernels=kernels)
+        self.encoder = encoder_for(cfg, kernels=kernels)
         self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.head_dropout = nn.Dropout(cfg.hidden_dropout)
         self.head_out = nn.Linear(cfg.hidden_size, 1)

@@ -19,7 +19,7 @@ from torch import nn
 from electra.config import FinetuneConfig, ModelConfig
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
-from electra.model import Encoder, EncoderWithHead, init_weights
+from electra.model import EncoderWithHead, encoder_for, init_weights
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, cross_entropy, logits
 from electra.tasks.qa.data import (
@@ -39,7 +39,7 @@ class QuestionAnswerer(EncoderWithHead):
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
         super().__init__()
         self.config = cfg
-        self.encoder = Encoder(cfg, kernels=kernels)
+        self.encoder = encoder_for(cfg, kernels=kernels)
         self.head_out = nn.Linear(cfg.hidden_size, 2)
         init_weights(self, cfg.initializer_range)
 

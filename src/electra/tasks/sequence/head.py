@@ -21,7 +21,7 @@ from electra.data.examples import Example, compute_metrics, encode, label_map, r
 from electra.data.labels import canonical_label
 from electra.errors import UserError
 from electra.io.files import read_text
-from electra.model import Encoder, EncoderWithHead, init_weights
+from electra.model import EncoderWithHead, encoder_for, init_weights
 from electra.model.kernels import Kernels
 from electra.tasks.base import HEADS, Head, TaskData, confusion, cross_entropy, logits
 from electra.tasks.sequence.data import (
@@ -45,7 +45,7 @@ class SequenceClassifier(EncoderWithHead):
         super().__init__()
         self.config = cfg
         self.num_labels = num_labels
-        self.encoder = Encoder(cfg, kernels=kernels)
+        self.encoder = encoder_for(cfg, kernels=kernels)
         self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.head_dropout = nn.Dropout(cfg.hidden_dropout)
         self.head_out = nn.Linear(cfg.hidden_size, num_labels)

@@ -17,7 +17,7 @@ from torch import nn
 from electra.config import FinetuneConfig, ModelConfig
 from electra.errors import UserError
 from electra.io.files import read_text
-from electra.model import Encoder, EncoderWithHead, init_weights
+from electra.model import EncoderWithHead, encoder_for, init_weights
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, confusion, cross_entropy, logits
 from electra.tasks.tagging.data import (
@@ -41,7 +41,7 @@ class TokenClassifier(EncoderWithHead):
         super().__init__()
         self.config = cfg
         self.num_labels = num_labels
-        self.encoder = Encoder(cfg, kernels=kernels)
+        self.encoder = encoder_for(cfg, kernels=kernels)
         self.head_dropout = nn.Dropout(cfg.hidden_dropout)
         self.head_out = nn.Linear(cfg.hidden_size, num_labels)
         init_weights(self, cfg.initializer_range)

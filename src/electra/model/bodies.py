@@ -1,0 +1,78 @@
+"""Every body by name (``model.body``): what builds its encoder, its embeddings (shared or
+under GDES) and whether its layers carry biases. The generator, the discriminator, every
+task head, the objectives and the FLOP count build through :func:`encoder_for` and the
+body's entry, and never ask which body they hold. Adding a body is a module in
+``electra/model/`` and one line here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from electra.errors import UserError
+from electra.model.bert import (
+    Block,
+    Embeddings,
+    Encoder,
+    GDESEmbeddings,
+    bert_macs_per_token,
+)
+from electra.model.modernbert import (
+    ModernBlock,
+    ModernEmbeddings,
+    ModernEncoder,
+    ModernGDESEmbeddings,
+    modern_macs_per_token,
+)
+from electra.registry import Registry
+
+
+@dataclass(frozen=True)
+class Body:
+    """One body: ``encoder(cfg, embeddings, kernels)``, ``embeddings(cfg, kernels)``,
+    ``gdes(cfg, shared_table, kernels)``, its block class (the unit FSDP shards and
+    ``train.compile`` compiles), its multiply-accumulates per token of a sequence (what the
+    FLOP count adds up), and ``bias``: whether the heads' dense layers and norms
+    carry biases (BERT's do, ModernBERT's do not)."""
+
+    name: str
+    summary: str
+    encoder: Callable[..., nn.Module]
+    embeddings: Callable[..., nn.Module]
+    gdes: Callable[..., nn.Module]
+    block: type[nn.Module]
+    macs_per_token: Callable[[Any, int], int]
+    bias: bool = True
+
+
+BODIES: Registry[Body] = Registry("body")
+for _body in (
+    Body("bert", "BERT's (ELECTRA's): absolute positions, post-LN, GELU, full attention",
+         Encoder, Embeddings, GDESEmbeddings, Block, bert_macs_per_token),
+    Body("modernbert", "ModernBERT's: RoPE, pre-LN without biases, GeGLU, global and "
+         "local attention", ModernEncoder, ModernEmbeddings, ModernGDESEmbeddings,
+         ModernBlock, modern_macs_per_token, bias=False),
+):
+    BODIES.add(_body.name, _body)
+
+
+def body_of(cfg: Any) -> Body:
+    """The body ``cfg.body`` names; an unknown one is a UserError naming the choices."""
+    if cfg.body not in BODIES:
+        raise UserError(f"model.body={cfg.body!r} is not a body; choose one of "
+                        f"{', '.join(BODIES)}")
+    return BODIES[cfg.body]
+
+
+def encoder_for(cfg: Any, embeddings: nn.Module | None = None,
+                kernels: Any = None) -> nn.Module:
+    """The encoder of ``cfg``'s body, with ``embeddings`` (shared) or its own."""
+    return body_of(cfg).encoder(cfg, embeddings, kernels)
+
+
+def blocks() -> tuple[type[nn.Module], ...]:
+    """Every body's block class."""
+    return tuple(b.block for b in BODIES.values())

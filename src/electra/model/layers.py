@@ -1,0 +1,82 @@
+"""What every body's modules share: dropout through the kernels, BERT's initialisation, and
+gradient-disentangled embedding sharing (GDES)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from electra.config import ModelConfig
+from electra.model.kernels import FAST_CPU, Kernels
+
+
+class Dropout(nn.Module):
+    """Dropout through the model's kernels (``electra.model.kernels``): on a CPU, masks cut
+    from 16-bit lanes of random words (p rounds to a multiple of 1/65536); elsewhere torch's."""
+
+    def __init__(self, p: float, kernels: Kernels | None = None) -> None:
+        super().__init__()
+        self.p = p
+        self.kernels = kernels or FAST_CPU
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        return self.kernels.dropout(x, self.p)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, {self.kernels.name}"
+
+
+def init_weights(module: nn.Module, std: float, skip: nn.Module | None = None) -> None:
+    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm, zero pad row.
+
+    ``skip`` (a shared embeddings module handed in) is left as it is.
+    """
+    skipped = set(skip.modules()) if skip is not None else set()
+    for m in module.modules():
+        if m in skipped:
+            continue
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=std)
+            if m.padding_idx is not None:
+                with torch.no_grad():
+                    m.weight[m.padding_idx].zero_()
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            if m.bias is not None:  # ModernBERT's norms have none
+                nn.init.zeros_(m.bias)
+
+
+
+
+class GDES:
+    """A body's embeddings under gradient-disentangled sharing (DeBERTaV3, GDES), mixed in
+    before the body's embeddings class: the token table the discriminator reads is
+    stop-gradient(E) + E_Δ, where E is the generator's table (trained by the MLM loss alone)
+    and E_Δ its own (zero at the start, trained by the discriminator's loss alone). The rest
+    of the embeddings (positions, token types, norm) are its own."""
+
+    word_embeddings: nn.Embedding
+
+    def __init__(self, cfg: ModelConfig, shared: nn.Embedding,
+                 kernels: Kernels | None = None) -> None:
+        super().__init__(cfg, kernels)  # type: ignore[call-arg]
+        init_weights(self, cfg.initializer_range)  # type: ignore[arg-type]  (its own parts)
+        self.word_embeddings = shared  # the generator's module
+        self.word_delta = nn.Parameter(torch.zeros_like(shared.weight))  # E_Δ
+
+    def words(self, input_ids: torch.Tensor) -> torch.Tensor:
+        E = self.word_embeddings
+        return (F.embedding(input_ids, E.weight.detach(), E.padding_idx)
+                + F.embedding(input_ids, self.word_delta, E.padding_idx))
+
+    def word_table(self) -> Any:
+        return self.word_embeddings.weight.detach() + self.word_delta

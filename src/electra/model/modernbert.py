@@ -1,0 +1,207 @@
+"""The ModernBERT body (Warner et al., 2024), as transformers' ``ModernBertModel`` defines it.
+
+    embeddings   token table (no position table, no segments) -> LayerNorm (no bias) -> dropout
+    block i      x = x + Wo(attention(RoPE(Wqkv(norm_a(x)))))     norm_a: none in block 0
+                 x = x + Wo_mlp(GELU(a) * g),  [a, g] = Wi(norm_m(x))  (GeGLU)
+    end          LayerNorm (no bias)
+
+Every ``global_every``-th block (0, 3, 6, ...) attends globally with RoPE's theta 160,000;
+the others attend to the tokens at most ``local_attention // 2`` away (a window of
+``local_attention``) with theta 10,000. No linear layer and no LayerNorm has a bias. The
+blocks run on the layout the kernels give (``electra.model.kernels``): unpadded from the
+embeddings to the heads, or padded with the mask; RoPE reads each token's position in its
+row from the layout. Dropout (0 in the published models): ``hidden_dropout`` on the
+embeddings and inside the MLP, ``attention_dropout`` on the attention probabilities and the
+attention's output.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from electra.config import ModelConfig
+from electra.model.kernels import FAST_CPU, Kernels, Layout
+from electra.model.layers import GDES, Dropout
+
+
+class ModernEmbeddings(nn.Module):
+    """Token embeddings, LayerNorm without bias, dropout. Shareable between models."""
+
+    def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.embedding_size,
+                                            padding_idx=cfg.pad_token_id)
+        self.norm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps, bias=False)
+        self.dropout = Dropout(cfg.hidden_dropout, kernels)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.norm(self.words(input_ids)))  # (B, T, E); no segments
+
+    def words(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.word_embeddings(input_ids)
+
+    def word_table(self) -> torch.Tensor:
+        return self.word_embeddings.weight
+
+
+class ModernGDESEmbeddings(GDES, ModernEmbeddings):
+    """ModernBERT's embeddings under gradient-disentangled sharing (``GDES``)."""
+
+
+def rotate(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
+           num_heads: int) -> torch.Tensor:
+    """RoPE on the query and key thirds of fused projections (..., 3H), each token at its
+    ``positions`` (the leading dims, or broadcast to them): q·cos + rotate_half(q)·sin in
+    fp32, cast back, as transformers computes it."""
+    lead, three_h = qkv.shape[:-1], qkv.shape[-1]
+    parts = qkv.view(*lead, 3, num_heads, three_h // 3 // num_heads)
+    freqs = positions[..., None].float() * inv_freq  # (..., hs/2)
+    angles = torch.cat((freqs, freqs), -1)[..., None, :]  # (..., 1, hs)
+    cos, sin = angles.cos(), angles.sin()
+
+    def turn(x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        half = x32.shape[-1] // 2
+        return (x32 * cos + torch.cat((-x32[..., half:], x32[..., :half]), -1) * sin
+                ).to(qkv.dtype)
+
+    q, k, v = parts.unbind(-3)
+    return torch.stack((turn(q), turn(k), v), -3).view(*lead, three_h)
+
+
+class ModernBlock(nn.Module):
+    """A pre-norm block: attention with RoPE over the whole row or a window, then GeGLU."""
+
+    compile_unit = True  # what ``train.compile`` compiles (electra.train.trainer)
+
+    def __init__(self, cfg: ModelConfig, index: int, kernels: Kernels | None = None) -> None:
+        super().__init__()
+        self.kernels = kernels = kernels or FAST_CPU
+        H = cfg.hidden_size
+        self.num_heads = cfg.num_heads
+        self.attention_dropout = cfg.attention_dropout
+        is_global = index % cfg.global_every == 0
+        self.window = None if is_global else cfg.local_attention // 2
+        theta = cfg.global_rope_theta if is_global else cfg.local_rope_theta
+        hs = H // cfg.num_heads
+        self.register_buffer("inv_freq", 1.0 / theta ** (torch.arange(0, hs, 2).float() / hs),
+                             persistent=False)
+        self.attn_norm = (nn.LayerNorm(H, eps=cfg.layer_norm_eps, bias=False) if index
+                          else nn.Identity())  # block 0 reads the embeddings' norm
+        self.qkv = nn.Linear(H, 3 * H, bias=False)
+        self.attention_out = nn.Linear(H, H, bias=False)
+        self.mlp_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps, bias=False)
+        self.mlp_in = nn.Linear(H, 2 * cfg.intermediate_size, bias=False)
+        self.mlp_out = nn.Linear(cfg.intermediate_size, H, bias=False)
+        self.out_dropout = Dropout(cfg.attention_dropout, kernels)
+        self.mlp_dropout = Dropout(cfg.hidden_dropout, kernels)
+        self.probs_dropout = Dropout(cfg.attention_dropout, kernels)  # written attention
+
+    def forward(self, x: torch.Tensor, layout: Layout, first: bool = False) -> torch.Tensor:
+        """(B, T, H), or (N, H) under an unpadded layout, to the same shape; ``first``: only
+        each row's first position after the attention's projections, (B, H)."""
+        h = self.attn_norm(x)
+        qkv = rotate(self.qkv(h), layout.positions(h), self.inv_freq, self.num_heads)
+        p = self.attention_dropout if self.training else 0.0
+        if first:
+            a = layout.attend_first(self.kernels, qkv, self.num_heads, p, self.probs_dropout,
+                                    window=self.window)
+            x = layout.first(x)
+        else:
+            a = layout.attend(self.kernels, qkv, self.num_heads, p, self.probs_dropout,
+                              window=self.window)
+        x = x + self.out_dropout(self.attention_out(a))
+        up, gate = self.mlp_in(self.mlp_norm(x)).chunk(2, -1)
+        return x + self.mlp_out(self.mlp_dropout(F.gelu(up) * gate))
+
+
+class ModernEncoder(nn.Module):
+    """Embeddings (owned or shared), an optional E->H projection, the blocks, the final
+    norm: the interface of the BERT body's ``Encoder``."""
+
+    def __init__(self, cfg: ModelConfig, embeddings: nn.Module | None = None,
+                 kernels: Kernels | None = None) -> None:
+        super().__init__()
+        self.config = cfg
+        self.kernels = kernels or FAST_CPU
+        self.embeddings = (embeddings if embeddings is not None
+                           else ModernEmbeddings(cfg, kernels))
+        E = self.embeddings.word_embeddings.embedding_dim
+        self.embeddings_project = nn.Linear(E, cfg.hidden_size, bias=False) \
+            if cfg.hidden_size != E else None
+        self.layers = nn.ModuleList(ModernBlock(cfg, i, kernels) for i in range(cfg.num_layers))
+        self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=False)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None,
+                first_only: bool = False) -> torch.Tensor:
+        """Hidden states (B, T, H) after the final norm (zeros at padding when unpadded);
+        ``first_only`` as the BERT body's: (B, 1, H), each row's first position."""
+        layout = self.kernels.layout(attention_mask, input_ids.shape)
+        first = first_only and len(self.layers) > 0 and layout.reads_first()
+        x = layout.tokens(self.embeddings(input_ids, token_type_ids))
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x = layer(x, layout, first=first and i == last)
+        x = self.final_norm(x)
+        if first:
+            return x[:, None]  # (B, 1, H)
+        return layout.repad(x)
+
+
+def modern_macs_per_token(cfg: ModelConfig, seq_len: int) -> int:
+    """Multiply-accumulates per token of the model as defined: each block's Wqkv and Wo
+    (4H²), its GeGLU (Wi: H -> 2I, Wo: I -> H), QK^T and AV over the keys it attends (the
+    row in a global block, ``local_attention + 1`` in a local one, fewer where the row is
+    shorter), and the E -> H projection where E != H. (The CPU's attention kernel computes
+    the masked-out keys of a local block too; this counts the model's work.)"""
+    H, I = cfg.hidden_size, cfg.intermediate_size
+    total = cfg.embedding_size * H if cfg.embedding_size != H else 0
+    for i in range(cfg.num_layers):
+        keys = seq_len if i % cfg.global_every == 0 else min(seq_len, cfg.local_attention + 1)
+        total += 4 * H * H + 3 * H * I + 2 * keys * H
+    return total
+
+
+# Our parameter names -> transformers' ModernBertModel's (regular expressions, in order): the
+# body's half of the export and import tables (the heads add theirs).
+HF_KEYS: list[tuple[str, str]] = [
+    (r"embeddings\.word_embeddings\.", "embeddings.tok_embeddings."),
+    (r"embeddings\.norm\.", "embeddings.norm."),
+    (r"layers\.(\d+)\.attn_norm\.", r"layers.\1.attn_norm."),
+    (r"layers\.(\d+)\.qkv\.", r"layers.\1.attn.Wqkv."),
+    (r"layers\.(\d+)\.attention_out\.", r"layers.\1.attn.Wo."),
+    (r"layers\.(\d+)\.mlp_norm\.", r"layers.\1.mlp_norm."),
+    (r"layers\.(\d+)\.mlp_in\.", r"layers.\1.mlp.Wi."),
+    (r"layers\.(\d+)\.mlp_out\.", r"layers.\1.mlp.Wo."),
+    (r"final_norm\.", "final_norm."),
+]
+
+
+def hf_name(key: str) -> str:
+    """An encoder parameter's name in transformers' ``ModernBertModel``."""
+    for pattern, name in HF_KEYS:
+        renamed, n = re.subn(f"^{pattern}", name, key)
+        if n:
+            return renamed
+    raise KeyError(f"no ModernBERT name for {key!r}")
+
+
+def hf_config_kwargs(cfg: ModelConfig) -> dict[str, object]:
+    """``transformers.ModernBertConfig``'s arguments for ``cfg``."""
+    return dict(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+                intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
+                num_attention_heads=cfg.num_heads,
+                max_position_embeddings=cfg.max_position_embeddings,
+                norm_eps=cfg.layer_norm_eps, pad_token_id=cfg.pad_token_id,
+                local_attention=cfg.local_attention,
+                global_attn_every_n_layers=cfg.global_every,
+                global_rope_theta=cfg.global_rope_theta, local_rope_theta=cfg.local_rope_theta,
+                attention_dropout=cfg.attention_dropout, embedding_dropout=cfg.hidden_dropout,
+                mlp_dropout=cfg.hidden_dropout, initializer_range=cfg.initializer_range)

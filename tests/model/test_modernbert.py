@@ -1,0 +1,130 @@
+"""The ModernBERT body against transformers' own ModernBERT (an independent implementation):
+random weights copied across, mixed-length padded batches longer than the local window,
+fp32 outputs within 1e-5, on every layout the kernels give."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import make_batch
+
+from electra.config import model_preset
+from electra.model import Discriminator, Generator, encoder_for
+from electra.model.kernels import FAST_CPU, Kernels
+from electra.model.modernbert import hf_config_kwargs, hf_name
+
+transformers = pytest.importorskip("transformers")
+
+PADDED = Kernels("padded", FAST_CPU.dropout, written_attention=True, unpad=False)
+LENGTHS = [[40, 23, 9, 33], [40, 40, 40]]  # padded rows; none padded (attention without mask)
+
+
+def config(**overrides):
+    """4 blocks (0 and 3 global), a window of 8 tokens: rows of 40 reach far past it."""
+    base = dict(vocab_size=101, embedding_size=32, hidden_size=32, num_layers=4, num_heads=4,
+                intermediate_size=48, max_position_embeddings=64, local_attention=8,
+                global_every=3)
+    return model_preset("modernbert-small", **{**base, **overrides})
+
+
+def randomized(module: torch.nn.Module) -> torch.nn.Module:
+    """Every weight away from its init (norms included), so every term counts."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return module.eval()
+
+
+def hf_model(cfg, cls: str):
+    hf_cfg = transformers.ModernBertConfig(**hf_config_kwargs(cfg))
+    hf_cfg._attn_implementation = "sdpa"
+    return getattr(transformers, cls)(hf_cfg).eval()
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("kernels", [FAST_CPU, PADDED], ids=["unpadded", "padded"])
+def test_encoder_equals_transformers_modernbertmodel(lengths, kernels):
+    cfg = config()
+    ours = randomized(encoder_for(cfg, kernels=kernels))
+    theirs = hf_model(cfg, "ModernBertModel")
+    theirs.load_state_dict({hf_name(k): v for k, v in ours.state_dict().items()})
+    ids, mask, types = make_batch(lengths, 40)
+    with torch.no_grad():
+        got = ours(ids, mask, types)
+        want = theirs(input_ids=ids, attention_mask=mask).last_hidden_state
+    real = mask.bool()
+    torch.testing.assert_close(got[real], want[real], rtol=0, atol=1e-5)
+
+
+def test_generator_equals_transformers_modernbertformaskedlm():
+    cfg = config(embedding_size=32)  # no projection: transformers' class has none
+    ours = randomized(Generator(cfg))
+    theirs = hf_model(cfg, "ModernBertForMaskedLM")
+    state = {}
+    for k, v in ours.state_dict().items():
+        if k.startswith("encoder."):
+            state["model." + hf_name(k.removeprefix("encoder."))] = v
+    state.update({"head.dense.weight": ours.head_dense.weight,
+                  "head.norm.weight": ours.head_norm.weight,
+                  "decoder.weight": ours.encoder.embeddings.word_embeddings.weight,
+                  "decoder.bias": ours.output_bias})
+    theirs.load_state_dict(state)
+    ids, mask, types = make_batch([40, 17, 30], 40)
+    with torch.no_grad():
+        got = ours(ids, mask, types)
+        want = theirs(input_ids=ids, attention_mask=mask).logits
+    real = mask.bool()
+    torch.testing.assert_close(got[real], want[real], rtol=0, atol=1e-5)
+
+
+def test_no_biases_and_rope_past_the_window():
+    """ModernBERT's layers carry no bias (the heads' too), and a token far past the window
+    still sees its neighbours: RoPE and the window read positions, not a table."""
+    cfg = config(max_position_embeddings=512)
+    disc = Discriminator(cfg)
+    names = [n for n, _ in disc.named_parameters() if n.endswith(".bias")]
+    assert names == ["head_out.bias"], names  # the RTD logit's own bias
+    enc = randomized(encoder_for(cfg))
+    ids, mask, types = make_batch([300], 300)
+    with torch.no_grad():
+        a = enc(ids, mask, types)[0, 250]
+        changed = ids.clone()
+        changed[0, 10] = (changed[0, 10] + 1) % 100 + 1  # outside every local window of 250
+        b = enc(changed, mask, types)[0, 250]
+    assert not torch.equal(a, b)  # the global blocks carry it
+
+
+def test_unpadded_equals_padded_and_first_only_equals_the_full_pass():
+    cfg = config()
+    torch.manual_seed(0)
+    unpadded = randomized(encoder_for(cfg, kernels=FAST_CPU))
+    padded = encoder_for(cfg, kernels=PADDED).eval()
+    padded.load_state_dict(unpadded.state_dict())
+    ids, mask, types = make_batch([40, 23, 9, 33], 40)
+    with torch.no_grad():
+        a, b = unpadded(ids, mask, types), padded(ids, mask, types)
+        real = mask.bool()
+        torch.testing.assert_close(a[real], b[real], rtol=0, atol=1e-5)
+        first = unpadded(ids, mask, types, first_only=True)
+        torch.testing.assert_close(first[:, 0], a[:, 0], rtol=0, atol=1e-5)
+
+
+def test_macs_follow_a_hand_count_and_the_profiler():
+    """4 blocks of width 32, GeGLU 48, 40 tokens, windows of 8: per token each block costs
+    4·32² + 3·32·48 = 8,704, attention 2·40·32 in the global blocks (0, 3) and 2·9·32 in the
+    local ones (the 9 keys within 4). torch's FLOP counter sees the local blocks' masked
+    keys too (the CPU kernel computes them): 2·31·32 more in each."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from electra.model.macs import encoder_macs_per_token
+
+    cfg = config()
+    assert encoder_macs_per_token(cfg, 40) == 4 * 8704 + 2 * 2 * 40 * 32 + 2 * 2 * 9 * 32
+    ids, mask, types = make_batch([40, 40], 40)
+    enc = encoder_for(cfg, kernels=PADDED).eval()
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as c:
+        enc(ids, mask, types)
+    masked_keys = 2 * 2 * (40 - 9) * 32
+    assert c.get_total_flops() == 2 * 2 * 40 * (encoder_macs_per_token(cfg, 40) + masked_keys)
