@@ -413,6 +413,11 @@ TRAIN_PRESETS: dict[str, dict[str, Any]] = {
     "small": {"lr": 5e-4, "batch_size": 128, "warmup_steps": 10_000, "max_steps": 1_000_000},
     "base": {"lr": 2e-4, "batch_size": 256, "warmup_steps": 10_000, "max_steps": 766_000},
     "large": {"lr": 2e-4, "batch_size": 2048, "warmup_steps": 10_000, "max_steps": 400_000},
+    # ELECTRA's schedules at the same sizes (ModernBERT's own recipe: issue 44's recipes).
+    "modernbert-small": {"lr": 5e-4, "batch_size": 128, "warmup_steps": 10_000,
+                         "max_steps": 1_000_000},
+    "modernbert-base": {"lr": 2e-4, "batch_size": 256, "warmup_steps": 10_000,
+                        "max_steps": 766_000},
 }
 
 

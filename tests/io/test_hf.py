@@ -212,3 +212,17 @@ def test_export_without_transformers_says_how_to_install(tmp_path, capsys, monke
     assert "pip install 'electra[hf]'" in cli_error(capsys, "export", run, "--out",
                                                     tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
+
+
+def test_a_modernbert_run_reloads_and_its_export_is_refused_with_nothing_written(tmp_path,
+                                                                                capsys):
+    """The model folders hold the body (config.json) and reload bitwise; the transformers
+    export of that body is not built yet, so `export` refuses in one line."""
+    run, model = make_run(tmp_path, "modernbert-small")
+    disc, _ = folders.load(run, "discriminator")
+    assert disc.config.body == "modernbert"
+    state = model.discriminator.state_dict()
+    assert all(torch.equal(v, state[k]) for k, v in disc.state_dict().items())
+    assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 2
+    assert "only the bert body exports" in capsys.readouterr().err
+    assert not (tmp_path / "hf").exists()

@@ -44,8 +44,11 @@ def hf_model(cfg, cls: str):
 
 @pytest.mark.parametrize("lengths", LENGTHS)
 @pytest.mark.parametrize("kernels", [FAST_CPU, PADDED], ids=["unpadded", "padded"])
-def test_encoder_equals_transformers_modernbertmodel(lengths, kernels):
-    cfg = config()
+@pytest.mark.parametrize("local", [8, 16], ids=["blocked", "dense-band"])
+def test_encoder_equals_transformers_modernbertmodel(lengths, kernels, local):
+    """Windows of 8 (keys within 4): rows of 40 take the blocked local kernel; of 16: the
+    dense band (a row under 8 windows' length)."""
+    cfg = config(local_attention=local)
     ours = randomized(encoder_for(cfg, kernels=kernels))
     theirs = hf_model(cfg, "ModernBertModel")
     theirs.load_state_dict({hf_name(k): v for k, v in ours.state_dict().items()})
@@ -113,8 +116,8 @@ def test_unpadded_equals_padded_and_first_only_equals_the_full_pass():
 def test_macs_follow_a_hand_count_and_the_profiler():
     """4 blocks of width 32, GeGLU 48, 40 tokens, windows of 8: per token each block costs
     4·32² + 3·32·48 = 8,704, attention 2·40·32 in the global blocks (0, 3) and 2·9·32 in the
-    local ones (the 9 keys within 4). torch's FLOP counter sees the local blocks' masked
-    keys too (the CPU kernel computes them): 2·31·32 more in each."""
+    local ones (the 9 keys within 4). torch's FLOP counter sees what the blocked local
+    kernel computes: blocks of 8 queries against 16 keys, 2·7·32 more in each local block."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -126,5 +129,39 @@ def test_macs_follow_a_hand_count_and_the_profiler():
     enc = encoder_for(cfg, kernels=PADDED).eval()
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as c:
         enc(ids, mask, types)
-    masked_keys = 2 * 2 * (40 - 9) * 32
+    masked_keys = 2 * 2 * (16 - 9) * 32
     assert c.get_total_flops() == 2 * 2 * 40 * (encoder_macs_per_token(cfg, 40) + masked_keys)
+
+
+def test_the_blocked_local_kernel_equals_the_dense_band_with_its_gradients():
+    """Blocks of 2·window queries against their keys give the dense band-masked attention
+    (padding keys masked, rows shorter than a block, a length that is no multiple of it),
+    forward and backward; and a long ModernBERT row runs through it equal to transformers."""
+    import torch.nn.functional as F
+
+    from electra.model.kernels import band, local_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 150, 8, requires_grad=True) for _ in range(3))
+    keys = torch.ones(2, 150, dtype=torch.bool)
+    keys[1, 97:] = False
+    real = keys[:, None, :, None].expand(2, 4, 150, 8)
+    dense = F.scaled_dot_product_attention(q, k, v, attn_mask=band(keys[:, None, None], 150, 6,
+                                                                   q.device))
+    blocked = local_attention(q, k, v, keys, 6, 12)
+    torch.testing.assert_close(blocked[real], dense[real], rtol=0, atol=1e-6)
+    grad = torch.randn_like(dense) * real
+    want = torch.autograd.grad(dense, (q, k, v), grad)
+    got = torch.autograd.grad(blocked, (q, k, v), grad)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+    cfg = config()  # windows of 8 tokens: rows of 40 and more take the blocked kernel
+    ours = randomized(encoder_for(cfg, kernels=PADDED))
+    theirs = hf_model(cfg, "ModernBertModel")
+    theirs.load_state_dict({hf_name(key): t for key, t in ours.state_dict().items()})
+    ids, mask, types = make_batch([64, 50, 33], 64)
+    with torch.no_grad():
+        got_h = ours(ids, mask, types)
+        want_h = theirs(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(got_h[mask.bool()], want_h[mask.bool()], rtol=0, atol=1e-5)

@@ -19,9 +19,13 @@ one is unpadded (:class:`Unpadded`): its real tokens packed after the embeddings
 computing those alone, attention per sequence (FlashAttention's varlen kernel where the entry
 allows it, else over the repadded rows with the mask), the heads reading the hidden states
 repadded with zeros. ``unpad=False`` keeps every position (:class:`Padded` with the mask).
-A head that reads each row's first position alone ([CLS]) has the last block compute that
-position alone after its fused query/key/value projection (:meth:`Layout.first`, MosaicBERT's
-last-layer subset).
+A local block (ModernBERT's: keys at most ``window`` away) attends through
+:func:`local_attention`, blocks of ``2·window`` queries against their ``4·window`` keys,
+where the row holds at least ``8·window`` tokens and no attention dropout is asked (below
+that the dense band is as fast: ``bench/local_attention.py``); otherwise the dense T x T
+scores with the band mask. A head that reads each row's first position alone ([CLS]) has
+the last block compute that position alone after its fused query/key/value projection
+(:meth:`Layout.first`, MosaicBERT's last-layer subset).
 
 ``vocab_multiple``: the objectives' vocabulary-wide GEMM (the generator's output layer) runs
 on a table padded with zero rows to a multiple of it, the extra logits -inf (never sampled,
@@ -118,6 +122,34 @@ class Layout:
         raise NotImplementedError
 
 
+def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    keys: torch.Tensor | None, window: int, chunk: int) -> torch.Tensor:
+    """Attention of each query (B, nh, T, hs) over the keys at most ``window`` positions away
+    (and real: ``keys`` (B, T) bool, None: all), computed on blocks of ``chunk`` queries
+    against their ``chunk + 2·window`` keys instead of the whole T x T matrix: what a
+    ModernBERT local block attends, at (chunk + 2·window) / T of the dense cost. Each query
+    also sees itself (a padding row is never empty). No dropout on the probabilities."""
+    B, nh, T, hs = q.shape
+    w, c = window, chunk
+    n = -(-T // c)
+    extra = n * c - T
+    span = c + 2 * w
+    qc = F.pad(q, (0, 0, 0, extra)).view(B, nh, n, c, hs)
+    kc = F.pad(k, (0, 0, w, extra + w)).unfold(2, span, c).transpose(-1, -2)  # (.., n, span, hs)
+    vc = F.pad(v, (0, 0, w, extra + w)).unfold(2, span, c).transpose(-1, -2)
+    a = torch.arange(c, device=q.device)[:, None]
+    b = torch.arange(span, device=q.device)[None, :]
+    near = (a - b + w).abs() <= w  # (c, span): the same in every block
+    key_at = torch.arange(n, device=q.device)[:, None] * c - w + b  # (n, span)
+    valid = (key_at >= 0) & (key_at < T)  # (n, span)
+    if keys is not None:
+        valid = valid & F.pad(keys, (w, extra + w)).unfold(1, span, c)  # (B, n, span)
+    mask = (near & valid[..., None, :]) | (b == a + w)  # (B or 1, n, c, span)
+    out = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask[:, None] if mask.dim() == 4
+                                         else mask)
+    return out.reshape(B, nh, n * c, hs)[:, :, :T]
+
+
 def band(mask: torch.Tensor | None, T: int, window: int | None,
          device: torch.device) -> torch.Tensor | None:
     """``mask`` (B, 1, 1, T) restricted to keys at most ``window`` positions from each query:
@@ -159,8 +191,12 @@ class Padded(Layout):
                dropout: torch.nn.Module, window: int | None = None) -> torch.Tensor:
         """Fused projections (B, T, 3H) -> attention (B, T, H), or (B·T, 3H) -> (B·T, H)."""
         q, k, v = _heads(self.repad(qkv), num_heads)
-        mask = band(self.mask, q.shape[2], window, q.device)
-        a = kernels.attention(q, k, v, mask, p, dropout)  # (B, nh, T, hs)
+        T = q.shape[2]
+        if window is not None and p == 0 and 8 * window <= T:  # blocks: where that pays
+            keys = None if self.mask is None else self.mask[:, 0, 0, :]
+            a = local_attention(q, k, v, keys, window, 2 * window)
+        else:
+            a = kernels.attention(q, k, v, band(self.mask, T, window, q.device), p, dropout)
         return a.transpose(1, 2).reshape(*qkv.shape[:-1], qkv.shape[-1] // 3)
 
     def positions(self, x: torch.Tensor) -> torch.Tensor:

@@ -77,6 +77,12 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
     with claim_out(out, "export", "export", overwrite=overwrite,
                    inputs=[("the source", src)]) as claim:
         opened = open_model(src, flag="export")
+        bodies = {m.config.body for m in opened.parts.values()}
+        if bodies != {"bert"}:
+            raise UserError(f"export {src}: its body is {', '.join(sorted(bodies))}; only the "
+                            f"bert body exports to transformers' ELECTRA classes so far "
+                            f"(ModernBERT's classes come with issue 42); electra's own "
+                            f"commands (finetune, detect, predict) use the run as it is")
         if "classifier" in opened.parts:
             model, meta = opened["classifier"], opened.meta
             head = head_of(meta)
