@@ -13,7 +13,7 @@ from torch import nn
 
 from electra.config import ModelConfig
 from electra.model.kernels import FAST_CPU, Kernels, Layout
-from electra.model.layers import GDES, Dropout
+from electra.model.layers import GDES, Dropout, encode
 
 
 class Embeddings(nn.Module):
@@ -150,17 +150,7 @@ class Encoder(nn.Module):
         (B, T, H) where a row's first position is padding under unpadding."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        layout = self.kernels.layout(attention_mask, input_ids.shape)
-        first = first_only and len(self.layers) > 0 and layout.reads_first()
-        x = layout.tokens(self.embeddings(input_ids, token_type_ids))
-        if self.embeddings_project is not None:
-            x = self.embeddings_project(x)
-        last = len(self.layers) - 1
-        for i, layer in enumerate(self.layers):
-            x = layer(x, layout, first=first and i == last)
-        if first:
-            return x[:, None]  # (B, 1, H)
-        return layout.repad(x)  # (B, T, H), zeros at padding when unpadded
+        return encode(self, input_ids, attention_mask, token_type_ids, first_only)
 
 
 def bert_macs_per_token(cfg: ModelConfig, seq_len: int) -> int:

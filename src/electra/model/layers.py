@@ -80,3 +80,25 @@ class GDES:
 
     def word_table(self) -> Any:
         return self.word_embeddings.weight.detach() + self.word_delta
+
+
+def encode(encoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+           token_type_ids: torch.Tensor | None, first_only: bool,
+           end: nn.Module | None = None) -> torch.Tensor:
+    """What every body's encoder runs: the kernels' layout of the batch, the embeddings (and
+    their E -> H projection), the blocks (the last only at each row's first position under
+    ``first_only``, where the layout allows it), ``end`` (a final norm), the repadding.
+    Hidden states (B, T, H), zeros at padding when unpadded; (B, 1, H) under ``first_only``."""
+    layout = encoder.kernels.layout(attention_mask, input_ids.shape)
+    first = first_only and len(encoder.layers) > 0 and layout.reads_first()
+    x = layout.tokens(encoder.embeddings(input_ids, token_type_ids))
+    if encoder.embeddings_project is not None:
+        x = encoder.embeddings_project(x)
+    last = len(encoder.layers) - 1
+    for i, layer in enumerate(encoder.layers):
+        x = layer(x, layout, first=first and i == last)
+    if end is not None:
+        x = end(x)
+    if first:
+        return x[:, None]  # (B, 1, H)
+    return layout.repad(x)

@@ -25,7 +25,7 @@ from torch import nn
 
 from electra.config import ModelConfig
 from electra.model.kernels import FAST_CPU, Kernels, Layout
-from electra.model.layers import GDES, Dropout
+from electra.model.layers import GDES, Dropout, encode
 
 
 class ModernEmbeddings(nn.Module):
@@ -141,18 +141,8 @@ class ModernEncoder(nn.Module):
                 first_only: bool = False) -> torch.Tensor:
         """Hidden states (B, T, H) after the final norm (zeros at padding when unpadded);
         ``first_only`` as the BERT body's: (B, 1, H), each row's first position."""
-        layout = self.kernels.layout(attention_mask, input_ids.shape)
-        first = first_only and len(self.layers) > 0 and layout.reads_first()
-        x = layout.tokens(self.embeddings(input_ids, token_type_ids))
-        if self.embeddings_project is not None:
-            x = self.embeddings_project(x)
-        last = len(self.layers) - 1
-        for i, layer in enumerate(self.layers):
-            x = layer(x, layout, first=first and i == last)
-        x = self.final_norm(x)
-        if first:
-            return x[:, None]  # (B, 1, H)
-        return layout.repad(x)
+        return encode(self, input_ids, attention_mask, token_type_ids, first_only,
+                      self.final_norm)
 
 
 def modern_macs_per_token(cfg: ModelConfig, seq_len: int) -> int:
