@@ -65,12 +65,12 @@ def build(side: str, B: int, T: int):
                                                        rt.model_kernels(run.train.unpad)), run, rt)
         return lambda b: train_step(trainer, b, run, SPECIAL, B)
 
-    from transformers import ModernBertConfig, ModernBertForMaskedLM
+    from transformers import ModernBertForMaskedLM
 
-    from electra.model.modernbert import hf_config_kwargs
     from electra.objectives.masking import mask_inputs
+    from electra.saved.hf_format import to_modernbert_config
 
-    hf_cfg = ModernBertConfig(**hf_config_kwargs(cfg))
+    hf_cfg = to_modernbert_config(cfg)
     hf_cfg._attn_implementation = "sdpa"
     model = ModernBertForMaskedLM(hf_cfg).train()
     opt = torch.optim.AdamW(model.parameters(), lr=5e-4)

@@ -11,7 +11,7 @@ from helpers import make_batch
 from electra.config import model_preset
 from electra.model import Discriminator, Generator, encoder_for
 from electra.model.kernels import FAST_CPU, Kernels
-from electra.model.modernbert import hf_config_kwargs, hf_name
+from electra.saved.hf_format import to_modernbert_config, to_modernbert_state_dict
 
 transformers = pytest.importorskip("transformers")
 
@@ -36,10 +36,33 @@ def randomized(module: torch.nn.Module) -> torch.nn.Module:
     return module.eval()
 
 
-def hf_model(cfg, cls: str):
-    hf_cfg = transformers.ModernBertConfig(**hf_config_kwargs(cfg))
+def transformers_copy(ours: torch.nn.Module, cfg) -> torch.nn.Module:
+    """transformers' class with ``ours``'s weights: ModernBertForMaskedLM for a generator,
+    ModernBertModel for an encoder (through the export key table)."""
+    hf_cfg = to_modernbert_config(cfg)
     hf_cfg._attn_implementation = "sdpa"
-    return getattr(transformers, cls)(hf_cfg).eval()
+    if isinstance(ours, Generator):
+        theirs = transformers.ModernBertForMaskedLM(hf_cfg)
+        theirs.load_state_dict(to_modernbert_state_dict(ours.state_dict()))
+    else:
+        theirs = transformers.ModernBertModel(hf_cfg)
+        state = to_modernbert_state_dict({f"encoder.{k}": v for k, v in
+                                          ours.state_dict().items()})
+        theirs.load_state_dict({k.removeprefix("model."): v for k, v in state.items()})
+    return theirs.eval()
+
+
+def assert_same(ours: torch.nn.Module, cfg, lengths: list[int], T: int) -> None:
+    """Our outputs (hidden states, or a generator's logits) and transformers' on a batch of
+    rows of ``lengths`` padded to T: within 1e-5 at every real token."""
+    theirs = transformers_copy(ours, cfg)
+    ids, mask, types = make_batch(lengths, T)
+    with torch.no_grad():
+        got = ours(ids, mask, types)
+        out = theirs(input_ids=ids, attention_mask=mask)
+    want = out.logits if isinstance(ours, Generator) else out.last_hidden_state
+    real = mask.bool()
+    torch.testing.assert_close(got[real], want[real], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("lengths", LENGTHS)
@@ -49,41 +72,18 @@ def test_encoder_equals_transformers_modernbertmodel(lengths, kernels, local):
     """Windows of 8 (keys within 4): rows of 40 take the blocked local kernel; of 16: the
     dense band (a row under 8 windows' length)."""
     cfg = config(local_attention=local)
-    ours = randomized(encoder_for(cfg, kernels=kernels))
-    theirs = hf_model(cfg, "ModernBertModel")
-    theirs.load_state_dict({hf_name(k): v for k, v in ours.state_dict().items()})
-    ids, mask, types = make_batch(lengths, 40)
-    with torch.no_grad():
-        got = ours(ids, mask, types)
-        want = theirs(input_ids=ids, attention_mask=mask).last_hidden_state
-    real = mask.bool()
-    torch.testing.assert_close(got[real], want[real], rtol=0, atol=1e-5)
+    assert_same(randomized(encoder_for(cfg, kernels=kernels)), cfg, lengths, 40)
 
 
 def test_generator_equals_transformers_modernbertformaskedlm():
     cfg = config(embedding_size=32)  # no projection: transformers' class has none
-    ours = randomized(Generator(cfg))
-    theirs = hf_model(cfg, "ModernBertForMaskedLM")
-    state = {}
-    for k, v in ours.state_dict().items():
-        if k.startswith("encoder."):
-            state["model." + hf_name(k.removeprefix("encoder."))] = v
-    state.update({"head.dense.weight": ours.head_dense.weight,
-                  "head.norm.weight": ours.head_norm.weight,
-                  "decoder.weight": ours.encoder.embeddings.word_embeddings.weight,
-                  "decoder.bias": ours.output_bias})
-    theirs.load_state_dict(state)
-    ids, mask, types = make_batch([40, 17, 30], 40)
-    with torch.no_grad():
-        got = ours(ids, mask, types)
-        want = theirs(input_ids=ids, attention_mask=mask).logits
-    real = mask.bool()
-    torch.testing.assert_close(got[real], want[real], rtol=0, atol=1e-5)
+    assert_same(randomized(Generator(cfg)), cfg, [40, 17, 30], 40)
 
 
 def test_no_biases_and_rope_past_the_window():
-    """ModernBERT's layers carry no bias (the heads' too), and a token far past the window
-    still sees its neighbours: RoPE and the window read positions, not a table."""
+    """ModernBERT's layers carry no bias (the heads' too); a token far past the window still
+    sees a distant one through the global blocks, and RoPE at positions up to 300 gives
+    transformers' states."""
     cfg = config(max_position_embeddings=512)
     disc = Discriminator(cfg)
     names = [n for n, _ in disc.named_parameters() if n.endswith(".bias")]
@@ -96,6 +96,7 @@ def test_no_biases_and_rope_past_the_window():
         changed[0, 10] = (changed[0, 10] + 1) % 100 + 1  # outside every local window of 250
         b = enc(changed, mask, types)[0, 250]
     assert not torch.equal(a, b)  # the global blocks carry it
+    assert_same(enc, cfg, [300, 260], 300)
 
 
 def test_unpadded_equals_padded_and_first_only_equals_the_full_pass():
@@ -157,11 +158,4 @@ def test_the_blocked_local_kernel_equals_the_dense_band_with_its_gradients():
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
     cfg = config()  # windows of 8 tokens: rows of 40 and more take the blocked kernel
-    ours = randomized(encoder_for(cfg, kernels=PADDED))
-    theirs = hf_model(cfg, "ModernBertModel")
-    theirs.load_state_dict({hf_name(key): t for key, t in ours.state_dict().items()})
-    ids, mask, types = make_batch([64, 50, 33], 64)
-    with torch.no_grad():
-        got_h = ours(ids, mask, types)
-        want_h = theirs(input_ids=ids, attention_mask=mask).last_hidden_state
-    torch.testing.assert_close(got_h[mask.bool()], want_h[mask.bool()], rtol=0, atol=1e-5)
+    assert_same(randomized(encoder_for(cfg, kernels=PADDED)), cfg, [64, 50, 33], 64)

@@ -193,16 +193,16 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
     The step the benches time."""
     rt, obj_cfg = trainer.rt, cfg.objective
     full = rows_without_padding(batch["attention_mask"])  # before the batch goes over
-    rows = Batch.of({k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}, full)
-    norm, noise = step_draws(rows, cfg.train.batch_size, cfg.model.vocab_size, special,
+    mine = Batch.of({k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}, full)
+    norm, noise = step_draws(mine, cfg.train.batch_size, cfg.model.vocab_size, special,
                              cfg.objective, trainer.streams["masking"], rt)
     stage = begin_step(trainer.model, obj_cfg, trainer.step)
     temperature = obj_cfg.temperature_at(trainer.step)
 
     def micro_step(model: torch.nn.Module, j: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        these = slice(j * micro, (j + 1) * micro)
-        out = model(rows.rows(these), Draws(noise.rows(these.start, these.stop), norm,
-                                            trainer.streams["gumbel"], temperature, stage))
+        rows = slice(j * micro, (j + 1) * micro)
+        out = model(mine.rows(rows), Draws(noise.rows(rows.start, rows.stop), norm,
+                                           trainer.streams["gumbel"], temperature, stage))
         return out.loss, {**{k: v.detach().double() for k, v in out.losses.items()},
                           **out.counts}
 

@@ -1,5 +1,5 @@
-"""Every body by name (``model.body``): what builds its encoder, its embeddings (shared or
-under GDES) and whether its layers carry biases. The generator, the discriminator, every
+"""Every body by name (``model.body``): what builds its encoder, its embeddings under GDES,
+its block, its MACs and whether its heads carry biases. The generator, the discriminator, every
 task head, the objectives and the FLOP count build through :func:`encoder_for` and the
 body's entry, and never ask which body they hold. Adding a body is a module in
 ``electra/model/`` and one line here."""
@@ -15,14 +15,12 @@ from torch import nn
 from electra.errors import UserError
 from electra.model.bert import (
     Block,
-    Embeddings,
     Encoder,
     GDESEmbeddings,
     bert_macs_per_token,
 )
 from electra.model.modernbert import (
     ModernBlock,
-    ModernEmbeddings,
     ModernEncoder,
     ModernGDESEmbeddings,
     modern_macs_per_token,
@@ -32,16 +30,14 @@ from electra.registry import Registry
 
 @dataclass(frozen=True)
 class Body:
-    """One body: ``encoder(cfg, embeddings, kernels)``, ``embeddings(cfg, kernels)``,
+    """One body: ``encoder(cfg, embeddings, kernels)`` (its own embeddings when None),
     ``gdes(cfg, shared_table, kernels)``, its block class (the unit FSDP shards and
     ``train.compile`` compiles), its multiply-accumulates per token of a sequence (what the
     FLOP count adds up), and ``bias``: whether the heads' dense layers and norms
     carry biases (BERT's do, ModernBERT's do not)."""
 
     name: str
-    summary: str
     encoder: Callable[..., nn.Module]
-    embeddings: Callable[..., nn.Module]
     gdes: Callable[..., nn.Module]
     block: type[nn.Module]
     macs_per_token: Callable[[Any, int], int]
@@ -50,11 +46,11 @@ class Body:
 
 BODIES: Registry[Body] = Registry("body")
 for _body in (
-    Body("bert", "BERT's (ELECTRA's): absolute positions, post-LN, GELU, full attention",
-         Encoder, Embeddings, GDESEmbeddings, Block, bert_macs_per_token),
-    Body("modernbert", "ModernBERT's: RoPE, pre-LN without biases, GeGLU, global and "
-         "local attention", ModernEncoder, ModernEmbeddings, ModernGDESEmbeddings,
-         ModernBlock, modern_macs_per_token, bias=False),
+    # BERT's (ELECTRA's): absolute positions, post-LN, GELU, full attention
+    Body("bert", Encoder, GDESEmbeddings, Block, bert_macs_per_token),
+    # ModernBERT's: RoPE, pre-LN without biases, GeGLU, global and local attention
+    Body("modernbert", ModernEncoder, ModernGDESEmbeddings, ModernBlock, modern_macs_per_token,
+         bias=False),
 ):
     BODIES.add(_body.name, _body)
 

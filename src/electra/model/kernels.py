@@ -150,15 +150,16 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return out.reshape(B, nh, n * c, hs)[:, :, :T]
 
 
-def band(mask: torch.Tensor | None, T: int, window: int | None,
-         device: torch.device) -> torch.Tensor | None:
-    """``mask`` (B, 1, 1, T) restricted to keys at most ``window`` positions from each query:
-    (B, 1, T, T), or (T, T) without a mask; ``mask`` itself where ``window`` is None. A query
-    always sees itself, so a padding position's row is never empty (no NaN from it)."""
+def band(mask: torch.Tensor | None, T: int, window: int | None, device: torch.device,
+         queries: int | None = None) -> torch.Tensor | None:
+    """``mask`` (B, 1, 1, T) restricted to keys at most ``window`` positions from each of the
+    first ``queries`` (default: all T) queries: (B, 1, queries, T), or (queries, T) without a
+    mask; ``mask`` itself where ``window`` is None. A query always sees itself, so a padding
+    position's row is never empty (no NaN from it)."""
     if window is None:
         return mask
     i = torch.arange(T, device=device)
-    offset = i[:, None] - i[None, :]
+    offset = i[:T if queries is None else queries, None] - i[None, :]
     near = offset.abs() <= window  # (T, T)
     return near if mask is None else (mask & near) | (offset == 0)
 
@@ -214,9 +215,7 @@ class Padded(Layout):
         """Fused projections (B, T, 3H) or (B·T, 3H) -> the first position's attention (B, H)."""
         qkv = self.repad(qkv)
         q, k, v = _heads(qkv, num_heads)
-        mask = band(self.mask, q.shape[2], window, q.device)
-        if mask is not None and window is not None:
-            mask = mask[..., :1, :]  # the first query's row of the band
+        mask = band(self.mask, q.shape[2], window, q.device, queries=1)
         a = kernels.attention(q[:, :, :1], k, v, mask, p, dropout)  # (B, nh, 1, hs)
         return a.reshape(len(qkv), -1)
 

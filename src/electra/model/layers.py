@@ -55,8 +55,6 @@ def init_weights(module: nn.Module, std: float, skip: nn.Module | None = None) -
                 nn.init.zeros_(m.bias)
 
 
-
-
 class GDES:
     """A body's embeddings under gradient-disentangled sharing (DeBERTaV3, GDES), mixed in
     before the body's embeddings class: the token table the discriminator reads is

@@ -17,8 +17,6 @@ attention's output.
 
 from __future__ import annotations
 
-import re
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -149,49 +147,12 @@ def modern_macs_per_token(cfg: ModelConfig, seq_len: int) -> int:
     """Multiply-accumulates per token of the model as defined: each block's Wqkv and Wo
     (4H²), its GeGLU (Wi: H -> 2I, Wo: I -> H), QK^T and AV over the keys it attends (the
     row in a global block, ``local_attention + 1`` in a local one, fewer where the row is
-    shorter), and the E -> H projection where E != H. (The CPU's attention kernel computes
-    the masked-out keys of a local block too; this counts the model's work.)"""
+    shorter), and the E -> H projection where E != H. (The kernels compute a little more:
+    the dense band's masked-out keys below 8 windows' length, each block's 2·window extra
+    keys above; this counts the model's work.)"""
     H, I = cfg.hidden_size, cfg.intermediate_size
     total = cfg.embedding_size * H if cfg.embedding_size != H else 0
     for i in range(cfg.num_layers):
         keys = seq_len if i % cfg.global_every == 0 else min(seq_len, cfg.local_attention + 1)
         total += 4 * H * H + 3 * H * I + 2 * keys * H
     return total
-
-
-# Our parameter names -> transformers' ModernBertModel's (regular expressions, in order): the
-# body's half of the export and import tables (the heads add theirs).
-HF_KEYS: list[tuple[str, str]] = [
-    (r"embeddings\.word_embeddings\.", "embeddings.tok_embeddings."),
-    (r"embeddings\.norm\.", "embeddings.norm."),
-    (r"layers\.(\d+)\.attn_norm\.", r"layers.\1.attn_norm."),
-    (r"layers\.(\d+)\.qkv\.", r"layers.\1.attn.Wqkv."),
-    (r"layers\.(\d+)\.attention_out\.", r"layers.\1.attn.Wo."),
-    (r"layers\.(\d+)\.mlp_norm\.", r"layers.\1.mlp_norm."),
-    (r"layers\.(\d+)\.mlp_in\.", r"layers.\1.mlp.Wi."),
-    (r"layers\.(\d+)\.mlp_out\.", r"layers.\1.mlp.Wo."),
-    (r"final_norm\.", "final_norm."),
-]
-
-
-def hf_name(key: str) -> str:
-    """An encoder parameter's name in transformers' ``ModernBertModel``."""
-    for pattern, name in HF_KEYS:
-        renamed, n = re.subn(f"^{pattern}", name, key)
-        if n:
-            return renamed
-    raise KeyError(f"no ModernBERT name for {key!r}")
-
-
-def hf_config_kwargs(cfg: ModelConfig) -> dict[str, object]:
-    """``transformers.ModernBertConfig``'s arguments for ``cfg``."""
-    return dict(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-                intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
-                num_attention_heads=cfg.num_heads,
-                max_position_embeddings=cfg.max_position_embeddings,
-                norm_eps=cfg.layer_norm_eps, pad_token_id=cfg.pad_token_id,
-                local_attention=cfg.local_attention,
-                global_attn_every_n_layers=cfg.global_every,
-                global_rope_theta=cfg.global_rope_theta, local_rope_theta=cfg.local_rope_theta,
-                attention_dropout=cfg.attention_dropout, embedding_dropout=cfg.hidden_dropout,
-                mlp_dropout=cfg.hidden_dropout, initializer_range=cfg.initializer_range)

@@ -79,10 +79,7 @@ class ElectraPretrainingModel(nn.Module):
 
     def forward(self, batch: Batch, draws: Draws | None = None) -> ElectraOutput:
         """The whole objective on ``batch`` with the step's ``draws``
-        (:func:`electra_forward`)."""
-        if self.special is None:
-            raise ValueError("ElectraPretrainingModel needs the special-token ids to train: "
-                             "build it with special=SpecialTokens(...)")
+        (:func:`electra_forward`, which refuses a model built without special-token ids)."""
         return electra_forward(self, batch, draws)
 
     def parts(self) -> dict[str, nn.Module]:

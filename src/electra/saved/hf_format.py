@@ -62,6 +62,49 @@ GENERATOR_KEYS = [*_ENCODER,
                   ("output_bias", "generator_lm_head.bias")]
 
 
+# The ModernBERT body (electra.model.modernbert) -> transformers' ModernBertForMaskedLM (whose
+# encoder is ``model.``; ModernBertModel's keys are these without it). Its export and import
+# commands are still to come (issue 42); the tests hold the body to transformers through it.
+MODERNBERT_ENCODER = [
+    ("encoder.embeddings.word_embeddings.weight", "model.embeddings.tok_embeddings.weight"),
+    ("encoder.embeddings.norm.weight", "model.embeddings.norm.weight"),
+    ("encoder.final_norm.weight", "model.final_norm.weight"),
+    *((f"encoder.layers.{{i}}.{ours}.weight", f"model.layers.{{i}}.{theirs}.weight")
+      for ours, theirs in (("attn_norm", "attn_norm"), ("qkv", "attn.Wqkv"),
+                           ("attention_out", "attn.Wo"), ("mlp_norm", "mlp_norm"),
+                           ("mlp_in", "mlp.Wi"), ("mlp_out", "mlp.Wo"))),
+]
+MODERNBERT_GENERATOR_KEYS = [*MODERNBERT_ENCODER,
+                             ("head_dense.weight", "head.dense.weight"),
+                             ("head_norm.weight", "head.norm.weight"),
+                             ("output_bias", "decoder.bias")]
+
+
+def to_modernbert_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A ModernBERT generator's state dict (or an encoder's, keys ``encoder.*``) in
+    transformers' ``ModernBertForMaskedLM`` names, the tied decoder included."""
+    table = MODERNBERT_GENERATOR_KEYS if "output_bias" in state else MODERNBERT_ENCODER
+    out = _rename(state, table, reverse=False)
+    if "decoder.bias" in out:
+        out["decoder.weight"] = out["model.embeddings.tok_embeddings.weight"]
+    return out
+
+
+def to_modernbert_config(cfg: ModelConfig, **extra: Any) -> Any:
+    """transformers ``ModernBertConfig`` with the same shape as ``cfg`` (needs transformers)."""
+    from transformers import ModernBertConfig
+
+    return ModernBertConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads, max_position_embeddings=cfg.max_position_embeddings,
+        norm_eps=cfg.layer_norm_eps, pad_token_id=cfg.pad_token_id,
+        local_attention=cfg.local_attention, global_attn_every_n_layers=cfg.global_every,
+        global_rope_theta=cfg.global_rope_theta, local_rope_theta=cfg.local_rope_theta,
+        attention_dropout=cfg.attention_dropout, embedding_dropout=cfg.hidden_dropout,
+        mlp_dropout=cfg.hidden_dropout, initializer_range=cfg.initializer_range, **extra)
+
+
 def key_table(part: str) -> list[tuple[str, str]]:
     """(our key pattern, transformers') of ``part``: the pretraining models', or a
     fine-tuning head's (e.g. classifier <-> ElectraForSequenceClassification), looked up in
