@@ -9,7 +9,9 @@ losses are averaged over the global batch, so only float summation order differs
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -58,6 +60,29 @@ def setup(letters_data, tmp_path_factory) -> tuple[Path, Path]:
     return letters_data, config
 
 
+@pytest.fixture(scope="module")
+def runs(setup, tmp_path_factory) -> Callable[..., Path]:
+    """``runs(nproc, *extra)``: the run of that launch, made the first time a test asks for it
+    and shared after (several tests compare against the same uninterrupted run). A test that
+    resumes a shared run resumes its own copy (:func:`copy_run`)."""
+    made: dict[tuple, Path] = {}
+
+    def run(nproc: int, *extra: str) -> Path:
+        key = (nproc, *extra)
+        if key not in made:
+            out = tmp_path_factory.mktemp("run") / "out"
+            pretrain(nproc, *setup, out, *extra)
+            made[key] = out
+        return made[key]
+
+    return run
+
+
+def copy_run(run: Path, to: Path) -> Path:
+    shutil.copytree(run, to)
+    return to
+
+
 def pretrain(nproc: int, data: Path, config: Path, out: Path, *extra,
              env: dict[str, str] | None = None) -> None:
     res = launch(nproc, "pretrain", "--config", config, "--data", data, "--out", out,
@@ -94,32 +119,28 @@ def assert_same_run(a: Path, b: Path, exact: bool) -> None:
 
 
 @pytest.mark.slow
-def test_two_processes_train_like_one(setup, tmp_path):
-    data, config = setup
-    pretrain(1, data, config, tmp_path / "one")
-    pretrain(2, data, config, tmp_path / "two")
-    assert_same_run(tmp_path / "one", tmp_path / "two", exact=False)
+def test_two_processes_train_like_one(runs):
+    one, two = runs(1), runs(2)
+    assert_same_run(one, two, exact=False)
     # Only rank 0 wrote: the same files, one metrics line per step, one event file.
-    files = sorted(str(p.relative_to(tmp_path / "one")) for p in (tmp_path / "one").rglob("*")
-                   if "tb" not in p.parts)
-    assert files == sorted(str(p.relative_to(tmp_path / "two"))
-                           for p in (tmp_path / "two").rglob("*") if "tb" not in p.parts)
-    assert len(list((tmp_path / "two/tb").iterdir())) == 1
-    assert [r["step"] for r in metrics(tmp_path / "two")] == list(range(1, 11))
-    state = torch.load(tmp_path / "two/checkpoints/step-0000010/state.pt", weights_only=True)
+    files = sorted(str(p.relative_to(one)) for p in one.rglob("*") if "tb" not in p.parts)
+    assert files == sorted(str(p.relative_to(two)) for p in two.rglob("*")
+                           if "tb" not in p.parts)
+    assert len(list((two / "tb").iterdir())) == 1
+    assert [r["step"] for r in metrics(two)] == list(range(1, 11))
+    state = torch.load(two / "checkpoints/step-0000010/state.pt", weights_only=True)
     assert state["world_size"] == 2 and len(state["rng"]["ranks"]) == 2
 
 
 @pytest.mark.slow
-def test_one_process_in_a_process_group_trains_like_one_alone(setup, tmp_path):
+def test_one_process_in_a_process_group_trains_like_one_alone(setup, runs, tmp_path):
     """ELECTRA_PROCESS_GROUP=1: one process joins a process group of its own, so one GPU
     runs NCCL, DDP and FSDP2 as a cluster does (here gloo, FSDP; the GPU kit's rehearsal
     runs DDP too); it trains as the lone process."""
     data, config = setup
-    pretrain(1, data, config, tmp_path / "alone")
     pretrain(1, data, config, tmp_path / "grouped", "--set", "train.parallel=fsdp",
              env={"ELECTRA_PROCESS_GROUP": "1"})
-    assert_same_run(tmp_path / "alone", tmp_path / "grouped", exact=False)
+    assert_same_run(runs(1), tmp_path / "grouped", exact=False)
     state = torch.load(tmp_path / "grouped/checkpoints/step-0000010/state.pt",
                        weights_only=True)
     assert state["world_size"] == 1
@@ -159,23 +180,21 @@ def test_fsdp_in_bf16_resumes_exactly(setup, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_process_resume_equals_an_uninterrupted_run(setup, tmp_path):
+def test_two_process_resume_equals_an_uninterrupted_run(setup, runs, tmp_path):
     data, config = setup
-    pretrain(2, data, config, tmp_path / "a")
-    pretrain(2, data, config, tmp_path / "b", "--stop-after", "4")
-    assert (tmp_path / "b/checkpoints/step-0000004").is_dir()
-    assert not (tmp_path / "b/discriminator").exists()
-    pretrain(2, data, config, tmp_path / "b", "--resume")
-    assert_same_run(tmp_path / "a", tmp_path / "b", exact=True)
+    b = copy_run(runs(2, "--stop-after", "4"), tmp_path / "b")
+    assert (b / "checkpoints/step-0000004").is_dir()
+    assert not (b / "discriminator").exists()
+    pretrain(2, data, config, b, "--resume")
+    assert_same_run(runs(2), b, exact=True)
 
 
 @pytest.mark.slow
-def test_resume_with_another_world_size_continues_from_the_same_step(setup, tmp_path):
+def test_resume_with_another_world_size_continues_from_the_same_step(setup, runs, tmp_path):
     data, config = setup
-    pretrain(2, data, config, tmp_path / "a")
-    pretrain(2, data, config, tmp_path / "b", "--stop-after", "5")
-    pretrain(1, data, config, tmp_path / "b", "--resume")
-    ma, mb = metrics(tmp_path / "a"), metrics(tmp_path / "b")
+    b = copy_run(runs(2, "--stop-after", "4"), tmp_path / "b")
+    pretrain(1, data, config, b, "--resume")
+    ma, mb = metrics(runs(2)), metrics(b)
     assert [r["step"] for r in mb] == list(range(1, 11))
     assert [r["tokens"] for r in ma] == [r["tokens"] for r in mb]  # the same data
     # Without dropout the two runs compute the same steps (only summation order differs).
@@ -223,12 +242,11 @@ def test_a_dying_rank_stops_the_others(setup, tmp_path):
 
 
 @pytest.mark.slow
-def test_fsdp_trains_like_ddp_and_resumes(setup, tmp_path):
+def test_fsdp_trains_like_ddp_and_resumes(setup, runs, tmp_path):
     """train.parallel = "fsdp" shards the model (FSDP2 fully_shard); its checkpoints hold the
     whole model and optimizer state (gathered tensor by tensor), laid out as in any other run,
     so FSDP resumes FSDP and DDP resumes FSDP."""
     data, config = setup
-    pretrain(2, data, config, tmp_path / "ddp")
     fsdp = ("--set", "train.parallel=fsdp")
     pretrain(2, data, config, tmp_path / "fsdp", *fsdp, "--stop-after", "3")
     pretrain(2, data, config, tmp_path / "fsdp", *fsdp, "--resume", "--stop-after", "3")
@@ -241,7 +259,7 @@ def test_fsdp_trains_like_ddp_and_resumes(setup, tmp_path):
     assert {f"optimizer/{n}" for n in shards} <= set(manifest)
     assert "optimizer" not in torch.load(ck / "state.pt", weights_only=True)
     pretrain(2, data, config, tmp_path / "fsdp", "--resume")  # steps 7-10 with DDP
-    assert_same_run(tmp_path / "ddp", tmp_path / "fsdp", exact=False)
+    assert_same_run(runs(2), tmp_path / "fsdp", exact=False)
     ddp_ck = tmp_path / "fsdp/checkpoints/step-0000010"
     assert "optimizer" in torch.load(ddp_ck / "state.pt", weights_only=True)
 
