@@ -235,11 +235,13 @@ def test_span_lengths_are_geometric_with_the_mean_asked():
     assert chi2 < 24.3, (observed, expected)  # the 0.001 quantile of chi-square with 7 dof
     positions, weights = choose_positions(cand, cfg, scores=torch.rand(rows, T, generator=g),
                                           word_starts=every, span_u=u)
-    span = starts.long().cumsum(1)
-    for r in range(rows):
-        chosen = set(positions[r][weights[r]].tolist())
-        for s in {int(span[r, p]) for p in chosen}:
-            assert {i for i in range(T) if cand[r, i] and span[r, i] == s} <= chosen
+    span = starts.long().cumsum(1)  # (rows, T) each token's span number in its row
+    row = torch.arange(rows)[:, None].expand_as(positions)[weights]
+    chosen = torch.zeros(rows, T, dtype=torch.bool)
+    chosen[row, positions[weights]] = True
+    hit = torch.zeros(rows, T + 1, dtype=torch.bool)  # the spans a chosen token lies in
+    hit[row, span[row, positions[weights]]] = True
+    assert not (cand & hit.gather(1, span) & ~chosen).any()  # each of their tokens chosen
 
 
 # -- through the trainer: resume bitwise, export to transformers ---------------------------
