@@ -194,6 +194,9 @@ def world(tmp_path_factory) -> Iterator[Path]:
     (w / "badcase/tokenizer_config.json").write_text('{"do_lower_case": tr')
     add_issue_23_fixtures(w)
     add_issue_39_fixtures(w)
+    # issue 42: rows of ModernBERT's 8,192 tokens (short documents: mostly padding)
+    assert cli("prepare", "--input", w / "c.txt", "--tokenizer", w / "tok", "--seq-len", 8192,
+               "--out", w / "data8k") == 0
     holder = hold_lock(w / "locked")  # another process writing --out locked
     yield w
     holder.kill()
@@ -841,6 +844,16 @@ CASES += [
      "model.global_every must be a positive integer, got 0"),
     ("config", (*PRETRAIN, "--set", "model.local_rope_theta=-1"),
      "model.local_rope_theta must be > 0, got -1.0"),
+    ("config", (*PRETRAIN, "--set", "model.body=modernbert", "--set", "model.local_attention=64"),
+     "model.local_attention=64 is longer than the 32-token rows, so every local layer would "
+     "attend to its whole row"),
+    ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--seq-len", "8200"),
+     "--seq-len 8200 is out of range; use 8 to 8192"),
+    # written-out attention at 8,192 tokens: 4,096 rows keep ~20 TB of probabilities
+    ("config", ("pretrain", "--preset", "modernbert-small", "--data", P("data8k"), "--quiet",
+                "--set", "model.attention_dropout=0.1", "--set", "train.batch_size=4096"),
+     "of attention probabilities (model.attention_dropout=0.1 writes each layer's 8,192 x "
+     "8,192 matrix out)"),
     # -- issue 39: a lock is ours or it is not touched --
     ("loss", (*FINETUNE, "--out", P("ft39")), "ft39.electra-lock exists and was not written "
      "by electra (nothing was changed)"),

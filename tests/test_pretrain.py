@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -270,6 +271,39 @@ def test_learns_on_real_text(tmp_path, body):
     assert last["val_disc_acc"] > last["val_baseline_acc"] + 0.002
     assert last["val_disc_auc"] > 0.7
     assert last["val_gen_acc"] > 50 / 2000  # chance is 1/2000
+
+
+@pytest.mark.parametrize("seq_len", [1024, 8192])
+def test_modernbert_pretrains_on_long_rows(tmp_path, seq_len):
+    """Rows of 1,024 and 8,192 tokens (long documents: rows filled to the end), a tiny
+    ModernBERT body (two local blocks of a 128-token window between global ones): the
+    generator's prediction slots follow the length, every row's positions reach its end
+    (RoPE past the BERT presets' 512), and the losses are finite and fall."""
+    lines = [line for d in python_docs_corpus(max_bytes=400_000) for line in d]
+    text = tmp_path / "long.txt"  # documents of 1,500 lines (~30k tokens) each
+    text.write_text("\n\n".join("\n".join(lines[i:i + 1500])
+                                for i in range(0, len(lines), 1500)) + "\n")
+    train_tokenizer([str(text)], 1000, tmp_path / "tok")
+    prepare(PrepareOptions(inputs=[str(text)], tokenizer=str(tmp_path / "tok"),
+                           out=str(tmp_path / "data"), seq_len=seq_len, quiet=True))
+    cfg = RunConfig(model=small_model(body="modernbert", embedding_size=64, hidden_size=64,
+                                      num_layers=3, num_heads=2, intermediate_size=96,
+                                      max_position_embeddings=8192, hidden_dropout=0.0,
+                                      attention_dropout=0.0),
+                    train=TrainConfig(lr=3e-3, batch_size=2, warmup_steps=1, max_steps=4,
+                                      log_every=1, eval_every=0, save_every=4,
+                                      precision="auto", seed=0))
+    run(tmp_path / "data", tmp_path / "run", cfg)
+    saved = json.loads((tmp_path / "run/config.json").read_text())
+    assert saved["objective"]["max_predictions"] == int(0.155 * seq_len)
+    rec = list(iter_metrics(tmp_path / "run"))
+    tokens = [0] + [r["tokens"] for r in rec]  # counted from the start of the run
+    per_step = [b - a for a, b in pairwise(tokens)]
+    assert max(per_step) == 2 * seq_len  # rows filled to their last position...
+    assert sum(per_step) > 0.75 * 2 * seq_len * len(rec)  # ...but a few document ends
+    assert all(torch.isfinite(torch.tensor([r["gen_loss"], r["disc_loss"]])).all()
+               for r in rec)
+    assert rec[-1]["gen_loss"] < rec[0]["gen_loss"]
 
 
 def cli(*args) -> int:

@@ -172,7 +172,9 @@ COMMANDS: dict[str, Command] = {
                 "(default), or carry them into the next example"),
             arg("--split", help="the split of a datasets folder or hub dataset (default: "
                 "train)"),
-            arg("--seq-len", type=int, default=128, help="example length (default: 128)"),
+            arg("--seq-len", type=int, default=128,
+                help="example length, 8 to 8192 (default: 128; the BERT presets take up to "
+                     "512, the ModernBERT ones 8192)"),
             arg("--out", help="output folder"),
             arg("--workers", type=int, default=1, help="processes (default: 1); the output "
                 "is identical whatever the count"),

@@ -85,6 +85,21 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def available_memory(device: torch.device) -> int | None:
+    """Bytes ``device`` can still hand out: a GPU's free memory, a Linux host's MemAvailable
+    (None where neither is known)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def keep_freed_memory() -> bool:
     """Ask glibc to keep freed memory for reuse instead of returning it to the kernel (no
     heap trimming, large blocks from the heap rather than one mmap each). For the rest of the

@@ -37,13 +37,15 @@ from electra.errors import UserError
 from electra.io.checkpoint import latest_checkpoint
 from electra.io.files import disk_errors, read_json, write_json
 from electra.io.outputs import Claim, claim_out
-from electra.model import count_parameters
+from electra.model import body_of, count_parameters
+from electra.model.kernels import kept_attention_bytes
 from electra.objectives.config import RunConfig, load_run_config, resumed_run_config
 from electra.objectives.masking import Batch, Draws, slots, step_draws
 from electra.objectives.pretraining import ElectraPretrainingModel, begin_step, stage_at
 from electra.runtime import (
     Runtime,
     autocast,
+    available_memory,
     check_compile,
     check_cuda_graphs,
     resolve_device,
@@ -365,6 +367,7 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
         raise UserError(f"train.batch_size={tc.batch_size} does not split into "
                         f"{rt.world_size} process(es) x train.grad_accum={tc.grad_accum} "
                         f"equal micro-batches; choose a batch divisible by both")
+    _check_length(opt, model_cfg, data.seq_len, per_rank // tc.grad_accum, rt)
     loader = Prefetched(BatchLoader(data, per_rank, seed=tc.seed, rank=rt.rank,
                                     world_size=rt.world_size), pin=rt.pins_memory)
     # The run's config names its slots (unset: derived from the data's sequence length).
@@ -372,6 +375,26 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
                                     max_predictions=slots(cfg.objective, data.seq_len))
     cfg = RunConfig(model=model_cfg, objective=objective, train=tc)
     return data, val, init, cfg, loader, per_rank // tc.grad_accum
+
+
+def _check_length(opt: PretrainOptions, cfg: ModelConfig, seq_len: int, micro: int,
+                  rt: Runtime) -> None:
+    """Rows of ``seq_len`` tokens suit the body's settings, and a micro-batch's attention
+    probabilities (where the kernels write them out) fit in the device's free memory."""
+    why = body_of(cfg).length_error(cfg, seq_len)
+    if why:
+        raise UserError(f"--data {opt.data}: {why}")
+    need = kept_attention_bytes(rt.kernels, micro, seq_len, cfg.num_layers, cfg.num_heads,
+                                cfg.attention_dropout)
+    have = available_memory(rt.device)
+    if need and have is not None and need > 0.9 * have:
+        raise UserError(
+            f"--data {opt.data}: {micro} rows of {seq_len:,} tokens a micro-batch keep "
+            f"{need / 1e9:,.1f} GB of attention probabilities (model.attention_dropout="
+            f"{cfg.attention_dropout} writes each layer's {seq_len:,} x {seq_len:,} matrix "
+            f"out) but {have / 1e9:,.1f} GB is free; set model.attention_dropout=0 (the fused "
+            f"kernel keeps none of it), a larger train.grad_accum, a smaller "
+            f"train.batch_size, or prepare shorter rows")
 
 
 def _unigram_counts(data: ShardDataset) -> torch.Tensor:

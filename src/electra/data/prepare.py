@@ -56,7 +56,7 @@ from electra.errors import UserError
 from electra.io.files import sha256_file, staged, write_json
 from electra.io.outputs import claim_out
 
-MAX_SEQ_LEN = 512  # the position table of every preset
+MAX_SEQ_LEN = 8192  # ModernBERT's context (the BERT presets hold 512 positions)
 OVERFLOW = ("drop", "carry")
 
 
@@ -475,7 +475,8 @@ class _Writer:
 def _check_options(opt: PrepareOptions) -> None:
     if not 8 <= opt.seq_len <= MAX_SEQ_LEN:
         raise UserError(f"--seq-len {opt.seq_len} is out of range; use 8 to {MAX_SEQ_LEN} "
-                        f"(the models have {MAX_SEQ_LEN} positions; ELECTRA uses 128 or 512)")
+                        f"(ELECTRA uses 128 or 512, the BERT presets' limit; the ModernBERT "
+                        f"presets go to {MAX_SEQ_LEN})")
     if opt.overflow not in OVERFLOW:
         raise UserError(f"--overflow {opt.overflow!r}: use one of {', '.join(OVERFLOW)} (drop "
                         f"is the original packing; carry starts the next example with them)")

@@ -54,10 +54,13 @@ class EncoderWithHead(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        sequence_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The head's output; ``attention_mask`` (B, T) is 1/True on real tokens."""
+        """The head's output; ``attention_mask`` (B, T) is 1/True on real tokens;
+        ``sequence_ids`` (B, T): packed rows (the encoder's)."""
         return self.head(self.encoder(input_ids, attention_mask, token_type_ids,
-                                      first_only=self.reads_first))
+                                      first_only=self.reads_first,
+                                      sequence_ids=sequence_ids))
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -109,11 +112,12 @@ class Generator(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
         padded: bool = False,
+        sequence_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits (B, P, V) at ``positions`` (B, P), or (B, T, V) when ``positions`` is None;
-        ``padded``: V padded as :meth:`logits` says."""
-        return self.logits(self.encoder(input_ids, attention_mask, token_type_ids), positions,
-                           padded)
+        ``padded``: V padded as :meth:`logits` says; ``sequence_ids``: packed rows."""
+        return self.logits(self.encoder(input_ids, attention_mask, token_type_ids,
+                                        sequence_ids=sequence_ids), positions, padded)
 
     def logits(self, h: torch.Tensor, positions: torch.Tensor | None = None,
                padded: bool = False) -> torch.Tensor:

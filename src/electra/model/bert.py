@@ -28,10 +28,13 @@ class Embeddings(nn.Module):
         self.layer_norm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.hidden_dropout, kernels)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``positions`` (B, T): each token's position (packed rows); None: 0..T-1."""
         T = input_ids.shape[1]
         x = (self.words(input_ids)
-             + self.position_embeddings.weight[:T]  # (T, E), broadcast over B
+             + (self.position_embeddings.weight[:T] if positions is None  # (T, E), over B
+                else self.position_embeddings(positions))
              + self.token_type_embeddings(token_type_ids))
         return self.dropout(self.layer_norm(x))  # (B, T, E)
 
@@ -139,9 +142,12 @@ class Encoder(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         first_only: bool = False,
+        sequence_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Hidden states (B, T, H). ``attention_mask`` (B, T) is 1/True on real tokens; with
         unpadding kernels (``electra.model.kernels``) the padding's states are zeros.
+        ``sequence_ids`` (B, T): packed rows, each token attending within its own sequence
+        (``Kernels.layout``).
 
         ``first_only``: the caller reads each row's first position alone ([CLS]), so the last
         block computes only that position after its fused Q/K/V projection (attention, the
@@ -150,7 +156,8 @@ class Encoder(nn.Module):
         (B, T, H) where a row's first position is padding under unpadding."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        return encode(self, input_ids, attention_mask, token_type_ids, first_only)
+        return encode(self, input_ids, attention_mask, token_type_ids, first_only,
+                      sequence_ids=sequence_ids)
 
 
 def bert_macs_per_token(cfg: ModelConfig, seq_len: int) -> int:

@@ -23,6 +23,7 @@ from electra.model.modernbert import (
     ModernBlock,
     ModernEncoder,
     ModernGDESEmbeddings,
+    modern_length_error,
     modern_macs_per_token,
 )
 from electra.registry import Registry
@@ -33,8 +34,9 @@ class Body:
     """One body: ``encoder(cfg, embeddings, kernels)`` (its own embeddings when None),
     ``gdes(cfg, shared_table, kernels)``, its block class (the unit FSDP shards and
     ``train.compile`` compiles), its multiply-accumulates per token of a sequence (what the
-    FLOP count adds up), and ``bias``: whether the heads' dense layers and norms
-    carry biases (BERT's do, ModernBERT's do not)."""
+    FLOP count adds up), ``bias``: whether the heads' dense layers and norms carry biases
+    (BERT's do, ModernBERT's do not), and ``length_error(cfg, seq_len)``: why rows of that
+    length do not suit the body's settings (None: they do)."""
 
     name: str
     encoder: Callable[..., nn.Module]
@@ -42,6 +44,7 @@ class Body:
     block: type[nn.Module]
     macs_per_token: Callable[[Any, int], int]
     bias: bool = True
+    length_error: Callable[[Any, int], str | None] = lambda cfg, seq_len: None
 
 
 BODIES: Registry[Body] = Registry("body")
@@ -50,7 +53,7 @@ for _body in (
     Body("bert", Encoder, GDESEmbeddings, Block, bert_macs_per_token),
     # ModernBERT's: RoPE, pre-LN without biases, GeGLU, global and local attention
     Body("modernbert", ModernEncoder, ModernGDESEmbeddings, ModernBlock, modern_macs_per_token,
-         bias=False),
+         bias=False, length_error=modern_length_error),
 ):
     BODIES.add(_body.name, _body)
 

@@ -35,6 +35,7 @@ stored table, checkpoints and exports keep the real vocabulary.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -107,6 +108,11 @@ class Layout:
         them): what rotary embeddings read."""
         raise NotImplementedError
 
+    def row_positions(self) -> torch.Tensor | None:
+        """(B, T) each token's position in its sequence where rows are packed (what position
+        tables read); None: every row is one sequence from position 0."""
+        return None
+
     def reads_first(self) -> bool:
         """Whether :meth:`first` and :meth:`attend_first` can serve a head that reads each
         row's first position alone."""
@@ -123,11 +129,13 @@ class Layout:
 
 
 def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    keys: torch.Tensor | None, window: int, chunk: int) -> torch.Tensor:
+                    keys: torch.Tensor | None, window: int, chunk: int,
+                    groups: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of each query (B, nh, T, hs) over the keys at most ``window`` positions away
-    (and real: ``keys`` (B, T) bool, None: all), computed on blocks of ``chunk`` queries
-    against their ``chunk + 2·window`` keys instead of the whole T x T matrix: what a
-    ModernBERT local block attends, at (chunk + 2·window) / T of the dense cost. Each query
+    (and real: ``keys`` (B, T) bool, None: all; and of its own sequence in a packed row:
+    ``groups`` (B, T) its sequence ids, 0 at padding), computed on blocks of ``chunk``
+    queries against their ``chunk + 2·window`` keys instead of the whole T x T matrix: what
+    a ModernBERT local block attends, at (chunk + 2·window) / T of the dense cost. Each query
     also sees itself (a padding row is never empty). No dropout on the probabilities."""
     B, nh, T, hs = q.shape
     w, c = window, chunk
@@ -144,7 +152,12 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     valid = (key_at >= 0) & (key_at < T)  # (n, span)
     if keys is not None:
         valid = valid & F.pad(keys, (w, extra + w)).unfold(1, span, c)  # (B, n, span)
-    mask = (near & valid[..., None, :]) | (b == a + w)  # (B or 1, n, c, span)
+    mask = near & valid[..., None, :]  # (B or 1, n, c, span)
+    if groups is not None:  # keys of the query's own sequence, real ones (ids > 0)
+        g = F.pad(groups, (w, extra + w)).unfold(1, span, c)  # (B, n, span)
+        own = F.pad(groups, (0, extra)).view(-1, n, c)  # (B, n, c)
+        mask = mask & (g[..., None, :] == own[..., None]) & (g[..., None, :] > 0)
+    mask = mask | (b == a + w)
     out = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask[:, None] if mask.dim() == 4
                                          else mask)
     return out.reshape(B, nh, n * c, hs)[:, :, :T]
@@ -164,6 +177,23 @@ def band(mask: torch.Tensor | None, T: int, window: int | None, device: torch.de
     return near if mask is None else (mask & near) | (offset == 0)
 
 
+def sequence_positions(groups: torch.Tensor) -> torch.Tensor:
+    """(B, T) each token's place in its sequence, from packed rows' sequence ids ``groups``."""
+    T = groups.shape[1]
+    i = torch.arange(T, device=groups.device).expand_as(groups)
+    new = torch.ones_like(groups, dtype=torch.bool)
+    new[:, 1:] = groups[:, 1:] != groups[:, :-1]
+    return i - torch.where(new, i, 0).cummax(1).values
+
+
+def sequence_mask(groups: torch.Tensor) -> torch.Tensor:
+    """(B, 1, T, T) bool: the keys each query attends in packed rows, the real ones of its own
+    sequence (and itself: a padding position's row is never empty)."""
+    T = groups.shape[1]
+    same = (groups[:, :, None] == groups[:, None, :]) & (groups[:, None, :] > 0)
+    return (same | torch.eye(T, dtype=torch.bool, device=groups.device))[:, None]
+
+
 def _heads(qkv: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Fused projections (B, T, 3H) -> q, k, v stacked: (3, B, nh, T, hs)."""
     B, T, three_h = qkv.shape
@@ -181,6 +211,8 @@ class Padded(Layout):
 
     mask: torch.Tensor | None
     shape: tuple[int, int] | None = None
+    at: torch.Tensor | None = None  # packed rows: (B, T) each token's place in its sequence
+    groups: torch.Tensor | None = None  # packed rows: (B, T) sequence ids, 0 at padding
 
     def tokens(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.shape is None else x.flatten(0, 1)
@@ -194,18 +226,28 @@ class Padded(Layout):
         q, k, v = _heads(self.repad(qkv), num_heads)
         T = q.shape[2]
         if window is not None and p == 0 and 8 * window <= T:  # blocks: where that pays
-            keys = None if self.mask is None else self.mask[:, 0, 0, :]
-            a = local_attention(q, k, v, keys, window, 2 * window)
+            keys = None if self.mask is None or self.groups is not None else self.mask[:, 0, 0]
+            a = local_attention(q, k, v, keys, window, 2 * window, self.groups)
         else:
             a = kernels.attention(q, k, v, band(self.mask, T, window, q.device), p, dropout)
         return a.transpose(1, 2).reshape(*qkv.shape[:-1], qkv.shape[-1] // 3)
 
     def positions(self, x: torch.Tensor) -> torch.Tensor:
-        """(T,) for (B, T, ...) tokens; (B·T,) for the rows of a (B, T) batch."""
+        """(T,) for (B, T, ...) tokens; (B·T,) for the rows of a (B, T) batch; each token's
+        place in its sequence in packed rows ((B, T) or (B·T,))."""
+        if self.at is not None:
+            return self.at if self.shape is None else self.at.reshape(-1)
         if self.shape is None:
             return torch.arange(x.shape[1], device=x.device)
         B, T = self.shape
         return torch.arange(T, device=x.device).repeat(B)
+
+    def row_positions(self) -> torch.Tensor | None:
+        return self.at
+
+    def reads_first(self) -> bool:
+        """A packed row's first position is its first sequence's alone."""
+        return self.groups is None
 
     def first(self, x: torch.Tensor) -> torch.Tensor:
         return self.repad(x)[:, 0]
@@ -234,6 +276,7 @@ class Unpadded(Layout):
     shape: tuple[int, int]  # (B, T)
     padded: Padded  # the same batch padded, with its mask: the fallback's attention
     starts_real: bool = True  # every row's first position is a real token
+    at: torch.Tensor | None = None  # packed rows: (N,) each token's place in its sequence
 
     @staticmethod
     def of(mask: torch.Tensor) -> Unpadded:
@@ -249,6 +292,23 @@ class Unpadded(Layout):
                  else torch.argsort((~mask.reshape(-1)).to(torch.uint8), stable=True)[:n])
         return Unpadded(index, F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0)), max_len,
                         (B, T), Padded(mask[:, None, None, :]), bool(starts_real))
+
+    @staticmethod
+    def packed(groups: torch.Tensor, padded: Padded) -> Unpadded:
+        """The layout of packed rows, ``groups`` (B, T) each token's sequence id (1, 2, ... in
+        a row, 0 at padding): the real tokens, one varlen sequence per packed sequence, each
+        token at its place in its sequence (``padded``: the same rows with their block mask)."""
+        layout = Unpadded.of(groups > 0)
+        B, T = groups.shape
+        flat = groups.reshape(-1).index_select(0, layout.index)
+        row = layout.index // T
+        new = torch.ones_like(flat, dtype=torch.bool)
+        new[1:] = (flat[1:] != flat[:-1]) | (row[1:] != row[:-1])
+        starts = new.nonzero().squeeze(1)
+        cu = torch.cat([starts, starts.new_tensor([len(flat)])]).to(torch.int32)
+        assert padded.at is not None
+        return Unpadded(layout.index, cu, int((cu[1:] - cu[:-1]).max()), (B, T), padded,
+                        False, padded.at.reshape(-1).index_select(0, layout.index))
 
     def tokens(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...)."""
@@ -273,8 +333,11 @@ class Unpadded(Layout):
         return a.reshape(N, three_h // 3)
 
     def positions(self, x: torch.Tensor) -> torch.Tensor:
-        """(N,): each real token's position in its row."""
-        return self.index % self.shape[1]
+        """(N,): each real token's position in its row (in its sequence, packed)."""
+        return self.index % self.shape[1] if self.at is None else self.at
+
+    def row_positions(self) -> torch.Tensor | None:
+        return self.padded.at
 
     def reads_first(self) -> bool:
         """Each row's first position is among the real tokens (a [CLS]; read with the rest
@@ -309,9 +372,19 @@ class Kernels:
     vocab_multiple: int = 1
 
     def layout(self, attention_mask: torch.Tensor | None,
-               shape: tuple[int, int] | None = None) -> Layout:
+               shape: tuple[int, int] | None = None,
+               sequence_ids: torch.Tensor | None = None) -> Layout:
         """The layout of a batch with this (B, T) mask (1/True on real tokens; None: no
-        padding); ``shape`` (B, T): a padded layout runs the blocks on rows (:class:`Padded`)."""
+        padding); ``shape`` (B, T): a padded layout runs the blocks on rows (:class:`Padded`).
+        ``sequence_ids`` (B, T): packed rows (1, 2, ... for each sequence side by side in a
+        row, 0 at padding; the mask is then theirs), each token attending within its own
+        sequence and placed in it from 0."""
+        if sequence_ids is not None:
+            at = sequence_positions(sequence_ids)
+            padded = Padded(sequence_mask(sequence_ids), None, at, sequence_ids)
+            if self.unpad:
+                return Unpadded.packed(sequence_ids, padded)
+            return dataclasses.replace(padded, shape=shape)
         if attention_mask is None:
             return Padded(None, shape)
         mask = attention_mask.bool()
@@ -329,6 +402,20 @@ class Kernels:
         if p > 0 and self.written_attention:
             return written_attention(q, k, v, attn_mask, dropout)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
+
+
+KEPT_BYTES = 9  # per probability: the fp32 softmax, its keep mask, the dropped product's input
+
+
+def kept_attention_bytes(kernels: Kernels, rows: int, seq_len: int, layers: int, heads: int,
+                         p: float) -> int:
+    """Bytes of attention probabilities a training step of ``rows`` rows keeps for its
+    backward in ``layers`` blocks of ``heads`` heads: the written attention (dropout ``p`` > 0
+    on a path that writes it out) keeps every row's whole T x T matrix, about
+    :data:`KEPT_BYTES` bytes a probability; SDPA's fused kernels keep none of that size."""
+    if not (kernels.written_attention and p > 0):
+        return 0
+    return layers * rows * heads * seq_len * seq_len * KEPT_BYTES
 
 
 FAST_CPU = Kernels("fast-cpu", lane_dropout, written_attention=True)

@@ -36,8 +36,10 @@ class ModernEmbeddings(nn.Module):
         self.norm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps, bias=False)
         self.dropout = Dropout(cfg.hidden_dropout, kernels)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.norm(self.words(input_ids)))  # (B, T, E); no segments
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, E): no segments, no positions (RoPE places the tokens, in the blocks)."""
+        return self.dropout(self.norm(self.words(input_ids)))
 
     def words(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.word_embeddings(input_ids)
@@ -136,11 +138,13 @@ class ModernEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None,
-                first_only: bool = False) -> torch.Tensor:
+                first_only: bool = False,
+                sequence_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Hidden states (B, T, H) after the final norm (zeros at padding when unpadded);
-        ``first_only`` as the BERT body's: (B, 1, H), each row's first position."""
+        ``first_only`` and ``sequence_ids`` as the BERT body's: (B, 1, H), each row's
+        first position; packed rows."""
         return encode(self, input_ids, attention_mask, token_type_ids, first_only,
-                      self.final_norm)
+                      self.final_norm, sequence_ids)
 
 
 def modern_macs_per_token(cfg: ModelConfig, seq_len: int) -> int:
@@ -156,3 +160,14 @@ def modern_macs_per_token(cfg: ModelConfig, seq_len: int) -> int:
         keys = seq_len if i % cfg.global_every == 0 else min(seq_len, cfg.local_attention + 1)
         total += 4 * H * H + 3 * H * I + 2 * keys * H
     return total
+
+
+def modern_length_error(cfg: ModelConfig, seq_len: int) -> str | None:
+    """A local window longer than the rows: every local block would attend to the whole row
+    (a global block with the local theta), which no ModernBERT means."""
+    if cfg.local_attention > seq_len:
+        return (f"model.local_attention={cfg.local_attention} is longer than the "
+                f"{seq_len}-token rows, so every local layer would attend to its whole row; set "
+                f"model.local_attention to an even number up to {seq_len}, or prepare longer "
+                f"rows (--seq-len)")
+    return None

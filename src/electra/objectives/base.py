@@ -47,6 +47,10 @@ class Step:
         return self.batch.token_type_ids
 
     @property
+    def sequence_ids(self) -> torch.Tensor | None:
+        return self.batch.sequence_ids  # (B, T) packed rows' sequences; None: one a row
+
+    @property
     def attends(self) -> torch.Tensor | None:
         """The mask the encoders attend with: none where no row has padding (attention
         without a mask: FlashAttention on a GPU), else the batch's."""
@@ -149,7 +153,8 @@ def generate(model: Any, step: Step) -> tuple[Term, torch.Tensor]:
     frozen = step.stage == 2
     with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
         gen_logits = model.generator(masked.input_ids, step.attends, step.token_type_ids,
-                                     masked.positions, padded=True)  # (B, P, V padded)
+                                     masked.positions, padded=True,
+                                     sequence_ids=step.sequence_ids)  # (B, P, V padded)
         loss, probs, zmax, target_logit = mlm_loss(gen_logits, masked.targets, masked.weights,
                                                    step.chosen)
     cfg, T, V = step.cfg, step.temperature, model.generator.config.vocab_size
@@ -181,7 +186,7 @@ def full_mlm(model: Any, step: Step, inputs: torch.Tensor) -> Term:
     ``inputs``, with its accuracy (``mlm_acc``)."""
     masked = step.masked
     logits = model.main_mlm(inputs, step.attends, step.token_type_ids, masked.positions,
-                            padded=True)
+                            padded=True, sequence_ids=step.sequence_ids)
     loss, _, zmax, target_logit = mlm_loss(logits, masked.targets, masked.weights, step.chosen)
     return Term(loss, {"mlm_acc": mlm_accuracy(target_logit, zmax, masked.weights)})
 
@@ -192,7 +197,8 @@ def detect(model: Any, step: Step, corrupted: torch.Tensor, labels: torch.Tensor
     """Step 5: the discriminator's loss on x_corrupt, averaged over ``over`` (default: the
     non-pad tokens) with ``denominator`` (default: the step's token count), and its logits
     (B, T)."""
-    disc_logits = model.discriminator(corrupted, step.attends, step.token_type_ids)
+    disc_logits = model.discriminator(corrupted, step.attends, step.token_type_ids,
+                                      step.sequence_ids)
     loss = discriminator_loss(disc_logits, labels, step.attention_mask if over is None else over,
                               step.tokens if over is None else denominator)
     return Term(loss), disc_logits

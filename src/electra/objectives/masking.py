@@ -90,25 +90,29 @@ class Norm:
 @dataclass(frozen=True)
 class Batch:
     """Token rows an objective trains on: the (B, T) ids and attention mask, the segment ids,
-    the word starts (unit ``word``), and which rows have no padding as read on the host
-    (``full``, before the rows went to a device; None where unknown)."""
+    the word starts (unit ``word``), which rows have no padding as read on the host (``full``,
+    before the rows went to a device; None where unknown), and in packed rows each token's
+    sequence (``sequence_ids``: 1, 2, ... side by side, 0 at padding; None: one a row)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     token_type_ids: torch.Tensor | None = None
     word_starts: torch.Tensor | None = None
     full: np.ndarray | None = None
+    sequence_ids: torch.Tensor | None = None
 
     @staticmethod
     def of(tensors: dict[str, torch.Tensor], full: np.ndarray | None = None) -> Batch:
         """A loader's batch (its dict of tensors) as a Batch."""
         return Batch(tensors["input_ids"], tensors["attention_mask"],
-                     tensors.get("token_type_ids"), tensors.get("word_starts"), full)
+                     tensors.get("token_type_ids"), tensors.get("word_starts"), full,
+                     tensors.get("sequence_ids"))
 
     @property
     def pad_free(self) -> bool:
-        """No row has padding, known on the host: the encoders may attend without a mask."""
-        return self.full is not None and bool(self.full.all())
+        """No row has padding, known on the host, nor holds several sequences: the encoders
+        may attend without a mask."""
+        return self.full is not None and bool(self.full.all()) and self.sequence_ids is None
 
     def rows(self, rows: slice) -> Batch:
         """Rows ``rows`` of the batch (a micro-batch)."""
@@ -116,7 +120,8 @@ class Batch:
             return None if t is None else t[rows]
 
         return Batch(self.input_ids[rows], self.attention_mask[rows], cut(self.token_type_ids),
-                     cut(self.word_starts), None if self.full is None else self.full[rows])
+                     cut(self.word_starts), None if self.full is None else self.full[rows],
+                     cut(self.sequence_ids))
 
 
 @dataclass(frozen=True)
