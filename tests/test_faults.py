@@ -197,6 +197,11 @@ def world(tmp_path_factory) -> Iterator[Path]:
     # issue 42: rows of ModernBERT's 8,192 tokens (short documents: mostly padding)
     assert cli("prepare", "--input", w / "c.txt", "--tokenizer", w / "tok", "--seq-len", 8192,
                "--out", w / "data8k") == 0
+    # packed rows whose first example's start bit is gone
+    assert cli("prepare", "--input", w / "c.txt", "--tokenizer", w / "tok", "--seq-len", 32,
+               "--pack", "--out", w / "packed_cut") == 0
+    starts = w / "packed_cut/train/sequences.bin"
+    starts.write_bytes(bytes([0]) + starts.read_bytes()[1:])
     holder = hold_lock(w / "locked")  # another process writing --out locked
     yield w
     holder.kill()
@@ -847,6 +852,9 @@ CASES += [
     ("config", (*PRETRAIN, "--set", "model.body=modernbert", "--set", "model.local_attention=64"),
      "model.local_attention=64 is longer than the 32-token rows, so every local layer would "
      "attend to its whole row"),
+    ("data", ("pretrain", "--config", P("tiny.toml"), "--data", P("packed_cut"), "--quiet"),
+     "train/sequences.bin has rows whose first token begins no example (damaged); prepare "
+     "the data again"),
     ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--seq-len", "8200"),
      "--seq-len 8200 is out of range; use 8 to 8192"),
     # written-out attention at 8,192 tokens: 4,096 rows keep ~20 TB of probabilities

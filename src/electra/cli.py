@@ -175,6 +175,9 @@ COMMANDS: dict[str, Command] = {
             arg("--seq-len", type=int, default=128,
                 help="example length, 8 to 8192 (default: 128; the BERT presets take up to "
                      "512, the ModernBERT ones 8192)"),
+            arg("--pack", action="store_true", help="fill each row with several examples "
+                "side by side (each attending within itself) instead of one and padding: "
+                "fewer rows, almost no padding; pretraining reads it as it is"),
             arg("--out", help="output folder"),
             arg("--workers", type=int, default=1, help="processes (default: 1); the output "
                 "is identical whatever the count"),

@@ -25,7 +25,14 @@ from electra.errors import UserError
 from electra.io.files import read_json, sha256_file
 
 FORMAT_VERSION = 1  # of the folders `electra prepare` writes
+PACKED_FORMAT = 2  # `electra prepare --pack`: rows of several examples (two more files)
 SHARD_FILES = ("ids.bin", "segments.bin", "word_starts.bin")
+PACKED_FILES = ("sequences.bin", "types.bin")  # bits: where each example starts; segment B
+
+
+def shard_files(packed: bool) -> tuple[str, ...]:
+    """The files of each split."""
+    return SHARD_FILES + PACKED_FILES if packed else SHARD_FILES
 META_KEYS = ("format_version", "seq_len", "dtype", "vocab_size", "tokenizer_sha256",
              "special_tokens", "splits")
 
@@ -52,9 +59,11 @@ class ShardDataset:
         if missing:
             raise UserError(f"--data {folder}: meta.json lacks {', '.join(missing)}; prepare "
                             f"the data again")
-        if meta.get("format_version") != FORMAT_VERSION:
+        self.packed = meta.get("format_version") == PACKED_FORMAT and meta.get("packed") is True
+        if meta.get("format_version") != FORMAT_VERSION and not self.packed:
             raise UserError(f"--data {folder}: format version {meta.get('format_version')} "
-                            f"but this electra reads {FORMAT_VERSION}; prepare the data again")
+                            f"but this electra reads {FORMAT_VERSION} and {PACKED_FORMAT} "
+                            f"(packed); prepare the data again")
         if split not in meta["splits"]:
             raise UserError(f"--data {folder}: no {split!r} split (it has "
                             f"{', '.join(meta['splits'])}); prepare with --val-fraction or "
@@ -72,8 +81,11 @@ class ShardDataset:
                             f"data again")
         self.with_word_starts = word_starts
         shapes = [("ids.bin", meta["dtype"], self.seq_len), ("segments.bin", np.uint16, 2)]
+        bits = (self.seq_len + 7) // 8
         if self.has_word_starts:
-            shapes.append(("word_starts.bin", np.uint8, (self.seq_len + 7) // 8))
+            shapes.append(("word_starts.bin", np.uint8, bits))
+        if self.packed:
+            shapes += [(name, np.uint8, bits) for name in PACKED_FILES]
         for name, dtype, width in shapes:
             expected = n * width * np.dtype(dtype).itemsize
             if not (d / name).is_file() or (d / name).stat().st_size != expected:
@@ -84,8 +96,10 @@ class ShardDataset:
                              shape=(n, self.seq_len))
         self.segments = np.memmap(d / "segments.bin", dtype=np.uint16, mode="r", shape=(n, 2))
         self.word_starts = (np.memmap(d / "word_starts.bin", dtype=np.uint8, mode="r",
-                                      shape=(n, (self.seq_len + 7) // 8))
-                            if self.has_word_starts else None)
+                                      shape=(n, bits)) if self.has_word_starts else None)
+        self.sequences, self.types = ((np.memmap(d / name, dtype=np.uint8, mode="r",
+                                                 shape=(n, bits)) for name in PACKED_FILES)
+                                      if self.packed else (None, None))
         self._check_rows(np.unique(np.concatenate([
             np.arange(min(n, 64)), np.arange(max(0, n - 64), n),
             np.random.default_rng(0).integers(0, max(n, 1), 128)])) if n else np.arange(0))
@@ -103,6 +117,10 @@ class ShardDataset:
             raise UserError(f"--data {self.folder}: {self.split}/segments.bin holds segment "
                             f"ends outside their examples of {self.seq_len} tokens (damaged); "
                             f"prepare the data again")
+        if self.sequences is not None and len(ids) and not (
+                np.asarray(self.sequences[rows])[:, 0] >> 7).all():
+            raise UserError(f"--data {self.folder}: {self.split}/sequences.bin has rows whose "
+                            f"first token begins no example (damaged); prepare the data again")
 
     def verify(self, chunk: int = 1 << 16) -> dict[str, int]:
         """Every row checked, and the file checksums and token count against meta.json."""
@@ -113,7 +131,7 @@ class ShardDataset:
         if tokens != declared:
             raise UserError(f"--data {self.folder}: {self.split} holds {tokens} tokens, "
                             f"meta.json says {declared} (damaged); prepare the data again")
-        for name in SHARD_FILES:
+        for name in shard_files(self.packed):
             want = self.meta.get("files", {}).get(f"{self.split}/{name}")
             if want and sha256_file(self.folder / self.split / name) != want["sha256"]:
                 raise UserError(f"--data {self.folder}: {self.split}/{name} does not match "
@@ -140,7 +158,9 @@ class ShardDataset:
                             f"the model's tokenizer")
 
     def batch(self, index: np.ndarray) -> dict[str, torch.Tensor]:
-        """Examples ``index`` as tensors: input_ids, attention_mask, token_type_ids (B, T)."""
+        """Examples ``index`` as tensors: input_ids, attention_mask, token_type_ids (B, T);
+        packed rows also sequence_ids (B, T): 1, 2, ... for the examples side by side, 0 at
+        the padding."""
         order = np.argsort(index, kind="stable")  # read the memmap in increasing order
         ids = np.empty((len(index), self.seq_len), dtype=np.int64)
         ids[order] = self.ids[index[order]]
@@ -156,6 +176,12 @@ class ShardDataset:
             assert self.word_starts is not None
             bits = np.unpackbits(self.word_starts[index], axis=1, count=self.seq_len)
             out["word_starts"] = torch.from_numpy(bits.astype(bool))
+        if self.sequences is not None and self.types is not None:  # packed rows
+            real = pos < seg[:, 1:2]
+            begins = np.unpackbits(self.sequences[index], axis=1, count=self.seq_len)
+            out["sequence_ids"] = torch.from_numpy(begins.cumsum(1, dtype=np.int32) * real)
+            out["token_type_ids"] = torch.from_numpy(np.unpackbits(
+                self.types[index], axis=1, count=self.seq_len).astype(np.int64))
         return out
 
 

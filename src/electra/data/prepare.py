@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from electra.config import MAX_SEED
-from electra.data.loader import FORMAT_VERSION, SHARD_FILES, ShardDataset
+from electra.data.loader import FORMAT_VERSION, PACKED_FORMAT, ShardDataset, shard_files
 from electra.data.text import Chunk, ReadStats, expand_inputs, read_chunks
 from electra.data.tokenizer import (
     SpecialTokens,
@@ -79,6 +79,7 @@ class PrepareOptions:
     special_tokens: str | None = None  # cls=<s>,sep=</s>,... (else from the tokenizer)
     overflow: str = "drop"  # tokens past an example at a split: "drop" (the original) or "carry"
     split: str | None = None  # of a datasets folder or a hub dataset
+    pack: bool = False  # rows hold several examples side by side (format 2)
 
 
 @dataclass
@@ -89,6 +90,8 @@ class Packed:
     segments: dict[str, np.ndarray]
     word_starts: dict[str, np.ndarray] = field(default_factory=dict)  # packed bits
     counts: dict[str, int] = field(default_factory=dict)
+    sequences: dict[str, np.ndarray] = field(default_factory=dict)  # packed rows: starts, bits
+    types: dict[str, np.ndarray] = field(default_factory=dict)  # packed rows: segment B, bits
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -159,20 +162,62 @@ class ExampleBuilder:
         if self.length >= self.target_length:  # carried tokens that fill an example
             self.create_example()
 
-    def to_arrays(self, flat: np.ndarray, flat_starts: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(N, seq_len) token ids, (N, 2) [end of A, total length] and (N, seq_len / 8)
-        packed word-start bits for the examples (every sentence also starts a word)."""
-        s = self.special
-        ids = np.full((len(self.examples), self.max_length), s.pad, dtype=self.dtype)
-        seg = np.zeros((len(self.examples), 2), dtype=np.uint16)
-        starts = np.zeros((len(self.examples), self.max_length), dtype=bool)
-        for i, (first, second) in enumerate(self.examples):
-            ids[i, 0] = s.cls
-            seg[i, 0] = _put(ids[i], starts[i], first, 1, flat, flat_starts, s.sep)
-            seg[i, 1] = (_put(ids[i], starts[i], second, int(seg[i, 0]), flat, flat_starts,
-                              s.sep) if second else seg[i, 0])
-        return ids, seg, np.packbits(starts, axis=1)
+    def to_arrays(self, flat: np.ndarray, flat_starts: np.ndarray, pack: bool = False
+                  ) -> tuple[np.ndarray, ...]:
+        """(N, seq_len) token ids, (N, 2) [end of the first example's A, total length] and
+        (N, seq_len / 8) packed word-start bits (every sentence also starts a word) of the
+        rows: one example each, or under ``pack`` several side by side (:func:`pack_rows`),
+        with two more bit arrays: where each example starts, and its segment B's tokens."""
+        s, T = self.special, self.max_length
+        rows = pack_rows([_length(a, b) for a, b in self.examples], T) if pack else [
+            [i] for i in range(len(self.examples))]
+        ids = np.full((len(rows), T), s.pad, dtype=self.dtype)
+        seg = np.zeros((len(rows), 2), dtype=np.uint16)
+        starts = np.zeros((len(rows), T), dtype=bool)
+        begins, second_seg = np.zeros_like(starts), np.zeros_like(starts)
+        for r, row in enumerate(rows):
+            at = 0
+            for i in row:
+                first, second = self.examples[i]
+                ids[r, at] = s.cls
+                begins[r, at] = True
+                a_end = _put(ids[r], starts[r], first, at + 1, flat, flat_starts, s.sep)
+                end = (_put(ids[r], starts[r], second, a_end, flat, flat_starts, s.sep)
+                       if second else a_end)
+                second_seg[r, a_end:end] = True
+                seg[r, 0] = seg[r, 0] or a_end
+                at = end
+            seg[r, 1] = at
+        out = (ids, seg, np.packbits(starts, axis=1))
+        return (*out, np.packbits(begins, axis=1), np.packbits(second_seg, axis=1)) if pack \
+            else out
+
+
+def _length(first: list[tuple[int, int]], second: list[tuple[int, int]]) -> int:
+    """An example's tokens: [CLS] A [SEP] (B [SEP])."""
+    return 2 + sum(n for _, n in first) + (1 + sum(n for _, n in second) if second else 0)
+
+
+def pack_rows(lengths: list[int], size: int) -> list[list[int]]:
+    """Examples (their ``lengths``, in order) placed into rows of ``size`` tokens, first fit:
+    each goes into the first row begun before it that still has room, else begins a row. A
+    full-length example is a row of its own; the shorter ones (a document's end, the random
+    shorter targets) fill each other's rows. Rows in the order they were begun."""
+    rows: list[list[int]] = []
+    room: list[int] = []  # free tokens of each row
+    open_rows: list[int] = []  # the rows with room for the shortest example (3 tokens)
+    for i, n in enumerate(lengths):
+        k = next((r for r in open_rows if room[r] >= n), None)
+        if k is None:
+            k = len(rows)
+            rows.append([])
+            room.append(size)
+            open_rows.append(k)
+        rows[k].append(i)
+        room[k] -= n
+        if room[k] < 3:
+            open_rows.remove(k)
+    return rows
 
 
 def _put(row: np.ndarray, row_starts: np.ndarray, spans: list[tuple[int, int]], pos: int,
@@ -420,8 +465,10 @@ def pack_chunk(chunk: Chunk) -> Packed:
         b.end_document()
     out = Packed(ids={}, segments={})
     for name, b in builders.items():
-        out.ids[name], out.segments[name], out.word_starts[name] = b.to_arrays(flat,
-                                                                               flat_starts)
+        arrays = b.to_arrays(flat, flat_starts, st["pack"])
+        out.ids[name], out.segments[name], out.word_starts[name] = arrays[:3]
+        if st["pack"]:
+            out.sequences[name], out.types[name] = arrays[3:]
     out.counts = {"tokens_in": int(flat.size), "tokens_dropped": sum(
         b.dropped for b in builders.values()), "tokens_packed": sum(
         b.kept for b in builders.values()), "long_lines_cut": long_lines,
@@ -446,27 +493,30 @@ def _word_starts(encs: list[Any], lens: list[int]) -> np.ndarray:
 class _Writer:
     """Appends one split's arrays to its files and counts what it wrote."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, files: tuple[str, ...]) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
-        self.ids = open(folder / "ids.bin", "wb")  # noqa: SIM115
-        self.segments = open(folder / "segments.bin", "wb")  # noqa: SIM115
-        self.words = open(folder / "word_starts.bin", "wb")  # noqa: SIM115
+        self.files = {name: open(folder / name, "wb") for name in files}  # noqa: SIM115
         self.examples = 0
         self.tokens = 0
+        self.sequences = 0
 
-    def write(self, ids: np.ndarray, seg: np.ndarray) -> None:
-        if len(ids):
-            self.ids.write(ids.tobytes())
-            self.segments.write(seg.tobytes())
-            self.examples += len(ids)
-            self.tokens += int(seg[:, 1].sum(dtype=np.int64))
-
-    def write_words(self, packed: np.ndarray) -> None:
-        self.words.write(packed.tobytes())
+    def write(self, p: Packed, split: str) -> None:
+        """The chunk's rows of ``split`` (from ``p``), each array into its file."""
+        ids, seg = p.ids[split], p.segments[split]
+        if not len(ids):
+            return
+        parts = {"ids.bin": ids, "segments.bin": seg, "word_starts.bin": p.word_starts[split],
+                 "sequences.bin": p.sequences.get(split), "types.bin": p.types.get(split)}
+        for name, f in self.files.items():
+            f.write(parts[name].tobytes())
+        self.examples += len(ids)
+        self.tokens += int(seg[:, 1].sum(dtype=np.int64))
+        self.sequences += (int(np.unpackbits(p.sequences[split]).sum())
+                           if split in p.sequences else len(ids))
 
     def close(self) -> None:
-        for f in (self.ids, self.segments, self.words):
+        for f in self.files.values():
             f.flush()
             os.fsync(f.fileno())
             f.close()
@@ -503,9 +553,8 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
             if len(p.ids[name]):
                 target = split_name if split_name == "val" else name
                 if target not in writers:
-                    writers[target] = _Writer(tmp / target)
-                writers[target].write(p.ids[name], p.segments[name])
-                writers[target].write_words(p.word_starts[name])
+                    writers[target] = _Writer(tmp / target, shard_files(opt.pack))
+                writers[target].write(p, name)
         for key, value in p.counts.items():
             totals[key] = totals.get(key, 0) + value
 
@@ -541,7 +590,7 @@ def main(inputs: list[str] | None = None, tokenizer: str | None = None, out: str
          val_inputs: list[str] | None = None, val_fraction: float | None = None,
          text_field: str = "text", overwrite: bool = False, verify: str | None = None,
          special_tokens: str | None = None, overflow: str = "drop",
-         split: str | None = None) -> None:
+         split: str | None = None, pack: bool = False) -> None:
     """`electra prepare` (or `electra prepare --verify DATA`)."""
     if verify is not None:
         verify_data(verify)
@@ -553,7 +602,7 @@ def main(inputs: list[str] | None = None, tokenizer: str | None = None, out: str
                            workers=workers, seed=seed, val_inputs=val_inputs,
                            val_fraction=val_fraction, text_field=text_field,
                            overwrite=overwrite, special_tokens=special_tokens,
-                           overflow=overflow, split=split))
+                           overflow=overflow, split=split, pack=pack))
 
 
 def prepare(opt: PrepareOptions) -> dict[str, Any]:
@@ -566,7 +615,7 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
     out = Path(opt.out)
     settings = {"seq_len": opt.seq_len, "special": SpecialTokens.of(tok),
                 "dtype": token_dtype(tok.get_vocab_size()).str,
-                "seed": opt.seed, "overflow": opt.overflow}
+                "seed": opt.seed, "overflow": opt.overflow, "pack": opt.pack}
     inputs = [("--input", p) for p in [*opt.inputs, *files]] + [
         ("--val-input", p) for p in [*(opt.val_inputs or []), *val_files]] + [
         ("--tokenizer", opt.tokenizer)]
@@ -604,7 +653,8 @@ def _meta(opt: PrepareOptions, tok: Any, writers: dict[str, _Writer], stats: Rea
     was read."""
     vocab_size = tok.get_vocab_size()
     return {
-        "format_version": FORMAT_VERSION,
+        "format_version": PACKED_FORMAT if opt.pack else FORMAT_VERSION,
+        "packed": opt.pack,
         "seq_len": opt.seq_len,
         "dtype": token_dtype(vocab_size).name,
         "vocab_size": vocab_size,
@@ -613,11 +663,11 @@ def _meta(opt: PrepareOptions, tok: Any, writers: dict[str, _Writer], stats: Rea
         "special_token_names": special_names(tok),
         "seed": opt.seed,
         "overflow": opt.overflow,
-        "splits": {name: {"examples": w.examples, "tokens": w.tokens}
-                   for name, w in sorted(writers.items())},
+        "splits": {name: {"examples": w.examples, "tokens": w.tokens,
+                          "sequences": w.sequences} for name, w in sorted(writers.items())},
         "files": {f"{name}/{file}": {"bytes": (tmp / name / file).stat().st_size,
                                      "sha256": sha256_file(tmp / name / file)}
-                  for name in sorted(writers) for file in SHARD_FILES},
+                  for name in sorted(writers) for file in shard_files(opt.pack)},
         "word_starts": True,
         "inputs": stats.files,
         "documents": stats.docs,
@@ -653,7 +703,10 @@ SMALL_VALIDATION = 100  # examples (12,800 tokens at 128): fewer gets a note; th
 def _report(meta: dict[str, Any], out: Path) -> None:
     mb = meta["bytes"] / 1e6
     s = max(meta["seconds"], 1e-9)
-    parts = [f"{name}: {v['examples']:,} examples, {v['tokens']:,} tokens"
+    parts = [f"{name}: " + (f"{v['examples']:,} rows holding {v['sequences']:,} examples"
+                            if meta.get("packed") else f"{v['examples']:,} examples")
+             + f", {v['tokens']:,} tokens ("
+             f"{1 - v['tokens'] / max(1, v['examples'] * meta['seq_len']):.1%} padding)"
              for name, v in meta["splits"].items()]
     print(f"wrote {out}: {'; '.join(parts)} ({mb:.1f} MB in {s:.1f}s, {mb / s:.2f} MB/s, "
           f"{meta['tokens_in'] / s:,.0f} tokens/s)")
