@@ -352,7 +352,7 @@ def test_bad_input_gives_one_line_and_exit_2(corpus, tmp_path, capsys):
         (["--input", str(tmp_path / "missing.txt")], "no such file"),
         (["--input", str(tmp_path / "*.nothing")], "matches no file"),
         (["--input", str(text), "--seq-len", "4"], "--seq-len 4"),
-        (["--input", str(text), "--seq-len", "4096"], "--seq-len 4096"),
+        (["--input", str(text), "--seq-len", "16384"], "--seq-len 16384"),
     ]
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
