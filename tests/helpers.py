@@ -132,13 +132,15 @@ def launch(nproc: int, *args, timeout: float = 240, prefix: list[str] | None = N
            f"--nproc-per-node={nproc}", *(prefix or ["-m", "electra"]), *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
-def make_run(tmp_path: Path, preset: str) -> tuple[Path, ElectraPretrainingModel]:
-    """A run folder with trained-looking (random, non-zero) weights and a real tokenizer."""
+def make_run(tmp_path: Path, preset: str, **overrides) -> tuple[Path, ElectraPretrainingModel]:
+    """A run folder with trained-looking (random, non-zero) weights and a real tokenizer;
+    ``overrides`` change the preset's model settings."""
     text = tmp_path / "c.txt"
     write_corpus(text)
     tok = train_tokenizer([str(text)], 120, tmp_path / "tok")
     torch.manual_seed(0)
-    model = ElectraPretrainingModel(model_preset(preset, vocab_size=tok.get_vocab_size()))
+    model = ElectraPretrainingModel(model_preset(preset, vocab_size=tok.get_vocab_size(),
+                                                 **overrides))
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.02)  # biases and LayerNorms away from their init

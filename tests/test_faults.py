@@ -849,6 +849,9 @@ CASES += [
      "model.global_every must be a positive integer, got 0"),
     ("config", (*PRETRAIN, "--set", "model.local_rope_theta=-1"),
      "model.local_rope_theta must be > 0, got -1.0"),
+    ("model", (*PRETRAIN, "--set", "model.body=modernbert", "--init", P("hf/discriminator")),
+     "hf/discriminator: holds a bert body but the run asks for model.body=modernbert; --set "
+     "model.body=bert to continue it"),
     ("config", (*PRETRAIN, "--set", "model.body=modernbert", "--set", "model.local_attention=64"),
      "model.local_attention=64 is longer than the 32-token rows, so every local layer would "
      "attend to its whole row"),

@@ -45,6 +45,23 @@ def test_learns_a_separable_task_and_evaluate_reproduces_it(task, capsys):
     assert again["dev"] == results["seeds"]["2"]["dev"]
 
 
+def test_a_modernbert_body_learns_a_separable_task(task):
+    """Sentence classification (GLUE's shape: a custom CSV) on a tiny ModernBERT body."""
+    from electra.data.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(task / "tok")
+    torch.manual_seed(0)
+    disc = Discriminator(model_preset("tiny", body="modernbert", vocab_size=tok.get_vocab_size(),
+                                      num_layers=3, local_attention=16))
+    folders.save(disc, "discriminator", task / "run/discriminator", tok)
+    assert main(["finetune", "--model", str(task / "run"), "--task", "custom", "--train",
+                 str(task / "train.csv"), "--dev", str(task / "dev.csv"), "--out",
+                 str(task / "ft"), "--quiet", "--set", "epochs=4", "--set", "lr=1e-3",
+                 "--set", "precision=fp32"]) == 0
+    results = json.loads((task / "ft/results.json").read_text())
+    assert results["median"]["dev"]["accuracy"] >= 0.95
+
+
 def test_finetune_from_a_pretrained_discriminator(task):
     from electra.data.tokenizer import load_tokenizer
 

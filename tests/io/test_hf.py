@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import cli_error, make_batch, make_run
+from helpers import cli_error, make_batch, make_run, write_corpus
 from safetensors.torch import load_file
 
 from electra.cli import main
 from electra.config import model_preset
-from electra.data.tokenizer import load_tokenizer
+from electra.data.tokenizer import load_tokenizer, save_tokenizer
 from electra.saved import folders
 
 transformers = pytest.importorskip("transformers")
@@ -214,15 +215,97 @@ def test_export_without_transformers_says_how_to_install(tmp_path, capsys, monke
     assert not (tmp_path / "hf").exists()
 
 
-def test_a_modernbert_run_reloads_and_its_export_is_refused_with_nothing_written(tmp_path,
-                                                                                capsys):
-    """The model folders hold the body (config.json) and reload bitwise; the transformers
-    export of that body is not built yet, so `export` refuses in one line."""
-    run, model = make_run(tmp_path, "modernbert-small")
+def test_a_modernbert_run_exports_its_discriminator_and_reads_it_back(tmp_path, capsys):
+    """modernbert-small (its generator 64 wide on the shared 256-wide embeddings): the
+    discriminator exports as ModernBertModel, whose states equal ours within 1e-5 in fp32 on
+    padded rows longer than the window, its RTD head beside it (the only weights
+    transformers leaves aside); the generator's projection has no place in
+    ModernBertForMaskedLM, so it is left out with a note. `detect` reads the export, and
+    `import` brings back the discriminator bitwise."""
+    run, model = make_run(tmp_path, "modernbert-small", local_attention=32)
     disc, _ = folders.load(run, "discriminator")
     assert disc.config.body == "modernbert"
+    assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 0
+    err = capsys.readouterr().err
+    assert "generator/ not exported: its embeddings (256 wide) feed its 64-wide" in err
+    assert "no ModernBERT class for replaced-token detection" in err
+    assert not (tmp_path / "hf/generator").exists()
+    hf, info = transformers.ModernBertModel.from_pretrained(tmp_path / "hf/discriminator",
+                                                             output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+    assert {k.rsplit(".", 1)[0] for k in info["unexpected_keys"]} == {
+        "discriminator_predictions.dense", "discriminator_predictions.dense_prediction"}
+    ids, mask, _ = make_batch([100, 37, 64], 100, vocab_size=model.config.vocab_size)
+    real = mask.bool()
+    with torch.no_grad():
+        ours = model.discriminator.eval().encoder(ids, mask)
+        theirs = hf.eval()(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=1e-5)
+    assert main(["detect", "--model", str(tmp_path / "hf/discriminator"), "aaa bb"]) == 0
+    assert main(["import", str(tmp_path / "hf/discriminator"), "--out",
+                 str(tmp_path / "imp")]) == 0
+    back, _ = folders.load(tmp_path / "imp", "discriminator")
     state = model.discriminator.state_dict()
-    assert all(torch.equal(v, state[k]) for k, v in disc.state_dict().items())
-    assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 2
-    assert "only the bert body exports" in capsys.readouterr().err
-    assert not (tmp_path / "hf").exists()
+    assert all(torch.equal(v, state[k]) for k, v in back.state_dict().items())
+
+
+def test_a_modernbert_generator_of_the_blocks_width_exports_as_modernbert_for_masked_lm(
+        tmp_path, capsys):
+    """A full-width generator (generator_size 1: embeddings as wide as its blocks) is a
+    ModernBertForMaskedLM: logits within 1e-5 of ours, nothing missing or left aside."""
+    run, model = make_run(tmp_path, "modernbert-small", num_layers=4, generator_size=1.0,
+                          local_attention=16)
+    assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 0
+    hf, info = transformers.ModernBertForMaskedLM.from_pretrained(
+        tmp_path / "hf/generator", output_loading_info=True)
+    assert not any(info.values()), info
+    ids, mask, _ = make_batch([60, 21], 60, vocab_size=model.config.vocab_size)
+    real = mask.bool()
+    with torch.no_grad():
+        ours = model.generator.eval()(ids, mask)
+        theirs = hf.eval()(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=1e-5)
+    assert main(["import", str(tmp_path / "hf/discriminator"), "--generator",
+                 str(tmp_path / "hf/generator"), "--out", str(tmp_path / "imp")]) == 0
+    back, _ = folders.load(tmp_path / "imp", "generator")
+    state = model.generator.state_dict()
+    assert all(torch.equal(v, state[k]) for k, v in back.state_dict().items())
+
+
+def test_any_modernbert_class_imports_to_continue_pretraining_with_rtd(tmp_path, capsys):
+    """A transformers ModernBertForSequenceClassification folder (random weights, our
+    tokenizer beside it): `import` takes its encoder (states equal transformers' within
+    1e-5), gives it a fresh RTD head and a fresh generator, and `pretrain --init` continues
+    from it with RTD. A ModernBERT with biases, which the body has not, is refused."""
+    run, _ = make_run(tmp_path, "tiny")
+    tok = load_tokenizer(run / "discriminator")
+    cfg = transformers.ModernBertConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96,
+        num_hidden_layers=3, num_attention_heads=2, local_attention=16, pad_token_id=0,
+        cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3, num_labels=3)
+    torch.manual_seed(0)
+    hf = transformers.ModernBertForSequenceClassification(cfg).eval()
+    hf.save_pretrained(tmp_path / "mb")
+    save_tokenizer(tok, tmp_path / "mb")
+    assert main(["import", str(tmp_path / "mb"), "--out", str(tmp_path / "imp")]) == 0
+    disc, _ = folders.load(tmp_path / "imp", "discriminator")
+    ids, mask, _ = make_batch([50, 33], 50, vocab_size=tok.get_vocab_size())
+    real = mask.bool()
+    with torch.no_grad():
+        ours = disc.eval().encoder(ids, mask)
+        theirs = hf.model(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=1e-5)
+    write_corpus(tmp_path / "c.txt")
+    assert main(["prepare", "--input", str(tmp_path / "c.txt"), "--tokenizer",
+                 str(tmp_path / "imp/discriminator"), "--seq-len", "32", "--out",
+                 str(tmp_path / "data")]) == 0
+    assert main(["pretrain", "--preset", "tiny", "--set", "model.body=modernbert", "--init",
+                 str(tmp_path / "imp"), "--data", str(tmp_path / "data"), "--out",
+                 str(tmp_path / "more"), "--quiet", "--set", "train.max_steps=2",
+                 "--set", "train.batch_size=4", "--set", "train.precision=fp32"]) == 0
+    assert folders.load(tmp_path / "more", "discriminator")[0].config.body == "modernbert"
+    config = json.loads((tmp_path / "mb/config.json").read_text())
+    (tmp_path / "mb/config.json").write_text(json.dumps({**config, "mlp_bias": True}))
+    assert "mlp_bias=True; electra's ModernBERT body has no biases" in cli_error(
+        capsys, "import", tmp_path / "mb", "--out", tmp_path / "imp2")
+    assert not (tmp_path / "imp2").exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import json
 import re
+import shutil
 import string
 
 import numpy as np
@@ -239,6 +240,27 @@ def qa_run(tmp_path_factory):
                                       embedding_size=64, max_position_embeddings=128))
     folders.save(disc, "discriminator", root / "run/discriminator", tok)
     return root
+
+
+def test_a_modernbert_body_learns_squad(qa_run, tmp_path):
+    """The same synthetic SQuAD on a ModernBERT body of the same size (every third block
+    global, the others a 16-token window: contexts are longer than it)."""
+    import torch
+
+    from electra.config import model_preset
+    from electra.model import Discriminator
+    from electra.saved import folders
+
+    tok = load_tokenizer(qa_run / "tok")
+    torch.manual_seed(0)
+    disc = Discriminator(model_preset("tiny", body="modernbert", vocab_size=tok.get_vocab_size(),
+                                      num_layers=3, hidden_size=64, num_heads=2,
+                                      intermediate_size=128, embedding_size=64,
+                                      max_position_embeddings=128, local_attention=16))
+    folders.save(disc, "discriminator", tmp_path / "run/discriminator", tok)
+    shutil.copy(qa_run / "v1.json", tmp_path / "v1.json")
+    dev = _finetune_qa(tmp_path, "squad1", "v1.json", "ft")
+    assert dev["exact"] >= 90 and dev["total"] == 15 * 8
 
 
 def _finetune_qa(root, task: str, data: str, out: str) -> dict:

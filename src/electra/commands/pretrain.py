@@ -412,8 +412,13 @@ def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, A
     imported run, or a run's checkpoint); dropout from the run config."""
     opened = open_model(folder, "discriminator", "--init")
     disc, tokenizer = opened["discriminator"], opened.tokenizer
+    d = disc.config
+    if d.body != run_model.body:
+        raise UserError(f"--init {folder}: holds a {d.body} body but the run asks for "
+                        f"model.body={run_model.body}; --set model.body={d.body} to continue "
+                        f"it, or --init a {run_model.body} model")
     gen = open_model(folder, "generator", "--init")["generator"]
-    d, g = disc.config, gen.config
+    g = gen.config
     cfg = d.replace(generator_size=g.hidden_size / d.hidden_size,
                     hidden_dropout=run_model.hidden_dropout,
                     attention_dropout=run_model.attention_dropout,

@@ -1,9 +1,11 @@
-"""transformers' ELECTRA format: the key table, the config mapping, ``export`` and ``import``.
+"""transformers' formats: ``export`` and ``import``.
 
-Our ``Discriminator`` <-> ``ElectraForPreTraining``, our ``Generator`` <-> ``ElectraForMaskedLM``,
-a fine-tuned ``SequenceClassifier`` <-> ``ElectraForSequenceClassification``. The key mapping is
-one-to-one (no tensor is split, fused or transposed), so ours -> transformers -> ours is
-bitwise identical; the config mapping is :func:`to_hf_config` / :func:`from_hf_config`.
+The BERT body: our ``Discriminator`` <-> ``ElectraForPreTraining``, our ``Generator`` <->
+``ElectraForMaskedLM``, each fine-tuned head <-> its ``ElectraFor*`` class. The ModernBERT
+body: the discriminator <-> ``ModernBertModel`` with the RTD head beside it (transformers has
+no class for it), the generator <-> ``ModernBertForMaskedLM``; a ModernBERT folder of any
+class imports (``electra.saved.hf_format``: the key tables, the configs, ``EXPORTS``). The
+key mappings copy tensors as they are, so ours -> transformers -> ours is bitwise identical.
 
 `electra export` writes ``DIR/discriminator`` and ``DIR/generator`` (or, for a fine-tuned model,
 one ``ElectraForSequenceClassification`` folder with its label names), each with
@@ -23,19 +25,13 @@ from typing import Any
 import torch
 
 from electra.config import ModelConfig
-from electra.data.tokenizer import load_tokenizer, save_tokenizer, special_names
+from electra.data.tokenizer import SpecialTokens, load_tokenizer, save_tokenizer, special_names
 from electra.errors import UserError
 from electra.io.files import staged
 from electra.io.outputs import claim_out
 from electra.model import Discriminator, Generator
 from electra.saved import folders
-from electra.saved.hf_format import (
-    hf_class,
-    need_transformers,
-    read_hf_folder,
-    to_hf_config,
-    to_hf_state_dict,
-)
+from electra.saved.hf_format import export_of, need_transformers, read_hf_folder
 from electra.saved.models import open_model
 from electra.tasks.base import head_of
 
@@ -46,13 +42,18 @@ def _write_hf_folder(folder: Path, module: torch.nn.Module, part: str, tok: Any,
     from safetensors.torch import save_file
 
     cfg: ModelConfig = module.config  # type: ignore[assignment]
+    fmt = export_of(cfg)
     folder.mkdir(exist_ok=True)
-    hf_cfg = to_hf_config(cfg, **hf_extra)
-    hf_cfg.architectures = [hf_class(part)]
+    if fmt.specials_in_config:
+        s = SpecialTokens.of(tok)
+        hf_extra = {"cls_token_id": s.cls, "sep_token_id": s.sep, "bos_token_id": s.cls,
+                    "eos_token_id": s.sep, **hf_extra}
+    hf_cfg = fmt.config(cfg, **hf_extra)
+    hf_cfg.architectures = [fmt.cls(part)]
     hf_cfg.save_pretrained(folder)
     # safetensors refuses tensors that share memory: the tied output layer is a copy.
     state = {k: v.detach().cpu().contiguous().clone()
-             for k, v in to_hf_state_dict(module.state_dict(), part).items()}
+             for k, v in fmt.state(module.state_dict(), part).items()}
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     save_tokenizer(tok, folder)  # tokenizer.json, vocab.txt, special_tokens_map.json
     spec = json.loads(tok.to_str())
@@ -65,7 +66,7 @@ def _write_hf_folder(folder: Path, module: torch.nn.Module, part: str, tok: Any,
          "do_lower_case": bool((spec.get("normalizer") or {}).get("lowercase", False)),
          "model_max_length": cfg.max_position_embeddings,
          # ELECTRA reads segment ids: the generic tokenizer returns them only when asked
-         "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
+         "model_input_names": list(fmt.input_names),
          **specials}, indent=2))
 
 
@@ -77,32 +78,49 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
     with claim_out(out, "export", "export", overwrite=overwrite,
                    inputs=[("the source", src)]) as claim:
         opened = open_model(src, flag="export")
-        bodies = {m.config.body for m in opened.parts.values()}
-        if bodies != {"bert"}:
-            raise UserError(f"export {src}: its body is {', '.join(sorted(bodies))}; only the "
-                            f"bert body exports to transformers' ELECTRA classes so far "
-                            f"(ModernBERT's classes come with issue 42); electra's own "
-                            f"commands (finetune, detect, predict) use the run as it is")
         if "classifier" in opened.parts:
             model, meta = opened["classifier"], opened.meta
             head = head_of(meta)
             labels, part = head.hf_labels(meta), head.hf_part
+            why = export_of(model.config).why_not(model.config, part)
+            if why:
+                raise UserError(f"export {src}: {why}")
             with staged(out) as tmp:
                 claim.mark(tmp)
                 _write_hf_folder(tmp, model, part, load_tokenizer(src),
                                  finetuning_task=meta["task"], **labels)
-            print(f"wrote {out} ({hf_class(part)}, task {meta['task']}"
+            print(f"wrote {out} ({export_of(model.config).cls(part)}, task {meta['task']}"
                   + (f", labels {list(labels['label2id'])})" if "label2id" in labels else ")"))
             note = head.export_note(meta)
             if note:
                 print(f"electra: note: {note}", file=sys.stderr)
             return out
-        models, tok = opened.parts, load_tokenizer(opened.tokenizer)
+        models, tok = _exportable(src, opened.parts), load_tokenizer(opened.tokenizer)
         with staged(out) as tmp:
             claim.mark(tmp)
             for part, module in models.items():
                 _write_hf_folder(tmp / part, module, part, tok)
-    print("wrote " + " and ".join(f"{out}/{part} ({hf_class(part)})" for part in models))
+    print("wrote " + " and ".join(f"{out}/{part} ({export_of(m.config).cls(part)})"
+                                  for part, m in models.items()))
+    note = export_of(models["discriminator"].config).note
+    if note:
+        print(f"electra: note: {note}", file=sys.stderr)
+    return out
+
+
+def _exportable(src: Path, parts: dict[str, torch.nn.Module]) -> dict[str, torch.nn.Module]:
+    """The run's parts that export; a discriminator that cannot is refused, a generator that
+    cannot is left out with a note."""
+    out = {}
+    for part, module in parts.items():
+        why = export_of(module.config).why_not(module.config, part)
+        if why and part == "discriminator":
+            raise UserError(f"export {src}: the discriminator cannot be exported: {why}")
+        if why:
+            print(f"electra: note: {part}/ not exported: {why}; the run keeps it",
+                  file=sys.stderr)
+            continue
+        out[part] = module
     return out
 
 

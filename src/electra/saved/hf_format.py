@@ -10,6 +10,8 @@ copied as they are), so ours -> transformers -> ours is bitwise identical.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import torch
 from electra.config import ModelConfig
 from electra.errors import UserError
 from electra.io.files import read_json
-from electra.model import fuse_qkv, split_qkv
+from electra.model import Discriminator, fuse_qkv, split_qkv
 from electra.saved import folders
 from electra.tasks.base import HEADS
 
@@ -63,8 +65,7 @@ GENERATOR_KEYS = [*_ENCODER,
 
 
 # The ModernBERT body (electra.model.modernbert) -> transformers' ModernBertForMaskedLM (whose
-# encoder is ``model.``; ModernBertModel's keys are these without it). Its export and import
-# commands are still to come (issue 42); the tests hold the body to transformers through it.
+# encoder is ``model.``; ModernBertModel's keys are these without it).
 MODERNBERT_ENCODER = [
     ("encoder.embeddings.word_embeddings.weight", "model.embeddings.tok_embeddings.weight"),
     ("encoder.embeddings.norm.weight", "model.embeddings.norm.weight"),
@@ -80,14 +81,89 @@ MODERNBERT_GENERATOR_KEYS = [*MODERNBERT_ENCODER,
                              ("output_bias", "decoder.bias")]
 
 
-def to_modernbert_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+# transformers has no ModernBERT class for replaced-token detection: the discriminator exports
+# as ``ModernBertModel`` (its keys, without ``model.``) with the RTD head beside it under
+# ELECTRA's names, which ModernBertModel leaves aside and electra reads back.
+MODERNBERT_RTD_HEAD = [("head_dense.weight", "discriminator_predictions.dense.weight"),
+                       ("head_out.weight", "discriminator_predictions.dense_prediction.weight"),
+                       ("head_out.bias", "discriminator_predictions.dense_prediction.bias")]
+MODERNBERT_DISCRIMINATOR_KEYS = [*((ours, theirs.removeprefix("model."))
+                                   for ours, theirs in MODERNBERT_ENCODER),
+                                 *MODERNBERT_RTD_HEAD]
+MODERNBERT_CLASSES = {"discriminator": "ModernBertModel", "generator": "ModernBertForMaskedLM"}
+_MODERNBERT_TIED = ("decoder.weight", "model.embeddings.tok_embeddings.weight")
+
+
+def to_modernbert_state_dict(state: dict[str, torch.Tensor],
+                             part: str = "generator") -> dict[str, torch.Tensor]:
     """A ModernBERT generator's state dict (or an encoder's, keys ``encoder.*``) in
-    transformers' ``ModernBertForMaskedLM`` names, the tied decoder included."""
+    transformers' ``ModernBertForMaskedLM`` names, the tied decoder included; a
+    discriminator's (``part``) in ModernBertModel's names with its RTD head."""
+    if part == "discriminator":
+        return _rename(state, MODERNBERT_DISCRIMINATOR_KEYS, reverse=False)
     table = MODERNBERT_GENERATOR_KEYS if "output_bias" in state else MODERNBERT_ENCODER
     out = _rename(state, table, reverse=False)
     if "decoder.bias" in out:
-        out["decoder.weight"] = out["model.embeddings.tok_embeddings.weight"]
+        out[_MODERNBERT_TIED[0]] = out[_MODERNBERT_TIED[1]]
     return out
+
+
+def from_modernbert_state_dict(state: dict[str, torch.Tensor], part: str,
+                               fresh: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Our ``part``'s state dict from any ModernBERT class's weights (ModernBertModel's keys
+    bare, every other class's under ``model.``). A discriminator takes the encoder and the
+    RTD head where the folder has it, else ``fresh``'s head (the other classes' heads are
+    left aside); a generator needs ForMaskedLM's head."""
+    encoder = {k if k.startswith("model.") else f"model.{k}": v for k, v in state.items()
+               if k.split(".")[0] in ("model", "embeddings", "layers", "final_norm")}
+    out = _rename(encoder, MODERNBERT_ENCODER, reverse=True)
+    if part == "discriminator":
+        head = {k: v for k, v in state.items() if k.startswith("discriminator_predictions.")}
+        out.update(_rename(head, MODERNBERT_RTD_HEAD, reverse=True) if head else
+                   {k: v for k, v in fresh.items() if k.startswith("head_")})
+        return out
+    head = {k: v for k, v in state.items() if k.split(".")[0] in ("head", "decoder")
+            and k != _MODERNBERT_TIED[0]}
+    out.update(_rename(head, MODERNBERT_GENERATOR_KEYS[len(MODERNBERT_ENCODER):],
+                       reverse=True))
+    return out
+
+
+def from_modernbert_config(hf: dict[str, Any], where: str = "config.json",
+                           generator: bool = False) -> ModelConfig:
+    """Our ModelConfig (body ``modernbert``) from a transformers ModernBERT ``config.json``:
+    either layout of the RoPE thetas (``rope_parameters``, transformers 5; or
+    ``global_rope_theta``/``local_rope_theta``, the released checkpoints'). Settings our body
+    does not have (biases, another activation) are refused."""
+    unlike = [f"{k}={hf[k]!r}" for k, want in (
+        ("attention_bias", False), ("mlp_bias", False), ("norm_bias", False),
+        ("hidden_activation", "gelu")) if k in hf and hf[k] != want]
+    if unlike:
+        raise UserError(f"{where}: {', '.join(unlike)}; electra's ModernBERT body has no "
+                        f"biases and GeGLU with GELU, as the released models")
+    rope = hf.get("rope_parameters") or {}
+    try:
+        H = hf["hidden_size"]
+        return ModelConfig(
+            body="modernbert", vocab_size=hf["vocab_size"], embedding_size=H, hidden_size=H,
+            num_layers=hf["num_hidden_layers"], num_heads=hf["num_attention_heads"],
+            intermediate_size=hf["intermediate_size"],
+            max_position_embeddings=hf.get("max_position_embeddings", 8192),
+            hidden_dropout=hf.get("mlp_dropout", 0.0),
+            attention_dropout=hf.get("attention_dropout", 0.0),
+            layer_norm_eps=hf.get("norm_eps", 1e-5),
+            initializer_range=hf.get("initializer_range", 0.02),
+            pad_token_id=hf.get("pad_token_id", 0) or 0,
+            local_attention=hf.get("local_attention", 128),
+            global_every=hf.get("global_attn_every_n_layers", 3),
+            global_rope_theta=float((rope.get("full_attention") or {}).get(
+                "rope_theta", hf.get("global_rope_theta", 160_000.0))),
+            local_rope_theta=float((rope.get("sliding_attention") or {}).get(
+                "rope_theta", hf.get("local_rope_theta", 10_000.0))),
+            generator_size=1.0 if generator else 0.25)
+    except KeyError as err:
+        raise UserError(f"{where}: a ModernBERT config needs {err.args[0]!r}; the file is "
+                        f"incomplete") from None
 
 
 def to_modernbert_config(cfg: ModelConfig, **extra: Any) -> Any:
@@ -217,21 +293,28 @@ def need_transformers() -> None:
 
 
 
+MODEL_TYPES = ("electra", "modernbert")  # the transformers folders electra reads
+
+
 def read_hf_folder(folder: Path, part: str) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """The config and our weights of a transformers ELECTRA ``part`` folder (discriminator
-    or generator); anything else is refused, naming what the folder holds."""
+    """The config and our weights of a transformers ``part`` folder (discriminator or
+    generator): ELECTRA's classes, or any ModernBERT class (:func:`read_modernbert`);
+    anything else is refused, naming what the folder holds."""
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
         raise UserError(f"{folder}: no config.json, so not a transformers model folder")
     hf = read_json(cfg_path, "a transformers config")
-    if not isinstance(hf, dict) or hf.get("model_type") != "electra":
-        got = hf.get("model_type") if isinstance(hf, dict) else None
-        raise UserError(f"{folder}: model_type is {got!r}, not 'electra'")
+    got = hf.get("model_type") if isinstance(hf, dict) else None
+    if got not in MODEL_TYPES:
+        raise UserError(f"{folder}: model_type is {got!r}, not one electra reads "
+                        f"({', '.join(repr(t) for t in MODEL_TYPES)})")
     weights = next((folder / n for n in ("model.safetensors", "pytorch_model.bin")
                     if (folder / n).is_file()), None)
     if weights is None:
         raise UserError(f"{folder}: no model.safetensors or pytorch_model.bin")
     state = folders.read_weights(weights)
+    if got == "modernbert":
+        return read_modernbert(folder, hf, state, part)
     found = sorted({k.split(".")[0] for k in state})
     head = "discriminator_predictions" if part == "discriminator" else "generator_predictions"
     if not any(k.startswith(head) for k in state):
@@ -243,3 +326,66 @@ def read_hf_folder(folder: Path, part: str) -> tuple[ModelConfig, dict[str, torc
     except KeyError as err:
         raise UserError(f"{folder}: unexpected weight {err}; not an ELECTRA {part}") from None
     return from_hf_config(hf, str(cfg_path)), ours
+
+
+def read_modernbert(folder: Path, hf: dict[str, Any], state: dict[str, torch.Tensor],
+                    part: str) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """A ModernBERT folder as our ``part``: a discriminator from any class (its RTD head when
+    electra exported it, else a fresh one, seeded), a generator from ModernBertForMaskedLM."""
+    cfg = from_modernbert_config(hf, str(folder / "config.json"), part == "generator")
+    if part == "generator" and "decoder.bias" not in state:
+        raise UserError(f"{folder}: not a ModernBertForMaskedLM (no decoder.* weights), so "
+                        f"no generator; import it as the discriminator alone (a fresh "
+                        f"generator is built)")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        fresh = Discriminator(cfg).state_dict() if part == "discriminator" else {}
+    try:
+        return cfg, from_modernbert_state_dict(state, part, fresh)
+    except KeyError as err:
+        raise UserError(f"{folder}: unexpected weight {err}; not a ModernBERT model") from None
+
+
+@dataclass(frozen=True)
+class Export:
+    """How one body's models are written as transformers folders: its config, its key
+    names, its classes, the inputs its tokenizer returns, and why a model of it cannot be
+    (None: it can)."""
+
+    config: Callable[..., Any]  # (ModelConfig, **extra) -> a transformers config
+    state: Callable[[dict[str, torch.Tensor], str], dict[str, torch.Tensor]]
+    cls: Callable[[str], str]  # part -> the transformers class
+    input_names: tuple[str, ...]
+    why_not: Callable[[ModelConfig, str], str | None] = lambda cfg, part: None
+    specials_in_config: bool = False  # the config names [CLS]/[SEP]'s ids
+    note: str | None = None  # what a user of the exported pretraining folders should know
+
+
+def _modernbert_why_not(cfg: ModelConfig, part: str) -> str | None:
+    if part not in MODERNBERT_CLASSES:
+        return ("a fine-tuned ModernBERT exports to transformers once its heads have "
+                "ModernBertFor*'s shape (a dense + norm head and its pooling; electra's "
+                "heads are ELECTRA's); electra's own commands use the folder as it is")
+    if cfg.embedding_size != cfg.hidden_size:
+        return (f"its embeddings ({cfg.embedding_size} wide) feed its {cfg.hidden_size}-wide "
+                f"blocks through a projection that transformers' ModernBERT classes have no "
+                f"place for")
+    return None
+
+
+EXPORTS = {
+    "bert": Export(to_hf_config, to_hf_state_dict, hf_class,
+                   ("input_ids", "token_type_ids", "attention_mask")),
+    "modernbert": Export(to_modernbert_config, to_modernbert_state_dict,
+                         MODERNBERT_CLASSES.__getitem__, ("input_ids", "attention_mask"),
+                         _modernbert_why_not, specials_in_config=True,
+                         note="transformers has no ModernBERT class for replaced-token "
+                              "detection: discriminator/ loads as ModernBertModel, and its "
+                              "RTD head (discriminator_predictions.*) rides beside it for "
+                              "electra detect and import"),
+}
+
+
+def export_of(cfg: ModelConfig) -> Export:
+    """How ``cfg``'s body exports."""
+    return EXPORTS[cfg.body]
