@@ -162,6 +162,32 @@ def test_a_tiny_comparison_writes_the_table_results_and_plot(compared):
     assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_modernbert_comparison_spends_its_flops_on_that_body(compared, letters_data,
+                                                                tmp_path):
+    """`compare --set model.body=modernbert`: each objective pretrains the ModernBERT body
+    for the same FLOPs, counted by that body's MACs (fewer keys in its local blocks), so
+    it buys other step counts than the BERT body's comparison."""
+    out, _ = compared
+    root = out.parent
+    task = f"custom:name=sent:train={root / 'train.csv'}:dev={root / 'dev.csv'}"
+    mine = ["compare", "--data", str(letters_data), "--config", str(root / "base.toml"),
+            "--set", "model.body=modernbert", "--set", "model.local_attention=8",
+            "--objectives", "electra,mlm", "--budget", "4e8", "--fractions", "1",
+            "--tasks", task, "--seeds", "1", "--finetune-set", "epochs=1",
+            "--finetune-set", "precision=fp32", "--finetune-set", "max_length=32",
+            "--out", str(tmp_path / "out"), "--quiet"]
+    assert main(mine) == 0
+    results = json.loads((tmp_path / "out/results.json").read_text())
+    bert = json.loads((out / "results.json").read_text())
+    for kind in ("electra", "mlm"):
+        full = next(m for m in results["models"] if m["model"] == f"{kind}-100")
+        assert 4e8 - results["flops_per_step"][kind] < full["pretrain_flops"] <= 4e8
+        assert results["flops_per_step"][kind] != bert["flops_per_step"][kind]
+        saved = json.loads((tmp_path / "out/models" / full["model"] /
+                            "discriminator/config.json").read_text())
+        assert saved["model"]["body"] == "modernbert"
+
+
 def test_rerun_skips_finished_parts_and_reproduces_interrupted_ones(compared, capsys):
     out, args = compared
     before = json.loads((out / "results.json").read_text())
