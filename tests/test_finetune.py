@@ -60,6 +60,20 @@ def test_a_modernbert_body_learns_a_separable_task(task):
                  "--set", "precision=fp32"]) == 0
     results = json.loads((task / "ft/results.json").read_text())
     assert results["median"]["dev"]["accuracy"] >= 0.95
+    # It exports as ModernBertForSequenceClassification, with the same logits.
+    transformers = pytest.importorskip("transformers")
+    assert main(["export", str(task / "ft/seed-1"), "--out", str(task / "hf")]) == 0
+    hf, info = transformers.AutoModelForSequenceClassification.from_pretrained(
+        task / "hf", output_loading_info=True)
+    assert type(hf).__name__ == "ModernBertForSequenceClassification"
+    assert not any(info.values()), info
+    ours = folders.load(task / "ft/seed-1", "classifier")[0].eval()
+    ids = torch.randint(5, tok.get_vocab_size(), (3, 24))
+    mask = torch.ones_like(ids)
+    mask[1, 10:] = 0
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids, mask), hf.eval()(input_ids=ids,
+                                   attention_mask=mask).logits, atol=1e-5, rtol=1e-5)
 
 
 def test_finetune_from_a_pretrained_discriminator(task):

@@ -159,3 +159,52 @@ def test_the_blocked_local_kernel_equals_the_dense_band_with_its_gradients():
 
     cfg = config()  # windows of 8 tokens: rows of 40 and more take the blocked kernel
     assert_same(randomized(encoder_for(cfg, kernels=PADDED)), cfg, [64, 50, 33], 64)
+
+
+@pytest.mark.parametrize("head", ["sequence", "tagging", "qa", "choice"])
+def test_each_fine_tuning_head_equals_its_modernbert_for_class(head):
+    """A fine-tuning head on the ModernBERT body is ModernBERT's (dense -> GELU -> norm, then
+    the classifier; [CLS] pooling for a sequence or a choice): through the export key table,
+    transformers' ModernBertFor* class gives our logits within 1e-5 on padded rows."""
+    from electra.saved.hf_format import EXPORTS
+    from electra.tasks.choice.head import MultipleChoice
+    from electra.tasks.qa.head import QuestionAnswerer
+    from electra.tasks.sequence.head import SequenceClassifier
+    from electra.tasks.tagging.head import TokenClassifier
+
+    cfg = config(hidden_dropout=0.0, attention_dropout=0.0)
+    ours, part, cls, extra = {
+        "sequence": (SequenceClassifier(cfg, 3), "classifier",
+                     "ModernBertForSequenceClassification", {"num_labels": 3}),
+        "tagging": (TokenClassifier(cfg, 5), "tagger", "ModernBertForTokenClassification",
+                    {"num_labels": 5}),
+        "qa": (QuestionAnswerer(cfg), "qa", "ModernBertForQuestionAnswering", {}),
+        "choice": (MultipleChoice(cfg), "multiple_choice", "ModernBertForMultipleChoice", {}),
+    }[head]
+    fmt = EXPORTS["modernbert"]
+    assert fmt.cls(part) == cls and fmt.why_not(cfg, part) is None
+    randomized(ours)
+    hf_cfg = fmt.config(cfg, **extra)
+    hf_cfg._attn_implementation = "sdpa"
+    theirs = getattr(transformers, cls)(hf_cfg).eval()
+    theirs.load_state_dict(fmt.state(ours.state_dict(), part))
+    ids, mask, _ = make_batch([40, 23, 9, 33], 40)
+    with torch.no_grad():
+        if head == "choice":
+            mine = ours(ids.view(2, 2, 40), mask.view(2, 2, 40))
+            out = theirs(input_ids=ids.view(2, 2, 40), attention_mask=mask.view(2, 2, 40))
+            torch.testing.assert_close(mine, out.logits, atol=1e-5, rtol=1e-5)
+            return
+        mine = ours(ids, mask)
+        out = theirs(input_ids=ids, attention_mask=mask)
+    if head == "qa":
+        real = mask.bool()
+        torch.testing.assert_close(mine[..., 0][real], out.start_logits[real], atol=1e-5,
+                                   rtol=1e-5)
+        torch.testing.assert_close(mine[..., 1][real], out.end_logits[real], atol=1e-5,
+                                   rtol=1e-5)
+    elif head == "tagging":
+        real = mask.bool()
+        torch.testing.assert_close(mine[real], out.logits[real], atol=1e-5, rtol=1e-5)
+    else:
+        torch.testing.assert_close(mine, out.logits, atol=1e-5, rtol=1e-5)

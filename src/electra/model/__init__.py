@@ -31,13 +31,14 @@ from electra.model.bert import (
     fuse_qkv,
     split_qkv,
 )
-from electra.model.bodies import BODIES, Body, blocks, body_of, encoder_for
+from electra.model.bodies import BODIES, Body, blocks, body_of, encoder_for, task_transform
 from electra.model.kernels import Kernels
 from electra.model.layers import GDES, Dropout, init_weights
 
 __all__ = ["BODIES", "GDES", "QKV", "Block", "Body", "Discriminator", "Dropout", "Embeddings",
            "Encoder", "EncoderWithHead", "GDESEmbeddings", "Generator", "blocks", "body_of",
-           "count_parameters", "encoder_for", "fuse_qkv", "init_weights", "split_qkv"]
+           "count_parameters", "encoder_for", "fuse_qkv", "init_weights", "split_qkv",
+           "task_transform"]
 
 
 class EncoderWithHead(nn.Module):

@@ -23,6 +23,7 @@ from electra.model.modernbert import (
     ModernBlock,
     ModernEncoder,
     ModernGDESEmbeddings,
+    ModernHead,
     modern_length_error,
     modern_macs_per_token,
 )
@@ -35,8 +36,10 @@ class Body:
     ``gdes(cfg, shared_table, kernels)``, its block class (the unit FSDP shards and
     ``train.compile`` compiles), its multiply-accumulates per token of a sequence (what the
     FLOP count adds up), ``bias``: whether the heads' dense layers and norms carry biases
-    (BERT's do, ModernBERT's do not), and ``length_error(cfg, seq_len)``: why rows of that
-    length do not suit the body's settings (None: they do)."""
+    (BERT's do, ModernBERT's do not), ``length_error(cfg, seq_len)``: why rows of that
+    length do not suit the body's settings (None: they do), and ``task_head``: the module a
+    fine-tuning head applies before its classifier (ModernBERT's dense -> GELU -> norm, as
+    its ``ModernBertFor*`` classes; None: each head its own, as ELECTRA's classes)."""
 
     name: str
     encoder: Callable[..., nn.Module]
@@ -45,6 +48,7 @@ class Body:
     macs_per_token: Callable[[Any, int], int]
     bias: bool = True
     length_error: Callable[[Any, int], str | None] = lambda cfg, seq_len: None
+    task_head: Callable[[Any], nn.Module] | None = None
 
 
 BODIES: Registry[Body] = Registry("body")
@@ -53,7 +57,7 @@ for _body in (
     Body("bert", Encoder, GDESEmbeddings, Block, bert_macs_per_token),
     # ModernBERT's: RoPE, pre-LN without biases, GeGLU, global and local attention
     Body("modernbert", ModernEncoder, ModernGDESEmbeddings, ModernBlock, modern_macs_per_token,
-         bias=False, length_error=modern_length_error),
+         bias=False, length_error=modern_length_error, task_head=ModernHead),
 ):
     BODIES.add(_body.name, _body)
 
@@ -75,3 +79,10 @@ def encoder_for(cfg: Any, embeddings: nn.Module | None = None,
 def blocks() -> tuple[type[nn.Module], ...]:
     """Every body's block class."""
     return tuple(b.block for b in BODIES.values())
+
+
+def task_transform(cfg: Any) -> nn.Module | None:
+    """The body's module before a fine-tuning head's classifier (``Body.task_head``), or
+    None where each head keeps its own (the BERT body: ELECTRA's heads)."""
+    make = body_of(cfg).task_head
+    return None if make is None else make(cfg)

@@ -162,6 +162,19 @@ def modern_macs_per_token(cfg: ModelConfig, seq_len: int) -> int:
     return total
 
 
+class ModernHead(nn.Module):
+    """ModernBERT's prediction head before a task's classifier (transformers'
+    ``ModernBertPredictionHead``): dense (no bias) -> GELU -> LayerNorm (no bias)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.norm(F.gelu(self.dense(h)))
+
+
 def modern_length_error(cfg: ModelConfig, seq_len: int) -> str | None:
     """A local window longer than the rows: every local block would attend to the whole row
     (a global block with the local theta), which no ModernBERT means."""

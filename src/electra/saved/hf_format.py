@@ -91,6 +91,12 @@ MODERNBERT_DISCRIMINATOR_KEYS = [*((ours, theirs.removeprefix("model."))
                                    for ours, theirs in MODERNBERT_ENCODER),
                                  *MODERNBERT_RTD_HEAD]
 MODERNBERT_CLASSES = {"discriminator": "ModernBertModel", "generator": "ModernBertForMaskedLM"}
+# A fine-tuned head on the ModernBERT body (ModernBERT's head, then the task's classifier) ->
+# its ModernBertFor* class (ElectraFor*'s counterpart), all four alike.
+MODERNBERT_TASK_HEAD = [("transform.dense.weight", "head.dense.weight"),
+                        ("transform.norm.weight", "head.norm.weight"),
+                        ("head_out.weight", "classifier.weight"),
+                        ("head_out.bias", "classifier.bias")]
 _MODERNBERT_TIED = ("decoder.weight", "model.embeddings.tok_embeddings.weight")
 
 
@@ -101,6 +107,8 @@ def to_modernbert_state_dict(state: dict[str, torch.Tensor],
     discriminator's (``part``) in ModernBertModel's names with its RTD head."""
     if part == "discriminator":
         return _rename(state, MODERNBERT_DISCRIMINATOR_KEYS, reverse=False)
+    if part not in MODERNBERT_CLASSES:  # a fine-tuned head
+        return _rename(state, [*MODERNBERT_ENCODER, *MODERNBERT_TASK_HEAD], reverse=False)
     table = MODERNBERT_GENERATOR_KEYS if "output_bias" in state else MODERNBERT_ENCODER
     out = _rename(state, table, reverse=False)
     if "decoder.bias" in out:
@@ -361,11 +369,19 @@ class Export:
     note: str | None = None  # what a user of the exported pretraining folders should know
 
 
+def _modernbert_class(part: str) -> str:
+    """ModernBertModel / ...ForMaskedLM, or a head's ElectraFor* counterpart."""
+    return MODERNBERT_CLASSES.get(part) or _head(part).hf_class.replace("Electra", "ModernBert")
+
+
 def _modernbert_why_not(cfg: ModelConfig, part: str) -> str | None:
     if part not in MODERNBERT_CLASSES:
-        return ("a fine-tuned ModernBERT exports to transformers once its heads have "
-                "ModernBertFor*'s shape (a dense + norm head and its pooling; electra's "
-                "heads are ELECTRA's); electra's own commands use the folder as it is")
+        name = _modernbert_class(part)
+        import transformers  # an optional dependency: export has checked it is there
+
+        if not name.startswith("ModernBertFor") or not hasattr(transformers, name):
+            return (f"transformers has no {name} for this head; electra's own commands "
+                    f"use the folder as it is")
     if cfg.embedding_size != cfg.hidden_size:
         return (f"its embeddings ({cfg.embedding_size} wide) feed its {cfg.hidden_size}-wide "
                 f"blocks through a projection that transformers' ModernBERT classes have no "
@@ -373,11 +389,19 @@ def _modernbert_why_not(cfg: ModelConfig, part: str) -> str | None:
     return None
 
 
+def _modernbert_task_config(cfg: ModelConfig, **extra: Any) -> Any:
+    """ModernBERT's config, its classifier as electra's heads are: [CLS] pooling, a head
+    without bias, GELU, dropout at the model's."""
+    return to_modernbert_config(cfg, classifier_pooling="cls", classifier_bias=False,
+                                classifier_activation="gelu",
+                                classifier_dropout=cfg.hidden_dropout, **extra)
+
+
 EXPORTS = {
     "bert": Export(to_hf_config, to_hf_state_dict, hf_class,
                    ("input_ids", "token_type_ids", "attention_mask")),
-    "modernbert": Export(to_modernbert_config, to_modernbert_state_dict,
-                         MODERNBERT_CLASSES.__getitem__, ("input_ids", "attention_mask"),
+    "modernbert": Export(_modernbert_task_config, to_modernbert_state_dict,
+                         _modernbert_class, ("input_ids", "attention_mask"),
                          _modernbert_why_not, specials_in_config=True,
                          note="transformers has no ModernBERT class for replaced-token "
                               "detection: discriminator/ loads as ModernBertModel, and its "

@@ -21,7 +21,7 @@ from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
 from electra.errors import UserError
-from electra.model import EncoderWithHead, encoder_for, init_weights
+from electra.model import EncoderWithHead, encoder_for, init_weights, task_transform
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, confusion, cross_entropy, logits
 from electra.tasks.choice.data import ChoiceExample, encode_choices, read_choices
@@ -40,7 +40,9 @@ class MultipleChoice(EncoderWithHead):
         super().__init__()
         self.config = cfg
         self.encoder = encoder_for(cfg, kernels=kernels)
-        self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.transform = task_transform(cfg)  # ModernBERT's head; None: ELECTRA's dense
+        if self.transform is None:
+            self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.head_dropout = nn.Dropout(cfg.hidden_dropout)
         self.head_out = nn.Linear(cfg.hidden_size, 1)
         init_weights(self, cfg.initializer_range)
@@ -55,6 +57,8 @@ class MultipleChoice(EncoderWithHead):
         return super().forward(*flat).view(B, C)
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
+        if self.transform is not None:  # ModernBertForMultipleChoice's, "cls" pooling
+            return self.head_out(self.head_dropout(self.transform(h[:, 0])))
         return self.head_out(self.head_dropout(F.gelu(self.head_dense(h[:, 0]))))
 
 

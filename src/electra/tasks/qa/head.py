@@ -19,7 +19,7 @@ from torch import nn
 from electra.config import FinetuneConfig, ModelConfig
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
-from electra.model import EncoderWithHead, encoder_for, init_weights
+from electra.model import EncoderWithHead, encoder_for, init_weights, task_transform
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, cross_entropy, logits
 from electra.tasks.qa.data import (
@@ -40,6 +40,7 @@ class QuestionAnswerer(EncoderWithHead):
         super().__init__()
         self.config = cfg
         self.encoder = encoder_for(cfg, kernels=kernels)
+        self.transform = task_transform(cfg)  # ModernBERT's head; None: ELECTRA's (none)
         self.head_out = nn.Linear(cfg.hidden_size, 2)
         init_weights(self, cfg.initializer_range)
 
@@ -55,7 +56,7 @@ class QuestionAnswerer(EncoderWithHead):
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Hidden states (B, T, H) -> start and end logits (B, T, 2)."""
-        return self.head_out(h)
+        return self.head_out(h if self.transform is None else self.transform(h))
 
 
 class QA(Head):

@@ -21,7 +21,7 @@ from electra.data.examples import Example, compute_metrics, encode, label_map, r
 from electra.data.labels import canonical_label
 from electra.errors import UserError
 from electra.io.files import read_text
-from electra.model import EncoderWithHead, encoder_for, init_weights
+from electra.model import EncoderWithHead, encoder_for, init_weights, task_transform
 from electra.model.kernels import Kernels
 from electra.tasks.base import HEADS, Head, TaskData, confusion, cross_entropy, logits
 from electra.tasks.sequence.data import (
@@ -46,13 +46,17 @@ class SequenceClassifier(EncoderWithHead):
         self.config = cfg
         self.num_labels = num_labels
         self.encoder = encoder_for(cfg, kernels=kernels)
-        self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.transform = task_transform(cfg)  # ModernBERT's head; None: ELECTRA's dense
+        if self.transform is None:
+            self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.head_dropout = nn.Dropout(cfg.hidden_dropout)
         self.head_out = nn.Linear(cfg.hidden_size, num_labels)
         init_weights(self, cfg.initializer_range)
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Hidden states (B, T, H) -> logits (B, num_labels), from [CLS]."""
+        if self.transform is not None:  # ModernBertForSequenceClassification's, "cls" pooling
+            return self.head_out(self.head_dropout(self.transform(h[:, 0])))
         h = self.head_dropout(F.gelu(self.head_dense(self.head_dropout(h[:, 0]))))
         return self.head_out(h)
 
