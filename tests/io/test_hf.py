@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from electra.cli import main
 from electra.config import model_preset
-from electra.data.tokenizer import load_tokenizer, save_tokenizer
+from electra.data.tokenizer import SpecialTokens, load_tokenizer, train_tokenizer
 from electra.saved import folders
 
 transformers = pytest.importorskip("transformers")
@@ -273,20 +273,23 @@ def test_a_modernbert_generator_of_the_blocks_width_exports_as_modernbert_for_ma
 
 
 def test_any_modernbert_class_imports_to_continue_pretraining_with_rtd(tmp_path, capsys):
-    """A transformers ModernBertForSequenceClassification folder (random weights, our
-    tokenizer beside it): `import` takes its encoder (states equal transformers' within
-    1e-5), gives it a fresh RTD head and a fresh generator, and `pretrain --init` continues
-    from it with RTD. A ModernBERT with biases, which the body has not, is refused."""
-    run, _ = make_run(tmp_path, "tiny")
-    tok = load_tokenizer(run / "discriminator")
+    """A transformers ModernBertForSequenceClassification folder (random weights) with a
+    byte-level BPE tokenizer.json beside it, as ModernBERT's: `import` takes its encoder
+    (states equal transformers' within 1e-5) with a fresh RTD head and generator, and
+    `pretrain --init` continues from the folder itself with RTD, building the generator.
+    A ModernBERT with biases, which the body has not, is refused."""
+    write_corpus(tmp_path / "c.txt")
+    tok = train_tokenizer([str(tmp_path / "c.txt")], 120, tmp_path / "bpe", model="bpe")
+    s = SpecialTokens.of(tok)
     cfg = transformers.ModernBertConfig(
         vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96,
-        num_hidden_layers=3, num_attention_heads=2, local_attention=16, pad_token_id=0,
-        cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3, num_labels=3)
+        num_hidden_layers=3, num_attention_heads=2, local_attention=16, pad_token_id=s.pad,
+        cls_token_id=s.cls, sep_token_id=s.sep, bos_token_id=s.cls, eos_token_id=s.sep,
+        num_labels=3)
     torch.manual_seed(0)
     hf = transformers.ModernBertForSequenceClassification(cfg).eval()
     hf.save_pretrained(tmp_path / "mb")
-    save_tokenizer(tok, tmp_path / "mb")
+    (tmp_path / "mb/tokenizer.json").write_text(tok.to_str())
     assert main(["import", str(tmp_path / "mb"), "--out", str(tmp_path / "imp")]) == 0
     disc, _ = folders.load(tmp_path / "imp", "discriminator")
     ids, mask, _ = make_batch([50, 33], 50, vocab_size=tok.get_vocab_size())
@@ -295,15 +298,17 @@ def test_any_modernbert_class_imports_to_continue_pretraining_with_rtd(tmp_path,
         ours = disc.eval().encoder(ids, mask)
         theirs = hf.model(input_ids=ids, attention_mask=mask).last_hidden_state
     torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=1e-5)
-    write_corpus(tmp_path / "c.txt")
     assert main(["prepare", "--input", str(tmp_path / "c.txt"), "--tokenizer",
-                 str(tmp_path / "imp/discriminator"), "--seq-len", "32", "--out",
+                 str(tmp_path / "mb/tokenizer.json"), "--seq-len", "32", "--out",
                  str(tmp_path / "data")]) == 0
     assert main(["pretrain", "--preset", "tiny", "--set", "model.body=modernbert", "--init",
-                 str(tmp_path / "imp"), "--data", str(tmp_path / "data"), "--out",
+                 str(tmp_path / "mb"), "--data", str(tmp_path / "data"), "--out",
                  str(tmp_path / "more"), "--quiet", "--set", "train.max_steps=2",
                  "--set", "train.batch_size=4", "--set", "train.precision=fp32"]) == 0
-    assert folders.load(tmp_path / "more", "discriminator")[0].config.body == "modernbert"
+    more, _ = folders.load(tmp_path / "more", "discriminator")
+    gen, _ = folders.load(tmp_path / "more", "generator")
+    assert more.config.body == gen.config.body == "modernbert"
+    assert gen.config.hidden_size == 16  # built at the run's generator_size (a quarter)
     config = json.loads((tmp_path / "mb/config.json").read_text())
     (tmp_path / "mb/config.json").write_text(json.dumps({**config, "mlp_bias": True}))
     assert "mlp_bias=True; electra's ModernBERT body has no biases" in cli_error(

@@ -294,7 +294,8 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
         model.set_unigram(_unigram_counts(data))
     if init is not None and resume_from is None:
         # Generator first: with shared embeddings the discriminator's table wins.
-        model.generator.load_state_dict(init[2].state_dict())
+        if init[2] is not None:  # else the model's fresh generator
+            model.generator.load_state_dict(init[2].state_dict())
         model.discriminator.load_state_dict(init[1].state_dict())
     n_params = count_parameters(model)
     trainer = make_trainer(
@@ -409,7 +410,8 @@ def _unigram_counts(data: ShardDataset) -> torch.Tensor:
 
 def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, Any, Path]:
     """(model config, discriminator, generator, tokenizer folder) to start from (a run, an
-    imported run, or a run's checkpoint); dropout from the run config."""
+    imported run, a run's checkpoint, or a transformers folder: a generator is built, at the
+    run's ``generator_size``, where it holds none); dropout from the run config."""
     opened = open_model(folder, "discriminator", "--init")
     disc, tokenizer = opened["discriminator"], opened.tokenizer
     d = disc.config
@@ -417,6 +419,11 @@ def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, A
         raise UserError(f"--init {folder}: holds a {d.body} body but the run asks for "
                         f"model.body={run_model.body}; --set model.body={d.body} to continue "
                         f"it, or --init a {run_model.body} model")
+    if _lone_transformers_model(Path(folder)):  # a fresh generator, sharing embeddings
+        return (d.replace(generator_size=run_model.generator_size,
+                          hidden_dropout=run_model.hidden_dropout,
+                          attention_dropout=run_model.attention_dropout,
+                          share_embeddings=run_model.share_embeddings), disc, None, tokenizer)
     gen = open_model(folder, "generator", "--init")["generator"]
     g = gen.config
     cfg = d.replace(generator_size=g.hidden_size / d.hidden_size,
@@ -431,6 +438,14 @@ def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, A
                         f"discriminator ({d.hidden_size}, {d.num_heads}, "
                         f"{d.intermediate_size})")
     return cfg, disc, gen, tokenizer
+
+
+def _lone_transformers_model(folder: Path) -> bool:
+    """A transformers folder that holds no generator (any class but a masked LM's)."""
+    meta = read_json(folder / "config.json", "a model's config") if (
+        folder / "config.json").is_file() else {}
+    return (isinstance(meta, dict) and "model_type" in meta
+            and not any(a.endswith("ForMaskedLM") for a in meta.get("architectures") or []))
 
 
 def _run_folder(opt: PretrainOptions, run_config: dict[str, Any], data: ShardDataset,
