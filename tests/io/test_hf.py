@@ -247,6 +247,12 @@ def test_a_modernbert_run_exports_its_discriminator_and_reads_it_back(tmp_path, 
     back, _ = folders.load(tmp_path / "imp", "discriminator")
     state = model.discriminator.state_dict()
     assert all(torch.equal(v, state[k]) for k, v in back.state_dict().items())
+    # import -> export: the same file's tensors, bit for bit
+    assert main(["export", str(tmp_path / "imp"), "--out", str(tmp_path / "hf2")]) == 0
+    first = load_file(tmp_path / "hf/discriminator/model.safetensors")
+    again = load_file(tmp_path / "hf2/discriminator/model.safetensors")
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k])
+                                                for k in first)
 
 
 def test_a_modernbert_generator_of_the_blocks_width_exports_as_modernbert_for_masked_lm(
