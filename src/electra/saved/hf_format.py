@@ -150,28 +150,49 @@ def from_modernbert_config(hf: dict[str, Any], where: str = "config.json",
         raise UserError(f"{where}: {', '.join(unlike)}; electra's ModernBERT body has no "
                         f"biases and GeGLU with GELU, as the released models")
     rope = hf.get("rope_parameters") or {}
-    try:
-        H = hf["hidden_size"]
-        return ModelConfig(
-            body="modernbert", vocab_size=hf["vocab_size"], embedding_size=H, hidden_size=H,
-            num_layers=hf["num_hidden_layers"], num_heads=hf["num_attention_heads"],
-            intermediate_size=hf["intermediate_size"],
-            max_position_embeddings=hf.get("max_position_embeddings", 8192),
-            hidden_dropout=hf.get("mlp_dropout", 0.0),
-            attention_dropout=hf.get("attention_dropout", 0.0),
-            layer_norm_eps=hf.get("norm_eps", 1e-5),
-            initializer_range=hf.get("initializer_range", 0.02),
-            pad_token_id=hf.get("pad_token_id", 0) or 0,
-            local_attention=hf.get("local_attention", 128),
-            global_every=hf.get("global_attn_every_n_layers", 3),
-            global_rope_theta=float((rope.get("full_attention") or {}).get(
-                "rope_theta", hf.get("global_rope_theta", 160_000.0))),
-            local_rope_theta=float((rope.get("sliding_attention") or {}).get(
-                "rope_theta", hf.get("local_rope_theta", 10_000.0))),
-            generator_size=1.0 if generator else 0.25)
-    except KeyError as err:
-        raise UserError(f"{where}: a ModernBERT config needs {err.args[0]!r}; the file is "
-                        f"incomplete") from None
+    thetas = {"global_rope_theta": float((rope.get("full_attention") or {}).get(
+                  "rope_theta", hf.get("global_rope_theta", 160_000.0))),
+              "local_rope_theta": float((rope.get("sliding_attention") or {}).get(
+                  "rope_theta", hf.get("local_rope_theta", 10_000.0)))}
+    return _config_from(hf, MODERNBERT_CONFIG, where, "a ModernBERT", body="modernbert",
+                        embedding_size=hf.get("hidden_size"),
+                        generator_size=1.0 if generator else 0.25, **thetas)
+
+
+REQUIRED = object()  # a config.json key without a default
+# (our ModelConfig field, transformers' key, the default where the file has none)
+MODERNBERT_CONFIG = [
+    ("vocab_size", "vocab_size", REQUIRED), ("hidden_size", "hidden_size", REQUIRED),
+    ("num_layers", "num_hidden_layers", REQUIRED),
+    ("num_heads", "num_attention_heads", REQUIRED),
+    ("intermediate_size", "intermediate_size", REQUIRED),
+    ("max_position_embeddings", "max_position_embeddings", 8192),
+    ("hidden_dropout", "mlp_dropout", 0.0), ("attention_dropout", "attention_dropout", 0.0),
+    ("layer_norm_eps", "norm_eps", 1e-5), ("initializer_range", "initializer_range", 0.02),
+    ("local_attention", "local_attention", 128),
+    ("global_every", "global_attn_every_n_layers", 3)]
+ELECTRA_CONFIG = [
+    ("vocab_size", "vocab_size", REQUIRED), ("hidden_size", "hidden_size", REQUIRED),
+    ("num_layers", "num_hidden_layers", REQUIRED),
+    ("num_heads", "num_attention_heads", REQUIRED),
+    ("intermediate_size", "intermediate_size", REQUIRED),
+    ("max_position_embeddings", "max_position_embeddings", REQUIRED),
+    ("type_vocab_size", "type_vocab_size", 2),
+    ("hidden_dropout", "hidden_dropout_prob", 0.1),
+    ("attention_dropout", "attention_probs_dropout_prob", 0.1),
+    ("layer_norm_eps", "layer_norm_eps", 1e-12), ("initializer_range", "initializer_range", 0.02)]
+
+
+def _config_from(hf: dict[str, Any], table: list[tuple[str, str, Any]], where: str,
+                 what: str, **fixed: Any) -> ModelConfig:
+    """Our ModelConfig from a transformers ``config.json`` by ``table``, ``fixed`` beside;
+    a required key missing is a UserError naming it."""
+    missing = [theirs for _, theirs, default in table if default is REQUIRED
+               and theirs not in hf]
+    if missing:
+        raise UserError(f"{where}: {what} config needs {missing[0]!r}; the file is incomplete")
+    values = {ours: hf.get(theirs, default) for ours, theirs, default in table}
+    return ModelConfig(**values, pad_token_id=hf.get("pad_token_id", 0) or 0, **fixed)
 
 
 def to_modernbert_config(cfg: ModelConfig, **extra: Any) -> Any:
@@ -274,22 +295,8 @@ def to_hf_config(cfg: ModelConfig, **extra: Any) -> Any:
 
 def from_hf_config(hf: dict[str, Any], where: str = "config.json") -> ModelConfig:
     """Our ModelConfig from a transformers ELECTRA ``config.json`` (as a dict)."""
-    try:
-        return ModelConfig(
-            vocab_size=hf["vocab_size"],
-            embedding_size=hf.get("embedding_size", hf["hidden_size"]),
-            hidden_size=hf["hidden_size"], num_layers=hf["num_hidden_layers"],
-            num_heads=hf["num_attention_heads"], intermediate_size=hf["intermediate_size"],
-            max_position_embeddings=hf["max_position_embeddings"],
-            type_vocab_size=hf.get("type_vocab_size", 2),
-            hidden_dropout=hf.get("hidden_dropout_prob", 0.1),
-            attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
-            layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
-            initializer_range=hf.get("initializer_range", 0.02),
-            pad_token_id=hf.get("pad_token_id", 0) or 0)
-    except KeyError as err:
-        raise UserError(f"{where}: an ELECTRA config needs {err.args[0]!r}; the file is "
-                        f"incomplete") from None
+    return _config_from(hf, ELECTRA_CONFIG, where, "an ELECTRA",
+                        embedding_size=hf.get("embedding_size", hf.get("hidden_size")))
 
 
 def need_transformers() -> None:
