@@ -362,6 +362,11 @@ CASES = [
      "train.max_steps must be an integer, got 'abc'"),
     ("config", (*PRETRAIN, "--set", "train.parallel=zero"),
      "train.parallel must be one of ddp, fsdp"),
+    # -- issue 44: schedules --
+    ("config", (*PRETRAIN, "--set", "train.schedule=step"),
+     "train.schedule must be one of linear, cosine, wsd, got 'step'"),
+    ("config", (*PRETRAIN, "--set", "train.schedule=wsd", "--set", "train.decay_fraction=0"),
+     "train.decay_fraction must be in (0, 1], got 0"),
     ("config", (*PRETRAIN, "--set", "objective.sampling=magic"), "objective.sampling must be"),
     ("config", (*PRETRAIN, "--set", "model.num_heads=3"), "not divisible by model.num_heads=3"),
     ("config", (*PRETRAIN, "--set", "model.hidden_dropout=1.5"), "model.hidden_dropout must be"),

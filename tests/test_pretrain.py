@@ -23,6 +23,7 @@ from electra.experiments.demo import python_docs_corpus
 from electra.objectives import pretraining as objectives
 from electra.objectives.config import ObjectiveConfig, RunConfig
 from electra.train.metrics import TIMING_KEYS, iter_metrics
+from electra.train.optim import schedule
 from electra.train.trainer import TrainingDiverged
 
 
@@ -196,6 +197,23 @@ def test_nonfinite_loss_stops_with_the_step_or_is_skipped(data, tmp_path, monkey
     calls["n"] = 0
     run(data, tmp_path / "s", config(eval_every=0, max_nonfinite_skips=1))
     assert list(iter_metrics(tmp_path / "s"))[-1]["step"] == 12
+
+
+@pytest.mark.parametrize("name", ["cosine", "wsd"])
+def test_other_schedules_resume_bitwise_inside_their_decay(data, tmp_path, name):
+    """train.schedule: the rate each step logs is the schedule's (wsd: 3 warmup steps, the
+    peak, then the last quarter of 12 steps decaying); a run stopped inside the decay and
+    resumed equals the uninterrupted one."""
+    cfg = config(schedule=name, decay_fraction=0.25)
+    run(data, tmp_path / "a", cfg)
+    run(data, tmp_path / "b", cfg, stop_after=10)
+    run(data, tmp_path / "b", cfg, resume=True)
+    a = without_timing(list(iter_metrics(tmp_path / "a")))
+    assert a == without_timing(list(iter_metrics(tmp_path / "b")))
+    f = schedule(name, 3, 12, 0.25)
+    assert [r["lr"] for r in a] == [pytest.approx(1e-3 * f(r["step"])) for r in a]
+    if name == "wsd":
+        assert [r["lr"] for r in a][3:9] == [1e-3] * 6
 
 
 def docs_data(tmp_path: Path, vocab: int = 2000) -> Path:

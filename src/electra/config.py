@@ -309,7 +309,8 @@ class TrainConfig:
         "eval_every": ">= 0", "eval_batches": ">= 1", "save_every": ">= 1",
         "keep_checkpoints": ">= 1", "max_nonfinite_skips": ">= 0", "threads": "[0, 4096]",
         "parallel": ("ddp", "fsdp"), "probe_every": ">= 0", "probe_max_examples": ">= 1",
-        "probe_epochs": "[1, 1000]"}
+        "probe_epochs": "[1, 1000]", "schedule": ("linear", "cosine", "wsd"),
+        "decay_fraction": "(0, 1]"}
     lr: float = 5e-4
     """Peak learning rate (ELECTRA-Small 5e-4, Base 2e-4, Large 2e-4)."""
     batch_size: int = 128
@@ -317,9 +318,15 @@ class TrainConfig:
     grad_accum: int = 1
     """Micro-batches per optimizer step; must divide batch_size."""
     warmup_steps: int = 10_000
-    """Linear warmup from 0 to lr, then linear decay to 0 at max_steps."""
+    """Linear warmup from 0 to lr, then the schedule's decay."""
     max_steps: int = 1_000_000
     """Optimizer steps in the whole run."""
+    schedule: str = "linear"
+    """After the warmup: linear (decay to 0 at max_steps, ELECTRA's) | cosine (half a cosine
+    to 0) | wsd (warmup-stable-decay: the peak rate, then a linear decay to 0 over the last
+    decay_fraction of the steps; ModernBERT's trapezoid)."""
+    decay_fraction: float = 0.1
+    """wsd: the fraction of max_steps, at the end, over which the rate decays to 0."""
     weight_decay: float = 0.01
     """AdamW weight decay (none on LayerNorm weights and biases)."""
     adam_beta1: float = 0.9

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from helpers import small_model
 
 from electra.config import model_preset
 from electra.tasks.sequence.head import SequenceClassifier
-from electra.train.optim import layer_depth, layerwise_groups, param_groups, warmup_linear
+from electra.train.optim import (
+    layer_depth,
+    layerwise_groups,
+    param_groups,
+    schedule,
+    warmup_linear,
+)
 
 
 def test_schedule_and_weight_decay_groups():
@@ -24,6 +32,23 @@ def test_schedule_and_weight_decay_groups():
                                                               plain["params"]))
     n_all = sum(p.numel() for p in m.parameters())
     assert n_all == sum(p.numel() for p in decay["params"] + plain["params"])
+
+
+def test_each_schedule_by_hand():
+    """10 warmup steps of 110: linear is ELECTRA's; cosine follows half a cosine from the
+    peak at 10 to 0 at 110; wsd holds the peak until the last 20% (step 88), then falls
+    linearly to 0 at 110."""
+    linear = schedule("linear", 10, 110)
+    assert [linear(s) for s in (0, 5, 10, 60, 110)] == [0.0, 0.5, 1.0, 0.5, 0.0]
+    cosine = schedule("cosine", 10, 110)
+    assert cosine(5) == 0.5 and cosine(10) == 1.0 and cosine(110) == pytest.approx(0.0)
+    assert cosine(60) == pytest.approx(0.5) and cosine(35) == pytest.approx(
+        0.5 * (1 + math.cos(math.pi / 4)))
+    wsd = schedule("wsd", 10, 110, decay_fraction=0.2)
+    assert [wsd(s) for s in (5, 10, 50, 87, 88, 99, 110)] == [
+        0.5, 1.0, 1.0, 1.0, 1.0, pytest.approx(0.5), 0.0]
+    # The stable phase's rate does not depend on where the run will end.
+    assert all(schedule("wsd", 10, n, 0.1)(50) == 1.0 for n in (100, 1000, 10_000))
 
 
 def test_layerwise_learning_rates_follow_the_formula():

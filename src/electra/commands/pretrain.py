@@ -324,6 +324,7 @@ def make_trainer(model: ElectraPretrainingModel, cfg: RunConfig, rt: Runtime,
     ``kw`` (run folder, resume...) passes to :class:`Trainer`."""
     tc = cfg.train
     settings = Settings(lr=tc.lr, max_steps=tc.max_steps, warmup_steps=tc.warmup_steps,
+                        schedule=tc.schedule, decay_fraction=tc.decay_fraction,
                         precision=tc.precision, grad_accum=tc.grad_accum,
                         grad_clip=tc.grad_clip, betas=(tc.adam_beta1, tc.adam_beta2),
                         eps=tc.adam_eps, max_nonfinite_skips=tc.max_nonfinite_skips,

@@ -8,6 +8,7 @@ below layer 0.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -77,6 +78,33 @@ sharded (DTensor, FSDP's: all or none) ones go to torch's."""
         total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
         torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
     return total
+
+
+SCHEDULES = ("linear", "cosine", "wsd")
+
+
+def schedule(name: str, warmup_steps: int, max_steps: int,
+             decay_fraction: float = 0.1) -> Callable[[int], float]:
+    """Multiplier of the peak rate at a step, after a linear warmup from 0 over
+    ``warmup_steps``: ``linear`` decays to 0 at ``max_steps`` (ELECTRA's); ``cosine`` along
+    half a cosine to 0; ``wsd`` (warmup-stable-decay, ModernBERT's trapezoid) holds the peak,
+    then decays linearly to 0 over the last ``decay_fraction`` of the steps (the stable
+    phase's rate does not depend on where the run ends, so any of its checkpoints can be
+    decayed from)."""
+    if name == "linear":
+        return warmup_linear(warmup_steps, max_steps)
+    decay_from = (max_steps - round(decay_fraction * max_steps) if name == "wsd"
+                  else warmup_steps)
+
+    def f(step: int) -> float:
+        if step < warmup_steps:
+            return step / max(1, warmup_steps)
+        if step < decay_from:
+            return 1.0
+        done = min(1.0, (step - decay_from) / max(1, max_steps - decay_from))
+        return 1.0 - done if name == "wsd" else 0.5 * (1.0 + math.cos(math.pi * done))
+
+    return f
 
 
 def warmup_linear(warmup_steps: int, max_steps: int) -> Callable[[int], float]:

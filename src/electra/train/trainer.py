@@ -57,7 +57,7 @@ from electra.runtime import (
 )
 from electra.train import parallel
 from electra.train.metrics import MetricsLog
-from electra.train.optim import adamw, clip_grad_norm, warmup_linear
+from electra.train.optim import adamw, clip_grad_norm, schedule
 
 # A micro-batch: (loss, statistics) from the step model and the micro-batch's index. The loss
 # is this rank's share of the global batch's mean loss; each statistic is detached float64,
@@ -83,6 +83,8 @@ class Settings:
     max_steps: int
     warmup_steps: int
     precision: str = "auto"
+    schedule: str = "linear"  # the rate's shape (electra.train.optim.schedule)
+    decay_fraction: float = 0.1  # wsd: the last fraction of the steps, decaying
     grad_accum: int = 1
     grad_clip: float = 1.0
     betas: tuple[float, float] = (0.9, 0.999)
@@ -263,8 +265,9 @@ class Trainer:
                     m.compile(**how)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = adamw(groups(self.model), settings.lr, settings.betas, settings.eps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, warmup_linear(settings.warmup_steps, settings.max_steps))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule(
+            settings.schedule, settings.warmup_steps, settings.max_steps,
+            settings.decay_fraction))
         fast_fp32(rt.device, self.precision)
         self.scaler = grad_scaler(rt.device, self.precision)
         # Skip a non-finite step on the device (found_inf) where reading the flag would wait
