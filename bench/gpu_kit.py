@@ -419,6 +419,39 @@ def vocab_stage(dev: torch.device) -> dict:
         command, vocab_multiple=m)} for m in (1, 64)}, warmup=4)
 
 
+def launches_stage(dev: torch.device) -> dict:
+    """Our Small step at 128 x 128 under torch.profiler: kernels launched per step, the
+    GPU's busy time per step against the step's wall time (launch-bound when far below),
+    and the host ops most often called."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    B, T, n = (4, 32, 2) if SMOKE else (128, 128, 3)
+    batches = shard_batches(B, T, 5 + n)
+    step, _ = ours_step("tiny" if SMOKE else "small", B, T, dev)
+    for b in batches[:5]:
+        step(b)
+    sync(dev)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        for b in batches[5:]:
+            step(b)
+        sync(dev)
+        wall = (time.perf_counter() - t0) / n
+    ka = prof.key_averages()
+    gpu = [k for k in ka if k.device_type == DeviceType.CUDA]
+    busy = sum(getattr(k, "self_device_time_total", 0) for k in gpu) / n / 1e6
+    ops = sorted((k for k in ka if k.device_type == DeviceType.CPU
+                  and k.key.startswith("aten::")), key=lambda k: -k.count)
+    launch = sum(k.count for k in ka if "LaunchKernel" in k.key) / n
+    return {"model": "small", "batch": B, "seq_len": T, "kernels_per_step": round(
+        sum(k.count for k in gpu) / n), "launch_calls_per_step": round(launch),
+            "step_wall_ms": round(wall * 1e3, 2), "gpu_busy_ms": round(busy * 1e3, 2),
+            "gpu_busy_fraction": round(busy / wall, 3) if wall else None,
+            "top_host_ops": {k.key: round(k.count / n) for k in ops[:12]}}
+
+
 def sst2_rows(n: int) -> list[str]:
     path = DATA / "SST-2" / "train.tsv"
     lines = path.read_text().splitlines()[1 : n + 1]
@@ -503,7 +536,8 @@ def electra(*args: str, log: Path, env: dict | None = None, torchrun: bool = Fal
                               "--nproc_per_node", "1"] if torchrun else []), "-m", "electra",
            *args]
     full_env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}
-    with open(log, "w") as f:
+    log.parent.mkdir(parents=True, exist_ok=True)  # each stage is its own process: the
+    with open(log, "w") as f:  # work folder may not exist yet (the first H200 run's nccl)
         done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=full_env,
                               timeout=timeout)
     if done.returncode:
@@ -594,6 +628,7 @@ def stages() -> dict[str, tuple[float, float, Callable[[Kit], dict]]]:
             "nccl": f((30, 60), (20, 90), lambda k: nccl_stage()),
             "vocab": f((20, 40), (10, 60), lambda k: vocab_stage(k.dev)),
             "graphs": f((60, 120), (10, 90), lambda k: graphs_stage(k.dev)),
+            "launches": f((20, 50), (10, 60), lambda k: launches_stage(k.dev)),
             "compare": f((90, 400), (30, 200), lambda k: compare_stage(k.left()))}
     return out
 
