@@ -367,6 +367,14 @@ CASES = [
      "train.schedule must be one of linear, cosine, wsd, got 'step'"),
     ("config", (*PRETRAIN, "--set", "train.schedule=wsd", "--set", "train.decay_fraction=0"),
      "train.decay_fraction must be in (0, 1], got 0"),
+    # -- issue 44: trackers --
+    ("config", (*PRETRAIN, "--set", "train.log_to=tensorboard,neptune"),
+     "train.log_to=tensorboard,neptune: unknown tracker 'neptune'; choose any of "
+     "tensorboard, mlflow, wandb"),
+    ("config", (*PRETRAIN, "--set", "train.log_to=mlflow,mlflow"),
+     "train.log_to=mlflow,mlflow: a tracker is named twice"),
+    ("config", (*FINETUNE, "--set", "log_to=comet"),
+     "log_to=comet: unknown tracker 'comet'"),
     ("config", (*PRETRAIN, "--set", "objective.sampling=magic"), "objective.sampling must be"),
     ("config", (*PRETRAIN, "--set", "model.num_heads=3"), "not divisible by model.num_heads=3"),
     ("config", (*PRETRAIN, "--set", "model.hidden_dropout=1.5"), "model.hidden_dropout must be"),

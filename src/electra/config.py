@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
 from electra.errors import UserError
+from electra.io.trackers import parse_log_to
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 1800.0
@@ -349,6 +350,9 @@ class TrainConfig:
     """Steps between validations on the held-out split (0: only at the end)."""
     eval_batches: int = 20
     """Batches per validation."""
+    log_to: str = "tensorboard"
+    """Where metrics lines go besides metrics.jsonl: any of tensorboard, mlflow, wandb,
+    comma-separated (empty: none); mlflow and wandb need `pip install 'electra[track]'`."""
     save_every: int = 1000
     """Steps between checkpoints (one is always written at the end)."""
     keep_checkpoints: int = 3
@@ -399,6 +403,7 @@ class TrainConfig:
                "CSV, TSV or JSONL files)")
         _check(not self.probe_every or self.parallel == "ddp",
                "train.probe_every probes a whole model: use train.parallel=ddp (or no probe)")
+        parse_log_to(self.log_to, "train.log_to")
         _check(not (self.cuda_graphs and self.unpad),
                "train.cuda_graphs=true needs static shapes, and train.unpad=true changes them "
                "every batch: set train.unpad=false (or train.cuda_graphs=false)")
@@ -525,6 +530,10 @@ class FinetuneConfig:
     """CPU threads for torch (0: all cores); fewer help on a machine other jobs share."""
     eval_every: int = 0
     """Steps between dev evaluations besides the one at every epoch's end (0: epochs only)."""
+    log_to: str = "tensorboard"
+    """Where each seed's metrics lines go besides its metrics.jsonl: any of tensorboard,
+    mlflow, wandb, comma-separated (empty: none); a run of its own per seed, grouped by
+    --out's name; mlflow and wandb need `pip install 'electra[track]'`."""
     select: str = "last"
     """Which model a seed keeps: "last" (the paper's protocol) or "best" (the evaluation with
     the highest dev score on the task's first metric)."""
@@ -553,6 +562,7 @@ class FinetuneConfig:
         _check(0.0 <= self.article_split < 1.0,
                f"article_split must be in [0, 1), got {self.article_split!r}; e.g. 0.5")
         _check_ranges(self)
+        parse_log_to(self.log_to, "log_to")
         _check(self.batch_size % self.grad_accum == 0,
                f"batch_size={self.batch_size} is not divisible by grad_accum="
                f"{self.grad_accum}; choose an accumulation that divides it")

@@ -58,6 +58,7 @@ from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.io.files import disk_errors, publish, read_json, write_json
 from electra.io.outputs import Claim, claim_out
+from electra.io.trackers import check_reachable, parse_log_to
 from electra.runtime import Runtime, check_compile, start
 from electra.saved import folders
 from electra.saved.models import open_model
@@ -124,6 +125,7 @@ def main(task: str, out: str, model: str | None = None, random_init: str | None 
     ``electra.tasks.registry.load_task``)."""
     seed_list = parse_seeds(seeds)
     cfg = load_finetune_config(sets or [])
+    check_reachable(parse_log_to(cfg.log_to, "log_to"), "log_to")
     names = [t.strip() for t in task.split(",")]
     if len(names) > 1:
         tasks = load_tasks(names, data, train, dev, predict=predict, **reading)

@@ -37,6 +37,7 @@ from electra.errors import UserError
 from electra.io.checkpoint import latest_checkpoint
 from electra.io.files import disk_errors, read_json, write_json
 from electra.io.outputs import Claim, claim_out
+from electra.io.trackers import Tracking, check_reachable, parse_log_to
 from electra.model import body_of, count_parameters
 from electra.model.kernels import kept_attention_bytes
 from electra.objectives.config import RunConfig, load_run_config, resumed_run_config
@@ -322,7 +323,7 @@ def make_trainer(model: ElectraPretrainingModel, cfg: RunConfig, rt: Runtime,
                  **kw: Any) -> Trainer:
     """The scaffold for ``model`` with the config's optimizer, schedule and step settings;
     ``kw`` (run folder, resume...) passes to :class:`Trainer`."""
-    tc = cfg.train
+    tc, out = cfg.train, kw.get("out")
     settings = Settings(lr=tc.lr, max_steps=tc.max_steps, warmup_steps=tc.warmup_steps,
                         schedule=tc.schedule, decay_fraction=tc.decay_fraction,
                         precision=tc.precision, grad_accum=tc.grad_accum,
@@ -330,6 +331,8 @@ def make_trainer(model: ElectraPretrainingModel, cfg: RunConfig, rt: Runtime,
                         eps=tc.adam_eps, max_nonfinite_skips=tc.max_nonfinite_skips,
                         keep_checkpoints=tc.keep_checkpoints, parallel=tc.parallel,
                         compile=tc.compile, cuda_graphs=tc.cuda_graphs, prefix="train.",
+                        tracking=Tracking(parse_log_to(tc.log_to, "train.log_to"),
+                                          root=out, name=out.name if out else ""),
                         # two-stage: one part of the model gets no gradient in each stage
                         find_unused=bool(cfg.objective.two_stage_steps))
     # Masking and sampling draw from one stream shared by all ranks (each takes its rows of
@@ -343,6 +346,7 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
     """Data, validation split, init weights, the resolved config, this rank's loader and the
     batch split, each checked (a UserError on any rank stops every rank)."""
     cfg, tc = opt.config, opt.config.train
+    check_reachable(parse_log_to(tc.log_to, "train.log_to"), "train.log_to")
     words = cfg.objective.unit != "token"  # whole words and spans need the word boundaries
     data = ShardDataset(opt.data, "train", word_starts=words)
     val = ShardDataset(opt.data, "val", word_starts=words) if "val" in data.meta["splits"] \

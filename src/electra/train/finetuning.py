@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
+from electra.io.trackers import Tracking, parse_log_to
 from electra.runtime import Runtime
 from electra.saved import folders
 from electra.tasks.base import TaskData
@@ -315,7 +316,7 @@ def setup(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
                         grad_clip=cfg.grad_clip, max_nonfinite_skips=cfg.max_nonfinite_skips,
                         keep_checkpoints=cfg.keep_checkpoints, compile=cfg.compile,
                         find_unused=not single and rt.world_size > 1,  # the other heads
-                        prefix="")
+                        tracking=seed_tracking(cfg.log_to, folder), prefix="")
     named = {"task": next(iter(tasks))} if single else {"tasks": list(tasks)}
     trainer = Trainer(
         model, rt, settings,
@@ -327,6 +328,17 @@ def setup(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
         {"sampler": sampler, "selections": selections}, resume=resume, progress=progress)
     micro = cfg.batch_size // rt.world_size // cfg.grad_accum
     return Fit(trainer, model, train, sampler, selections, total, micro)
+
+
+def seed_tracking(log_to: str, folder: Path | None) -> Tracking:
+    """A seed's trackers: a run of its own (``OUT/seed-N``), grouped by ``OUT``'s name, MLflow's
+    local store in ``OUT``."""
+    names = parse_log_to(log_to, "log_to")
+    if folder is None:
+        return Tracking(names)
+    root = folder.parent
+    group = root.name.removesuffix(".partial")  # OUT's staging folder until it finishes
+    return Tracking(names, root=root, name=f"{group}/{folder.name}", group=group)
 
 
 def validate(fit: Fit, tok: Any, tasks: dict[str, TaskData],

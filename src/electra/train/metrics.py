@@ -1,4 +1,4 @@
-"""A run's metrics: ``metrics.jsonl`` (one JSON object per line) and TensorBoard, on rank 0.
+"""A run's metrics: ``metrics.jsonl`` (one JSON object per line) and its trackers, on rank 0.
 
 Each line has at least ``step``; timing fields (``TIMING_KEYS``) are the only ones that differ
 between a resumed run and one that never stopped. A crash can cut the last line short: readers
@@ -8,28 +8,31 @@ skip such a line and say so.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from electra.errors import UserError
+from electra.io.trackers import Trackers, Tracking
 
 TIMING_KEYS = {"tokens_per_s", "elapsed_s"}
 
 
 class MetricsLog:
-    """Appends to ``folder/metrics.jsonl`` and TensorBoard (``folder/tb``).
+    """Appends to ``folder/metrics.jsonl`` and sends each line to the run's trackers
+    (``electra.io.trackers``: TensorBoard in ``folder/tb`` by default, MLflow, W&B).
 
     Resuming at ``start_step`` first drops the lines past it (written after the checkpoint
     the run resumes from). ``enabled=False`` (ranks other than 0) writes nothing.
     """
 
-    def __init__(self, folder: Path, start_step: int = 0, enabled: bool = True) -> None:
+    def __init__(self, folder: Path, start_step: int = 0, enabled: bool = True,
+                 tracking: Tracking | None = None, config: dict[str, Any] | None = None
+                 ) -> None:
         self.enabled = enabled
         self.path = folder / "metrics.jsonl"
-        self.tb: Any = None
+        self.trackers: Trackers | None = None
         if not enabled:
             return
         folder.mkdir(parents=True, exist_ok=True)
@@ -39,28 +42,21 @@ class MetricsLog:
             tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
             tmp.replace(self.path)
         self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(str(folder / "tb"), purge_step=start_step or None)
-        except ImportError:  # tensorboard is optional
-            self.tb = None
+        self.trackers = Trackers(folder, start_step, tracking or Tracking(), config or {})
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
-        if self.tb is not None:
-            for key, value in record.items():
-                if key != "step" and isinstance(value, int | float) and math.isfinite(value):
-                    self.tb.add_scalar(key, value, record["step"])
+        if self.trackers is not None:
+            self.trackers.log(record)
 
     def close(self) -> None:
         if self.enabled:
             self.file.close()
-            if self.tb is not None:
-                self.tb.close()
+            if self.trackers is not None:
+                self.trackers.close()
 
 
 def _records(path: Path, warn: bool = True) -> Iterator[dict[str, Any]]:

@@ -36,7 +36,7 @@ import contextlib
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,6 +46,7 @@ from torch import nn
 from electra.errors import UserError
 from electra.io.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from electra.io.files import disk_errors
+from electra.io.trackers import Tracking
 from electra.runtime import (
     Runtime,
     autocast,
@@ -100,6 +101,8 @@ class Settings:
     cuda_graphs: bool = False
     """Compile them in reduce-overhead mode, with static shapes: each block's kernels are
     recorded once as a CUDA graph and replayed (a CUDA device, batches of one shape)."""
+    tracking: Tracking = field(default_factory=Tracking)
+    """Where the metrics lines go besides metrics.jsonl (electra.io.trackers)."""
     prefix: str = "train."
     """How the user names these settings in ``--set`` (``train.lr`` or ``lr``), for messages."""
 
@@ -505,7 +508,8 @@ class Trainer:
         checkpoint of the last completed step where one can be written, then the interrupt
         goes on."""
         if self.out is not None:
-            self.log_file = MetricsLog(self.out, self.step, enabled=self.rt.is_main)
+            self.log_file = MetricsLog(self.out, self.step, enabled=self.rt.is_main,
+                                       tracking=self.settings.tracking, config=self.config)
         if self.progress and self.rt.is_main:
             from tqdm.auto import tqdm
 

@@ -1,0 +1,186 @@
+"""Trackers (``train.log_to`` / ``log_to``): MLflow's store and W&B's offline run hold the
+metrics lines of ``metrics.jsonl``, read back with each library's own reader (MLflow's
+client; W&B's record schema, ``wandb_internal_pb2.Record``), the config as parameters, and a
+resumed run continues the same tracker runs."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from helpers import cli_error, small_model, write_sentiment
+
+from electra.cli import main
+from electra.commands.pretrain import PretrainOptions, pretrain
+from electra.config import TrainConfig
+from electra.data.tokenizer import train_tokenizer
+from electra.io.trackers import flatten, numbers
+from electra.objectives.config import RunConfig
+from electra.train.metrics import iter_metrics
+
+pytest.importorskip("mlflow", reason="the track extra (make setup installs it)")
+pytest.importorskip("wandb", reason="the track extra (make setup installs it)")
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, tmp_path):
+    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "WANDB_API_KEY",
+                "WANDB_PROJECT"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no netrc login, no W&B settings
+
+
+def config(**train) -> RunConfig:
+    t = dict(lr=1e-3, batch_size=8, warmup_steps=2, max_steps=6, log_every=1, eval_every=3,
+             eval_batches=1, save_every=3, precision="fp32", seed=3,
+             log_to="tensorboard,mlflow,wandb")
+    return RunConfig(model=small_model(), train=TrainConfig(**{**t, **train}))
+
+
+def mlflow_runs(root: Path) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{root.resolve() / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("electra")
+    return client, client.search_runs([experiment.experiment_id])
+
+
+def mlflow_lines(client, run) -> dict[int, dict[str, float]]:
+    """{step: {metric: value}}, the last value logged per step."""
+    lines: dict[int, dict[str, float]] = {}
+    for key in run.data.metrics:
+        for m in sorted(client.get_metric_history(run.info.run_id, key),
+                        key=lambda m: m.timestamp):
+            lines.setdefault(m.step, {})[key] = m.value
+    return lines
+
+
+def wandb_records(folder: Path) -> list:
+    """The records of a W&B offline run (``run-ID.wandb``: ':W&B', magic, version, then
+    LevelDB log blocks of 32 KiB holding ``Record`` protobufs)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    out = []
+    for path in sorted(folder.glob("wandb/offline-run-*/run-*.wandb")):  # one a session
+        out += _records(path.read_bytes(), pb.Record)
+    return out
+
+
+def _records(data: bytes, record_type: type) -> list:
+    pos, part, out = 7, b"", []
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        if left < 7:
+            pos += left
+            continue
+        _, n, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        part, pos = part + data[pos + 7 : pos + 7 + n], pos + 7 + n
+        if kind in (1, 4):  # a whole record, or its last piece
+            record = record_type()
+            record.ParseFromString(part)
+            out.append(record)
+            part = b""
+    return out
+
+
+def wandb_lines(folder: Path) -> dict[int, dict[str, float]]:
+    lines: dict[int, dict[str, float]] = {}
+    for r in wandb_records(folder):
+        if r.WhichOneof("record_type") == "history":
+            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                     for i in r.history.item}
+            lines[r.history.step.num] = {k: v for k, v in items.items()
+                                         if not k.startswith("_")}
+    return lines
+
+
+def test_mlflow_and_wandb_hold_the_metrics_lines_and_the_config(letters_data, tmp_path):
+    out = tmp_path / "run"
+    cfg = config()
+    pretrain(PretrainOptions(data=str(letters_data), out=str(out), config=cfg,
+                             progress=False))
+    lines = {r["step"]: numbers(r) for r in iter_metrics(out)}
+    assert sorted(lines) == [1, 2, 3, 4, 5, 6] and "val_disc_auc" in lines[3]
+    client, runs = mlflow_runs(out)
+    assert len(runs) == 1 and runs[0].info.run_name == "run"
+    assert mlflow_lines(client, runs[0]) == lines
+    params = runs[0].data.params
+    assert params["train.lr"] == "0.001" and params["model.hidden_size"] == str(
+        cfg.model.hidden_size)
+    assert runs[0].info.status == "FINISHED"
+    assert wandb_lines(out) == lines
+    (run,) = [r.run for r in wandb_records(out) if r.WhichOneof("record_type") == "run"]
+    assert {i.key: json.loads(i.value_json) for i in run.config.update}["train.lr"] == 0.001
+    assert (out / "tb").is_dir()
+    ids = json.loads((out / "trackers.json").read_text())
+    assert ids["mlflow"] == runs[0].info.run_id and ids["wandb"] == run.run_id
+
+
+def test_a_resumed_run_continues_the_same_tracker_runs(letters_data, tmp_path):
+    out = tmp_path / "run"
+    opts = dict(data=str(letters_data), out=str(out), config=config(), progress=False)
+    pretrain(PretrainOptions(**opts, stop_after=4))  # its last checkpoint: step 3
+    pretrain(PretrainOptions(**opts, resume=True))
+    lines = {r["step"]: numbers(r) for r in iter_metrics(out)}
+    client, runs = mlflow_runs(out)
+    assert len(runs) == 1  # the same run, continued
+    logged = mlflow_lines(client, runs[0])
+    timing = {"tokens_per_s", "elapsed_s"}  # step 4 was logged twice; its timing differs
+    assert {s: {k: v for k, v in m.items() if k not in timing} for s, m in logged.items()} \
+        == {s: {k: v for k, v in m.items() if k not in timing} for s, m in lines.items()}
+    sessions = sorted(out.glob("wandb/offline-run-*"))  # W&B: a folder each session,
+    assert len(sessions) == 2  # of one run id, which `wandb sync` merges
+    assert len({p.name.rsplit("-", 1)[1] for p in sessions}) == 1
+    assert {s: {k: v for k, v in m.items() if k not in timing}
+            for s, m in wandb_lines(out).items()} == {
+        s: {k: v for k, v in m.items() if k not in timing} for s, m in lines.items()}
+
+
+def test_finetuning_seeds_are_runs_of_one_group(tmp_path):
+    write_sentiment(tmp_path / "train.csv", 60, 0)
+    write_sentiment(tmp_path / "dev.csv", 20, 1)
+    train_tokenizer([str(tmp_path / "train.csv")], 100, tmp_path / "tok")
+    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(tmp_path / "tok"),
+                 "--task", "custom", "--train", str(tmp_path / "train.csv"), "--dev",
+                 str(tmp_path / "dev.csv"), "--out", str(tmp_path / "ft"), "--quiet",
+                 "--seeds", "1,2", "--set", "epochs=1", "--set", "log_to=mlflow"]) == 0
+    client, runs = mlflow_runs(tmp_path / "ft")
+    assert sorted(r.info.run_name for r in runs) == ["ft/seed-1", "ft/seed-2"]
+    assert {r.data.tags["electra.group"] for r in runs} == {"ft"}
+    for r in runs:
+        seed = tmp_path / "ft" / r.info.run_name.split("/")[1]
+        assert mlflow_lines(client, r) == {x["step"]: numbers(x) for x in iter_metrics(seed)}
+        assert r.data.params["finetune.epochs"] == "1"
+
+
+def test_flatten_and_numbers():
+    assert flatten({"a": {"b": 1, "c": {"d": "x"}}, "e": 2}) == {"a.b": 1, "a.c.d": "x",
+                                                                 "e": 2}
+    assert numbers({"step": 3, "loss": 1.5, "ok": True, "n": 2, "x": float("nan"),
+                    "s": "t"}) == {"loss": 1.5, "n": 2.0}
+
+
+def test_a_tracker_that_is_not_installed_names_the_extra(letters_data, tmp_path, capsys,
+                                                         monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wandb" else real(name, *a))
+    err = cli_error(capsys, "pretrain", "--preset", "tiny", "--data", letters_data, "--out",
+                    tmp_path / "o", "--set", "train.log_to=wandb")
+    assert "wandb is not installed; pip install 'electra[track]'" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_unreachable_mlflow_server_is_one_line(letters_data, tmp_path, capsys,
+                                                  monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # discard: refused
+    err = cli_error(capsys, "pretrain", "--preset", "tiny", "--data", letters_data, "--out",
+                    tmp_path / "o", "--set", "train.log_to=mlflow")
+    assert "MLFLOW_TRACKING_URI=http://127.0.0.1:9 does not answer" in err
+    assert not (tmp_path / "o").exists()
