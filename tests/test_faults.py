@@ -367,6 +367,12 @@ CASES = [
      "train.schedule must be one of linear, cosine, wsd, got 'step'"),
     ("config", (*PRETRAIN, "--set", "train.schedule=wsd", "--set", "train.decay_fraction=0"),
      "train.decay_fraction must be in (0, 1], got 0"),
+    ("config", ("pretrain", "--data", P("data"), "--decay-from", P("data"), "--quiet"),
+     "not a checkpoint (a folder RUN/checkpoints/step-N holding manifest.json)"),
+    ("config", (*PRETRAIN, "--decay-from", P("data")),
+     "takes the run's settings and weights from the checkpoint: drop --preset, --config"),
+    ("config", (*PRETRAIN, "--set", "train.decay_steps=-1"), "train.decay_steps must be"),
+    ("config", (*PRETRAIN, "--set", "train.max_tokens=-5"), "train.max_tokens must be"),
     # -- issue 44: trackers --
     ("config", (*PRETRAIN, "--set", "train.log_to=tensorboard,neptune"),
      "train.log_to=tensorboard,neptune: unknown tracker 'neptune'; choose any of "

@@ -447,3 +447,77 @@ def test_a_probe_during_pretraining_logs_its_score_and_changes_nothing(data, tmp
         wa = load_file(tmp_path / "a" / kind / "model.safetensors")
         wb = load_file(tmp_path / "b" / kind / "model.safetensors")
         assert all(torch.equal(wa[k], wb[k]) for k in wa), kind
+
+
+def test_each_metrics_line_carries_its_mfu(data, tmp_path):
+    """mfu = real tokens/s x training FLOPs a token / the peak (here train.peak_tflops, so
+    the figure is checkable): FLOPs a token are the step's hand-checked count
+    (tests/experiments/test_compare.py) over the row length."""
+    from electra.objectives.flops import step_flops_per_sequence
+
+    cfg = config(max_steps=4, eval_every=0, peak_tflops=0.5)
+    run(data, tmp_path / "a", cfg)
+    saved = json.loads((tmp_path / "a/config.json").read_text())
+    T, model = saved["seq_len"], cfg.model.replace(vocab_size=saved["data_vocab_size"])
+    per_token = step_flops_per_sequence(model, cfg.objective, T) / T
+    for r in iter_metrics(tmp_path / "a"):
+        assert r["mfu"] == pytest.approx(r["tokens_per_s"] * per_token / 0.5e12, rel=1e-12)
+
+
+def test_the_peak_is_a_datasheet_figure_on_known_gpus_and_measured_elsewhere(monkeypatch):
+    from electra.runtime import peak_flops
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA H100 PCIe")
+    assert peak_flops(torch.device("cuda"), "bf16") == (756e12, "H100 PCIe datasheet, bf16 "
+                                                                "dense")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA H200")
+    assert peak_flops(torch.device("cuda"), "fp32")[0] == 494.7e12  # TF32
+    state = torch.get_rng_state()
+    peak, source = peak_flops(torch.device("cpu"), "fp32")
+    assert 1e8 < peak < 1e14 and source.startswith("measured: a 1024^3 fp32 matmul")
+    assert torch.equal(torch.get_rng_state(), state)  # the run's random streams untouched
+
+
+def test_a_decay_branched_from_a_stable_checkpoint_equals_that_length_planned(data, tmp_path,
+                                                                               capsys):
+    """WSD: a run planned for 20 steps (decay over its last 4) is checkpointed at step 8, in
+    its stable phase; `--decay-from` that checkpoint decays over 4 steps to step 12, bitwise
+    the run planned for 12 steps from the start (decay_steps=4)."""
+    wsd = dict(schedule="wsd", decay_steps=4, eval_every=4)
+    run(data, tmp_path / "planned", config(max_steps=12, **wsd))
+    run(data, tmp_path / "long", config(max_steps=20, **wsd), stop_after=10)
+    checkpoint = tmp_path / "long/checkpoints/step-0000008"
+    assert main(["pretrain", "--data", str(data), "--out", str(tmp_path / "branch"),
+                 "--decay-from", str(checkpoint), "--quiet"]) == 0
+    a = without_timing(list(iter_metrics(tmp_path / "planned")))
+    b = without_timing(list(iter_metrics(tmp_path / "branch")))
+    assert [r["step"] for r in b] == list(range(1, 13)) and a == b
+    assert [r["lr"] for r in b[7:]] == [1e-3 * m for m in (1.0, 0.75, 0.5, 0.25, 0.0)]
+    for kind in ("discriminator", "generator"):
+        wa = load_file(tmp_path / "planned" / kind / "model.safetensors")
+        wb = load_file(tmp_path / "branch" / kind / "model.safetensors")
+        assert all(torch.equal(wa[k], wb[k]) for k in wa), kind
+    saved = json.loads((tmp_path / "branch/config.json").read_text())["train"]
+    assert (saved["max_steps"], saved["decay_steps"]) == (12, 4)
+    assert (tmp_path / "long/checkpoints/step-0000010").is_dir()  # the long run untouched
+    # not a WSD run, outside the stable phase: one line, nothing written
+    run(data, tmp_path / "linear", config(max_steps=8), stop_after=4)
+    for point, sets, words in (
+            (tmp_path / "linear/checkpoints/step-0000004", (),
+             "the run's train.schedule is linear; a decay branches off the stable phase"),
+            (checkpoint, ("--set", "train.decay_steps=15"),
+             "step 8 is outside the run's stable phase (steps 3 to 5)")):
+        err = cli_error(capsys, "pretrain", "--data", data, "--out", tmp_path / "x",
+                        "--decay-from", point, *sets)
+        assert words in err and not (tmp_path / "x").exists()
+
+
+def test_max_tokens_sets_the_run_length(data, tmp_path):
+    """train.max_tokens: the steps that many token positions take (8 rows of 32 a step),
+    rounded up; the schedule and the stop follow it."""
+    cfg = config(max_tokens=4 * 8 * 32 + 1, max_steps=1000, eval_every=0)
+    run(data, tmp_path / "a", cfg)
+    records = list(iter_metrics(tmp_path / "a"))
+    assert records[-1]["step"] == 5
+    assert json.loads((tmp_path / "a/config.json").read_text())["train"]["max_steps"] == 5
+    assert records[-1]["lr"] == 0.0  # linear decay to 0 at the fifth step

@@ -207,7 +207,11 @@ COMMANDS: dict[str, Command] = {
             OneOf((arg("--resume", action="store_true", help="continue from the run's latest "
                        "checkpoint (a new run if none)"),
                    arg("--overwrite", action="store_true",
-                       help="delete the run and start again"))),
+                       help="delete the run and start again"),
+                   arg("--decay-from", metavar="CHECKPOINT", help="a new run in --out that "
+                       "continues a WSD run (train.schedule=wsd) from this checkpoint of its "
+                       "stable phase (RUN/checkpoints/step-N) into its decay; settings from "
+                       "the checkpoint, then --set"))),
             arg("--init", metavar="RUN", help="start from these weights (a run folder, or one "
                 "made by `electra import`); the model shape comes from it"),
             _device(), _quiet(),

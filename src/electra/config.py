@@ -311,7 +311,8 @@ class TrainConfig:
         "keep_checkpoints": ">= 1", "max_nonfinite_skips": ">= 0", "threads": "[0, 4096]",
         "parallel": ("ddp", "fsdp"), "probe_every": ">= 0", "probe_max_examples": ">= 1",
         "probe_epochs": "[1, 1000]", "schedule": ("linear", "cosine", "wsd"),
-        "decay_fraction": "(0, 1]"}
+        "decay_fraction": "(0, 1]", "decay_steps": ">= 0", "peak_tflops": ">= 0",
+        "max_tokens": ">= 0"}
     lr: float = 5e-4
     """Peak learning rate (ELECTRA-Small 5e-4, Base 2e-4, Large 2e-4)."""
     batch_size: int = 128
@@ -322,12 +323,19 @@ class TrainConfig:
     """Linear warmup from 0 to lr, then the schedule's decay."""
     max_steps: int = 1_000_000
     """Optimizer steps in the whole run."""
+    max_tokens: int = 0
+    """> 0: the run's length in token positions instead (batch_size rows of the data's
+    seq_len a step, padding included: nearly all real with `prepare --pack`); max_steps
+    becomes the steps that take, rounded up, and the schedule follows it."""
     schedule: str = "linear"
     """After the warmup: linear (decay to 0 at max_steps, ELECTRA's) | cosine (half a cosine
     to 0) | wsd (warmup-stable-decay: the peak rate, then a linear decay to 0 over the last
     decay_fraction of the steps; ModernBERT's trapezoid)."""
     decay_fraction: float = 0.1
     """wsd: the fraction of max_steps, at the end, over which the rate decays to 0."""
+    decay_steps: int = 0
+    """wsd: the steps, at the end, over which the rate decays to 0 (0: decay_fraction's).
+    `electra pretrain --decay-from CHECKPOINT` sets it and max_steps for its branch."""
     weight_decay: float = 0.01
     """AdamW weight decay (none on LayerNorm weights and biases)."""
     adam_beta1: float = 0.9
@@ -350,6 +358,10 @@ class TrainConfig:
     """Steps between validations on the held-out split (0: only at the end)."""
     eval_batches: int = 20
     """Batches per validation."""
+    peak_tflops: float = 0.0
+    """The device's peak (TFLOP/s) that each metrics line's mfu divides by; 0: a GPU's
+    datasheet figure, or a matrix multiply measured at the start on a CPU (or a GPU not in
+    electra.runtime.GPU_PEAKS)."""
     log_to: str = "tensorboard"
     """Where metrics lines go besides metrics.jsonl: any of tensorboard, mlflow, wandb,
     comma-separated (empty: none); mlflow and wandb need `pip install 'electra[track]'`."""
@@ -404,6 +416,9 @@ class TrainConfig:
         _check(not self.probe_every or self.parallel == "ddp",
                "train.probe_every probes a whole model: use train.parallel=ddp (or no probe)")
         parse_log_to(self.log_to, "train.log_to")
+        _check(not self.decay_steps or self.decay_steps <= self.max_steps - self.warmup_steps,
+               f"train.decay_steps={self.decay_steps} is more than the steps after the warmup "
+               f"({self.max_steps} - {self.warmup_steps}); choose fewer")
         _check(not (self.cuda_graphs and self.unpad),
                "train.cuda_graphs=true needs static shapes, and train.unpad=true changes them "
                "every batch: set train.unpad=false (or train.cuda_graphs=false)")

@@ -198,6 +198,41 @@ def fast_fp32(device: torch.device, precision: str) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
+# NVIDIA's dense (no sparsity) tensor-core peaks from each GPU's datasheet, FLOP/s: bf16 and
+# fp16, then TF32 (what fp32 runs multiply in here); the first name the device's contains.
+GPU_PEAKS = {"H100 PCIe": (756e12, 378e12), "H100": (989.4e12, 494.7e12),
+             "H200": (989.4e12, 494.7e12), "A100": (312e12, 156e12),
+             "L40S": (362.05e12, 183e12), "L4": (121e12, 60e12), "A10": (125e12, 62.5e12)}
+
+
+def peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
+    """The FLOP/s that MFU divides by, and where it comes from: a GPU's datasheet
+    (``GPU_PEAKS``), else the best of four 1024^3 matrix multiplies measured here in the
+    run's ``precision`` (a resolved one: bf16, fp16 or fp32) on this process's threads."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, (half, tf32) in GPU_PEAKS.items():
+            if key in name:
+                return (tf32 if precision == "fp32" else half), (
+                    f"{key} datasheet, {'TF32' if precision == 'fp32' else precision} dense")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    n, best = 1024, float("inf")
+    a = torch.ones(n, n, device=device, dtype=dtype)  # no random draw: the run's streams
+    for _ in range(4):  # stay as they are
+        _sync(device)
+        t0 = time.perf_counter()
+        a @ a
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best, f"measured: a {n}^3 {precision} matmul, {torch.get_num_threads()} " \
+        f"threads"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def compile_missing(device: torch.device) -> str | None:
     """Why ``torch.compile`` cannot run on ``device`` here (None: it can): it needs dynamo's
     support of this Python, and inductor a C++ compiler (CPU) or Triton (GPU)."""

@@ -18,7 +18,7 @@ from electra.config import TrainConfig
 from electra.data.tokenizer import train_tokenizer
 from electra.io.trackers import flatten, numbers
 from electra.objectives.config import RunConfig
-from electra.train.metrics import iter_metrics
+from electra.train.metrics import TIMING_KEYS, iter_metrics
 
 pytest.importorskip("mlflow", reason="the track extra (make setup installs it)")
 pytest.importorskip("wandb", reason="the track extra (make setup installs it)")
@@ -129,7 +129,7 @@ def test_a_resumed_run_continues_the_same_tracker_runs(letters_data, tmp_path):
     client, runs = mlflow_runs(out)
     assert len(runs) == 1  # the same run, continued
     logged = mlflow_lines(client, runs[0])
-    timing = {"tokens_per_s", "elapsed_s"}  # step 4 was logged twice; its timing differs
+    timing = TIMING_KEYS  # step 4 was logged twice; its timing differs
     assert {s: {k: v for k, v in m.items() if k not in timing} for s, m in logged.items()} \
         == {s: {k: v for k, v in m.items() if k not in timing} for s, m in lines.items()}
     sessions = sorted(out.glob("wandb/offline-run-*"))  # W&B: a folder each session,

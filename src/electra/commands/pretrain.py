@@ -21,6 +21,7 @@ from a stream of each rank's own. Rank 0 writes everything.
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,13 @@ from electra.io.outputs import Claim, claim_out
 from electra.io.trackers import Tracking, check_reachable, parse_log_to
 from electra.model import body_of, count_parameters
 from electra.model.kernels import kept_attention_bytes
-from electra.objectives.config import RunConfig, load_run_config, resumed_run_config
+from electra.objectives.config import (
+    RunConfig,
+    decay_branch_config,
+    load_run_config,
+    resumed_run_config,
+)
+from electra.objectives.flops import step_flops_per_sequence
 from electra.objectives.masking import Batch, Draws, slots, step_draws
 from electra.objectives.pretraining import ElectraPretrainingModel, begin_step, stage_at
 from electra.runtime import (
@@ -49,6 +56,7 @@ from electra.runtime import (
     available_memory,
     check_compile,
     check_cuda_graphs,
+    peak_flops,
     resolve_device,
     resolve_precision,
     rows_without_padding,
@@ -57,6 +65,7 @@ from electra.runtime import (
 )
 from electra.saved import folders
 from electra.saved.models import open_model
+from electra.train.metrics import iter_metrics
 from electra.train.optim import param_groups
 from electra.train.probe import Probe
 from electra.train.trainer import RandomStreams, Settings, Trainer, add_into, pool
@@ -83,21 +92,31 @@ class PretrainOptions:
     stop_after: int | None = None  # stop (with a checkpoint) after this many steps
     stop_at: int | None = None  # stop (with a checkpoint) at this step (electra compare)
     init: str | None = None  # start from these weights (a run folder: discriminator/, generator/)
+    decay_from: str | None = None  # a WSD run's stable-phase checkpoint to decay from
 
 
 def main(data: str, out: str, preset: str | None = None, config: str | None = None,
          sets: list[str] | None = None, resume: bool = False, overwrite: bool = False,
          init: str | None = None, device: str = "auto", progress: bool = True,
-         stop_after: int | None = None, dist_timeout: float = DEFAULT_TIMEOUT_S) -> None:
+         stop_after: int | None = None, dist_timeout: float = DEFAULT_TIMEOUT_S,
+         decay_from: str | None = None) -> None:
     """`electra pretrain`: resolve the config, then pretrain in this command's runtime."""
-    if preset is None and config is None and not resume:
+    if decay_from is not None:
+        if preset is not None or config is not None or init is not None:
+            raise UserError(f"--decay-from {decay_from} takes the run's settings and weights "
+                            f"from the checkpoint: drop --preset, --config and --init (change "
+                            f"a setting with --set)")
+        cfg, _ = decay_branch_config(decay_from, sets)
+    elif preset is None and config is None and not resume:
         raise UserError("give --preset NAME (tiny, small, base, large) or --config FILE.toml")
-    cfg = (resumed_run_config(out, sets) if preset is None and config is None
-           else load_run_config(preset, config, sets))
+    else:
+        cfg = (resumed_run_config(out, sets) if preset is None and config is None
+               else load_run_config(preset, config, sets))
     if stop_after is not None and stop_after < 1:
         raise UserError(f"--stop-after {stop_after}: give a number of steps >= 1")
     opt = PretrainOptions(data=data, out=out, config=cfg, resume=resume, overwrite=overwrite,
-                          progress=progress, device=device, stop_after=stop_after, init=init)
+                          progress=progress, device=device, stop_after=stop_after, init=init,
+                          decay_from=decay_from)
     with start(device, dist_timeout, keep_memory=True) as rt:
         pretrain(opt, rt)
 
@@ -113,6 +132,12 @@ class Pretraining:
     trainer: Trainer
     loader: Prefetched
     probe: Probe | None = None  # train.probe_every's task
+    flops_per_token: float = 0.0  # training FLOPs of a token (electra.objectives.flops)
+    peak: float = 0.0  # the FLOP/s of all processes' devices, MFU's denominator
+
+    def mfu(self, tokens_per_s: float) -> dict[str, float]:
+        """A metrics line's model FLOPs utilisation, over its real tokens."""
+        return {"mfu": tokens_per_s * self.flops_per_token / self.peak} if self.peak else {}
 
 
 def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
@@ -120,7 +145,7 @@ def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
     rt = rt or Runtime(device=resolve_device(opt.device))
     check_compile(opt.config.train.compile, rt.device, "train.compile")
     check_cuda_graphs(opt.config.train.cuda_graphs, rt.device)
-    inputs = [("--data", opt.data), ("--init", opt.init)]
+    inputs = [("--data", opt.data), ("--init", opt.init), ("--decay-from", opt.decay_from)]
     with claim_out(opt.out, "run", "pretrain", overwrite=opt.overwrite, resume=opt.resume,
                    inputs=inputs, rt=rt) as claim:
         return _pretrain(opt, rt, claim)
@@ -142,6 +167,7 @@ def _pretrain(opt: PretrainOptions, rt: Runtime, claim: Claim) -> dict[str, Any]
                                                    or trainer.step == tc.max_steps):
             disc = trainer.model.discriminator
             record.update(p.probe.run(disc.encoder, disc.config, rt))
+        record.update(p.mfu(record["tokens_per_s"]))
         trainer.log(record, show=("loss", "disc_acc", "tokens_per_s", "val_disc_auc",
                                   "probe_dev_accuracy"))
 
@@ -310,13 +336,28 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
                     f"so not bitwise equal to an uninterrupted run")
     elif opt.resume and resume_from is None and opt.progress:
         trainer.say(f"no checkpoint in {opt.out}; starting a new run")
+    fpt, peak, source = _mfu_terms(cfg, data.seq_len, rt)
     if opt.progress:
         trainer.say(f"electra: {n_params / 1e6:.1f}M parameters, {len(data):,} examples of "
                     f"{data.seq_len} tokens, batch {tc.batch_size}"
                     + (f" over {rt.world_size} processes ({tc.parallel})" if rt.enabled else "")
                     + f", {resolve_precision(rt.device, tc.precision)}, {rt.device.type}"
-                    + (f", resuming at step {trainer.step}" if trainer.step else ""))
-    return Pretraining(data, val, cfg, micro, trainer, loader, probe)
+                    + (f", resuming at step {trainer.step}" if trainer.step else "")
+                    + (f"; MFU against {peak / rt.world_size / 1e12:,.1f} TFLOP/s a device "
+                       f"({source})" if peak else ""))
+    return Pretraining(data, val, cfg, micro, trainer, loader, probe, fpt, peak)
+
+
+def _mfu_terms(cfg: RunConfig, seq_len: int, rt: Runtime) -> tuple[float, float, str]:
+    """(training FLOPs a token, the peak FLOP/s of every process's device together, its
+    source); (0, 0, "") where the FLOPs are not one figure (two-stage training)."""
+    if cfg.objective.two_stage_steps:
+        return 0.0, 0.0, ""
+    fpt = step_flops_per_sequence(cfg.model, cfg.objective, seq_len) / seq_len
+    tc = cfg.train
+    peak, source = (tc.peak_tflops * 1e12, "train.peak_tflops") if tc.peak_tflops else \
+        peak_flops(rt.device, resolve_precision(rt.device, tc.precision))
+    return fpt, peak * rt.world_size, source
 
 
 def make_trainer(model: ElectraPretrainingModel, cfg: RunConfig, rt: Runtime,
@@ -326,6 +367,7 @@ def make_trainer(model: ElectraPretrainingModel, cfg: RunConfig, rt: Runtime,
     tc, out = cfg.train, kw.get("out")
     settings = Settings(lr=tc.lr, max_steps=tc.max_steps, warmup_steps=tc.warmup_steps,
                         schedule=tc.schedule, decay_fraction=tc.decay_fraction,
+                        decay_steps=tc.decay_steps,
                         precision=tc.precision, grad_accum=tc.grad_accum,
                         grad_clip=tc.grad_clip, betas=(tc.adam_beta1, tc.adam_beta2),
                         eps=tc.adam_eps, max_nonfinite_skips=tc.max_nonfinite_skips,
@@ -379,6 +421,9 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
     # The run's config names its slots (unset: derived from the data's sequence length).
     objective = dataclasses.replace(cfg.objective,
                                     max_predictions=slots(cfg.objective, data.seq_len))
+    if tc.max_tokens:  # the steps those token positions take, rounded up
+        tc = dataclasses.replace(tc, max_steps=-(-tc.max_tokens // (tc.batch_size *
+                                                                     data.seq_len)))
     cfg = RunConfig(model=model_cfg, objective=objective, train=tc)
     return data, val, init, cfg, loader, per_rank // tc.grad_accum
 
@@ -453,6 +498,26 @@ def _lone_transformers_model(folder: Path) -> bool:
             and not any(a.endswith("ForMaskedLM") for a in meta.get("architectures") or []))
 
 
+def _branch(checkpoint: Path, run_config: dict[str, Any], out: Path) -> Path:
+    """--decay-from: the checkpoint is the data's and the run's (its settings but the decay's
+    length), and its run's metrics lines up to it start this run's."""
+    theirs = read_json(checkpoint / "config.json", "a checkpoint's config")
+    free = {f"train.{k}" for k in RESUMABLE_CHANGES} | {"train.max_steps",
+                                                         "train.decay_steps", "step", "tokens"}
+    diffs = config_diffs(theirs, run_config, free)
+    if diffs:
+        raise UserError(f"--decay-from {checkpoint}: this run would differ from the "
+                        f"checkpoint's ({'; '.join(diffs[:3])}); use the run's --data and "
+                        f"change only what --resume allows")
+    lines = checkpoint.parent.parent / "metrics.jsonl"
+    if lines.is_file():
+        kept = [r for r in iter_metrics(lines.parent) if r["step"] <= theirs["step"]]
+        part = out / "metrics.jsonl.tmp"
+        part.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        part.replace(out / "metrics.jsonl")
+    return checkpoint
+
+
 def _run_folder(opt: PretrainOptions, run_config: dict[str, Any], data: ShardDataset,
                 claim: Claim) -> Path | None:
     """Create or check RUN (``claim``: what :func:`electra.io.outputs.claim_out` found there)
@@ -482,6 +547,8 @@ def _run_folder(opt: PretrainOptions, run_config: dict[str, Any], data: ShardDat
                 raise UserError(f"--resume: checkpoint {found.name} was written by another run "
                                 f"({'; '.join(diffs[:3])}); remove {found} to resume from an "
                                 f"earlier checkpoint, or start a new --out")
+    if opt.decay_from is not None:
+        found = _branch(Path(opt.decay_from), run_config, out)
     write_json(out / "config.json", run_config)
     for name in ("tokenizer.json", SIDECAR):
         if (data.folder / name).is_file():  # the roles' file: data prepared since issue 17

@@ -304,3 +304,36 @@ def resumed_run_config(run: str | Path, sets: list[str] | None = None) -> RunCon
                         f"remove the others, or start a new --out")
     return RunConfig.from_dict(apply_overrides(
         {k: saved.get(k, {}) for k in ("model", "objective", "train")}, sets or []))
+
+
+def decay_branch_config(checkpoint: str | Path, sets: list[str] | None = None
+                        ) -> tuple[RunConfig, int]:
+    """`pretrain --decay-from CHECKPOINT`: the checkpoint's run config (then ``--set``) made
+    to decay from the checkpoint's step over the run's planned decay length D
+    (``train.decay_steps``, else ``train.decay_fraction`` of its ``max_steps``): ``max_steps``
+    becomes step + D and ``decay_steps`` D, the run a WSD run of that length would have been
+    from the start. Returns it and the step."""
+    from electra.io.checkpoint import verify_checkpoint  # the checkpoint's own reader
+
+    path, flag = Path(checkpoint), f"--decay-from {checkpoint}"
+    if not (path / "manifest.json").is_file():
+        raise UserError(f"{flag}: not a checkpoint (a folder RUN/checkpoints/step-N holding "
+                        f"manifest.json); name one of a run's checkpoints")
+    saved = verify_checkpoint(path)
+    step = saved.get("step") if isinstance(saved, dict) else None
+    if not isinstance(step, int) or set(saved) - RUN_FILE_KEYS - {"step", "tokens"}:
+        raise UserError(f"{flag}: its config.json is not a pretraining run's; name a "
+                        f"checkpoint of `electra pretrain`")
+    cfg = RunConfig.from_dict(apply_overrides(
+        {k: saved.get(k, {}) for k in ("model", "objective", "train")}, sets or []))
+    tc = cfg.train
+    if tc.schedule != "wsd":
+        raise UserError(f"{flag}: the run's train.schedule is {tc.schedule}; a decay branches "
+                        f"off the stable phase of a WSD run (train.schedule=wsd)")
+    decay = tc.decay_steps or round(tc.decay_fraction * tc.max_steps)
+    if not tc.warmup_steps <= step <= tc.max_steps - decay:
+        raise UserError(f"{flag}: step {step} is outside the run's stable phase (steps "
+                        f"{tc.warmup_steps} to {tc.max_steps - decay}); choose a checkpoint in "
+                        f"it")
+    train = dataclasses.replace(tc, max_steps=step + decay, decay_steps=decay, max_tokens=0)
+    return dataclasses.replace(cfg, train=train), step

@@ -16,7 +16,7 @@ from typing import Any
 from electra.errors import UserError
 from electra.io.trackers import Trackers, Tracking
 
-TIMING_KEYS = {"tokens_per_s", "elapsed_s"}
+TIMING_KEYS = {"tokens_per_s", "elapsed_s", "mfu"}
 
 
 class MetricsLog:

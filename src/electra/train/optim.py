@@ -83,18 +83,18 @@ sharded (DTensor, FSDP's: all or none) ones go to torch's."""
 SCHEDULES = ("linear", "cosine", "wsd")
 
 
-def schedule(name: str, warmup_steps: int, max_steps: int,
-             decay_fraction: float = 0.1) -> Callable[[int], float]:
+def schedule(name: str, warmup_steps: int, max_steps: int, decay_fraction: float = 0.1,
+             decay_steps: int = 0) -> Callable[[int], float]:
     """Multiplier of the peak rate at a step, after a linear warmup from 0 over
     ``warmup_steps``: ``linear`` decays to 0 at ``max_steps`` (ELECTRA's); ``cosine`` along
     half a cosine to 0; ``wsd`` (warmup-stable-decay, ModernBERT's trapezoid) holds the peak,
     then decays linearly to 0 over the last ``decay_fraction`` of the steps (the stable
     phase's rate does not depend on where the run ends, so any of its checkpoints can be
-    decayed from)."""
+    decayed from), or over the last ``decay_steps`` where that is set."""
     if name == "linear":
         return warmup_linear(warmup_steps, max_steps)
-    decay_from = (max_steps - round(decay_fraction * max_steps) if name == "wsd"
-                  else warmup_steps)
+    decay_from = (max_steps - (decay_steps or round(decay_fraction * max_steps))
+                  if name == "wsd" else warmup_steps)
 
     def f(step: int) -> float:
         if step < warmup_steps:

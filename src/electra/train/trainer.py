@@ -86,6 +86,7 @@ class Settings:
     precision: str = "auto"
     schedule: str = "linear"  # the rate's shape (electra.train.optim.schedule)
     decay_fraction: float = 0.1  # wsd: the last fraction of the steps, decaying
+    decay_steps: int = 0  # wsd: the last steps, decaying (0: decay_fraction's)
     grad_accum: int = 1
     grad_clip: float = 1.0
     betas: tuple[float, float] = (0.9, 0.999)
@@ -270,7 +271,7 @@ class Trainer:
         self.optimizer = adamw(groups(self.model), settings.lr, settings.betas, settings.eps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule(
             settings.schedule, settings.warmup_steps, settings.max_steps,
-            settings.decay_fraction))
+            settings.decay_fraction, settings.decay_steps))
         fast_fp32(rt.device, self.precision)
         self.scaler = grad_scaler(rt.device, self.precision)
         # Skip a non-finite step on the device (found_inf) where reading the flag would wait
