@@ -51,8 +51,23 @@ def test_every_shipped_config_loads():
     for f in files:
         cfg = load_run_config(config_file=str(f))
         assert cfg.model.hidden_size % cfg.model.num_heads == 0
-    assert load_run_config(config_file=str(ROOT / "configs/small.toml")) == load_run_config(
-        "small")
+    # Each size's file says what its preset is (the paper's Table 6: Large masks 25%).
+    for size in ("small", "base", "large"):
+        assert load_run_config(config_file=str(ROOT / f"configs/{size}.toml")) == \
+            load_run_config(size), size
+    assert load_run_config("large").objective.mask_prob == 0.25
+
+
+def test_the_mask30_presets_are_modernberts_recipe_on_its_bodies():
+    """30% masking and the trapezoid (wsd, the last 10% falling as 1 - sqrt); the body and
+    the rest as the plain modernbert presets."""
+    for size in ("small", "base"):
+        plain, m30 = load_run_config(f"modernbert-{size}"), load_run_config(
+            f"modernbert-{size}-mask30")
+        assert m30.model == plain.model and m30.objective.mask_prob == 0.3
+        assert (m30.train.schedule, m30.train.decay_fraction, m30.train.decay_shape) == (
+            "wsd", 0.1, "1-sqrt")
+        assert m30.train.lr == plain.train.lr and m30.train.max_steps == plain.train.max_steps
 
 
 def test_set_overrides_and_unknown_keys():

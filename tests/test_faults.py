@@ -373,6 +373,10 @@ CASES = [
      "takes the run's settings and weights from the checkpoint: drop --preset, --config"),
     ("config", (*PRETRAIN, "--set", "train.decay_steps=-1"), "train.decay_steps must be"),
     ("config", (*PRETRAIN, "--set", "train.max_tokens=-5"), "train.max_tokens must be"),
+    ("config", (*PRETRAIN, "--set", "train.decay_shape=exp"),
+     "train.decay_shape must be one of linear, 1-sqrt, got 'exp'"),
+    ("config", (*PRETRAIN, "--set", "train.decay_shape=1-sqrt"),
+     "train.decay_shape=1-sqrt shapes a wsd decay; set train.schedule=wsd"),
     # -- issue 44: trackers --
     ("config", (*PRETRAIN, "--set", "train.log_to=tensorboard,neptune"),
      "train.log_to=tensorboard,neptune: unknown tracker 'neptune'; choose any of "
@@ -381,6 +385,15 @@ CASES = [
      "train.log_to=mlflow,mlflow: a tracker is named twice"),
     ("config", (*FINETUNE, "--set", "log_to=comet"),
      "log_to=comet: unknown tracker 'comet'"),
+    ("config", (*PRETRAIN, "--set", "train.batch_warmup=16:1000"),
+     "train.batch_warmup=16:1000: the first batch must be a multiple of the micro-batch"),
+    ("config", (*PRETRAIN, "--set", "train.batch_warmup=half"),
+     "train.batch_warmup=half: give START:TOKENS"),
+    # -- issue 44: optimizers --
+    ("config", (*PRETRAIN, "--set", "train.optimizer=sgd"),
+     "train.optimizer must be one of adamw, stableadamw, lamb, got 'sgd'"),
+    ("config", (*FINETUNE, "--set", "optimizer=adafactor"),
+     "optimizer must be one of adamw, stableadamw, lamb, got 'adafactor'"),
     ("config", (*PRETRAIN, "--set", "objective.sampling=magic"), "objective.sampling must be"),
     ("config", (*PRETRAIN, "--set", "model.num_heads=3"), "not divisible by model.num_heads=3"),
     ("config", (*PRETRAIN, "--set", "model.hidden_dropout=1.5"), "model.hidden_dropout must be"),

@@ -199,6 +199,53 @@ def test_nonfinite_loss_stops_with_the_step_or_is_skipped(data, tmp_path, monkey
     assert list(iter_metrics(tmp_path / "s"))[-1]["step"] == 12
 
 
+def test_batch_warmup_grows_in_micro_batches_and_resumes_bitwise(data, tmp_path):
+    """train.batch_warmup=2:400 with batches of 8 in 4 micro-batches of 2, rows of 32 tokens:
+    2 while fewer than 192 token positions are behind (2 + 6 x seen/400 < 4), then 4, 6 and
+    the full 8. A step of k micro-batches is the k-micro-batch accumulation: the first steps
+    (one micro-batch of 2) are a run of batch 2's, metrics for metrics. Stopped inside the
+    warmup and resumed, the run is the uninterrupted one; max_tokens counts the warmup's
+    smaller steps."""
+    cfg = config(batch_size=8, grad_accum=4, batch_warmup="2:400", eval_every=0, max_steps=8,
+                 save_every=2)
+    run(data, tmp_path / "w", cfg)
+    lines = without_timing(list(iter_metrics(tmp_path / "w")))
+    assert [r["batch_size"] for r in lines] == [2, 2, 2, 4, 6, 8, 8, 8]
+    run(data, tmp_path / "b2", config(batch_size=2, eval_every=0, max_steps=8, save_every=2))
+    two = without_timing(list(iter_metrics(tmp_path / "b2")))
+    assert [{k: v for k, v in r.items() if k != "batch_size"} for r in lines[:3]] == two[:3]
+    assert lines[3]["tokens"] > two[3]["tokens"]  # then twice the rows
+    run(data, tmp_path / "r", cfg, stop_after=4)  # inside the warmup
+    run(data, tmp_path / "r", cfg, resume=True)
+    assert without_timing(list(iter_metrics(tmp_path / "r"))) == lines
+    a, b = (load_file(tmp_path / r / "discriminator/model.safetensors") for r in ("w", "r"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # 2+2+2+4+6 = 16 rows in the warmup, then 8 a step: 40 rows are 5 + 3 steps
+    run(data, tmp_path / "t", config(batch_size=8, grad_accum=4, batch_warmup="2:400",
+                                     eval_every=0, max_tokens=40 * 32, save_every=100))
+    assert list(iter_metrics(tmp_path / "t"))[-1]["step"] == 8
+
+
+@pytest.mark.parametrize("name", ["stableadamw", "lamb"])
+def test_each_optimizer_trains_its_own_way_and_resumes_bitwise(data, tmp_path, name):
+    """train.optimizer: pytorch-optimizer's StableAdamW or LAMB steps the run (weights unlike
+    AdamW's), and its state (moments, step counts in the groups) goes into the checkpoint:
+    a run stopped and resumed equals the uninterrupted one, metrics and weights."""
+    cfg = config(optimizer=name, eval_every=0, max_steps=6, save_every=3)
+    run(data, tmp_path / "a", cfg)
+    run(data, tmp_path / "b", cfg, stop_after=3)
+    run(data, tmp_path / "b", cfg, resume=True)
+    run(data, tmp_path / "adamw", config(eval_every=0, max_steps=6, save_every=3))
+    a = without_timing(list(iter_metrics(tmp_path / "a")))
+    assert a == without_timing(list(iter_metrics(tmp_path / "b")))
+    weights = {r: load_file(tmp_path / r / "discriminator/model.safetensors")
+               for r in ("a", "b", "adamw")}
+    assert all(torch.equal(weights["a"][k], weights["b"][k]) for k in weights["a"])
+    assert not all(torch.equal(weights["a"][k], weights["adamw"][k]) for k in weights["a"])
+    saved = torch.load(tmp_path / "b/checkpoints/step-0000006/state.pt", weights_only=False)
+    assert [g["step"] for g in saved["optimizer"]["param_groups"]] == [6, 6]
+
+
 @pytest.mark.parametrize("name", ["cosine", "wsd"])
 def test_other_schedules_resume_bitwise_inside_their_decay(data, tmp_path, name):
     """train.schedule: the rate each step logs is the schedule's (wsd: 3 warmup steps, the

@@ -284,17 +284,52 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
                                    attention_dropout=0.0, layer_norm_eps=1e-5,
                                    generator_size=1 / 3),
 }
+# ModernBERT's recipe on those bodies: 30% masking, the trapezoidal schedule (wsd with a
+# 1-sqrt decay); the objective's part is electra.objectives.config.OBJECTIVE_PRESETS.
+MODEL_PRESETS["modernbert-small-mask30"] = MODEL_PRESETS["modernbert-small"]
+MODEL_PRESETS["modernbert-base-mask30"] = MODEL_PRESETS["modernbert-base"]
 
 
 def model_preset(name: str, **overrides: Any) -> ModelConfig:
     """A named preset (``tiny``, ``small``, ``base``, ``large``; ``modernbert-small``,
-    ``modernbert-base``) with ``overrides`` applied."""
+    ``modernbert-base``, and each with ``-mask30``) with ``overrides`` applied."""
     if name not in MODEL_PRESETS:
         raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(MODEL_PRESETS)}")
     return MODEL_PRESETS[name].replace(**overrides)
 
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+OPTIMIZERS = ("adamw", "stableadamw", "lamb")
+"""torch's AdamW; StableAdamW (ModernBERT's: AdamW with update clipping) and LAMB
+(layer-wise trust ratios, for large batches) from pytorch-optimizer (electra.train.optim)."""
+
+
+def check_optimizer(name: str, key: str) -> None:
+    """An optimizer outside torch is installed (a one-line error naming the extra)."""
+    import importlib.util  # light, and only for these two settings
+
+    if name != "adamw" and importlib.util.find_spec("pytorch_optimizer") is None:
+        raise UserError(f"{key}={name}: needs pytorch-optimizer, which is not installed; "
+                        f"pip install 'electra[optim]' (or pip install pytorch-optimizer), "
+                        f"or use adamw")
+
+
+def parse_batch_warmup(value: str, key: str = "train.batch_warmup") -> tuple[int, int]:
+    """``START:TOKENS`` -> (START, TOKENS); "" -> (0, 0), no warmup. A one-line error
+    naming the value otherwise."""
+    if not value.strip():
+        return 0, 0
+    parts = value.replace("_", "").split(":")
+    try:
+        start, tokens = (int(float(p)) for p in parts) if len(parts) == 2 else (0, 0)
+    except ValueError:
+        start = tokens = 0
+    if start < 1 or tokens < 1:
+        raise UserError(f"{key}={value}: give START:TOKENS, the first step's batch and the "
+                        f"token positions over which it grows to batch_size (e.g. "
+                        f"32:2000000), both >= 1; empty for none")
+    return start, tokens
+
 
 
 @dataclass(frozen=True)
@@ -312,7 +347,8 @@ class TrainConfig:
         "parallel": ("ddp", "fsdp"), "probe_every": ">= 0", "probe_max_examples": ">= 1",
         "probe_epochs": "[1, 1000]", "schedule": ("linear", "cosine", "wsd"),
         "decay_fraction": "(0, 1]", "decay_steps": ">= 0", "peak_tflops": ">= 0",
-        "max_tokens": ">= 0"}
+        "max_tokens": ">= 0", "optimizer": OPTIMIZERS,
+        "decay_shape": ("linear", "1-sqrt")}
     lr: float = 5e-4
     """Peak learning rate (ELECTRA-Small 5e-4, Base 2e-4, Large 2e-4)."""
     batch_size: int = 128
@@ -323,19 +359,30 @@ class TrainConfig:
     """Linear warmup from 0 to lr, then the schedule's decay."""
     max_steps: int = 1_000_000
     """Optimizer steps in the whole run."""
+    batch_warmup: str = ""
+    """START:TOKENS grows each step's batch from START examples to batch_size, linearly in the
+    token positions trained, over TOKENS (ModernBERT's batch-size warmup; empty: none). A step
+    is k of the grad_accum micro-batches, so START is a multiple of batch_size/grad_accum."""
     max_tokens: int = 0
     """> 0: the run's length in token positions instead (batch_size rows of the data's
     seq_len a step, padding included: nearly all real with `prepare --pack`); max_steps
     becomes the steps that take, rounded up, and the schedule follows it."""
     schedule: str = "linear"
     """After the warmup: linear (decay to 0 at max_steps, ELECTRA's) | cosine (half a cosine
-    to 0) | wsd (warmup-stable-decay: the peak rate, then a linear decay to 0 over the last
-    decay_fraction of the steps; ModernBERT's trapezoid)."""
+    to 0) | wsd (warmup-stable-decay: the peak rate, then a decay to 0, decay_shape's, over
+    the last decay_fraction of the steps; ModernBERT's trapezoid)."""
     decay_fraction: float = 0.1
     """wsd: the fraction of max_steps, at the end, over which the rate decays to 0."""
     decay_steps: int = 0
     """wsd: the steps, at the end, over which the rate decays to 0 (0: decay_fraction's).
     `electra pretrain --decay-from CHECKPOINT` sets it and max_steps for its branch."""
+    decay_shape: str = "linear"
+    """wsd: how the rate falls over the decay: linear, or 1-sqrt (1 - sqrt of the decay's
+    fraction done: ModernBERT's, most of the drop at its start)."""
+    optimizer: str = "adamw"
+    """adamw (torch's, fused) | stableadamw (ModernBERT's) | lamb (large batches); the two
+    need `pip install 'electra[optim]'`. adam_beta1, adam_beta2, adam_eps and weight_decay
+    apply to each."""
     weight_decay: float = 0.01
     """AdamW weight decay (none on LayerNorm weights and biases)."""
     adam_beta1: float = 0.9
@@ -402,6 +449,9 @@ class TrainConfig:
     """The probe's training examples at most (a fixed random subset)."""
     probe_epochs: int = 3
     """The probe's passes over its training examples."""
+    license: str = ""
+    """The license the final models' cards (README.md) name: the hub's id (apache-2.0, mit,
+    cc-by-4.0...); empty: the --init model's, if its card names one."""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -416,6 +466,16 @@ class TrainConfig:
         _check(not self.probe_every or self.parallel == "ddp",
                "train.probe_every probes a whole model: use train.parallel=ddp (or no probe)")
         parse_log_to(self.log_to, "train.log_to")
+        check_optimizer(self.optimizer, "train.optimizer")
+        start, _ = parse_batch_warmup(self.batch_warmup)
+        unit = self.batch_size // self.grad_accum
+        _check(not start or (start < self.batch_size and start % unit == 0),
+               f"train.batch_warmup={self.batch_warmup}: the first batch must be a multiple of "
+               f"the micro-batch, train.batch_size/train.grad_accum={unit}, below "
+               f"train.batch_size={self.batch_size} (raise train.grad_accum for finer steps)")
+        _check(self.decay_shape == "linear" or self.schedule == "wsd",
+               f"train.decay_shape={self.decay_shape} shapes a wsd decay; set "
+               f"train.schedule=wsd, or leave train.decay_shape=linear")
         _check(not self.decay_steps or self.decay_steps <= self.max_steps - self.warmup_steps,
                f"train.decay_steps={self.decay_steps} is more than the steps after the warmup "
                f"({self.max_steps} - {self.warmup_steps}); choose fewer")
@@ -445,6 +505,13 @@ TRAIN_PRESETS: dict[str, dict[str, Any]] = {
                          "max_steps": 1_000_000},
     "modernbert-base": {"lr": 2e-4, "batch_size": 256, "warmup_steps": 10_000,
                         "max_steps": 766_000},
+    # ModernBERT's trapezoid: the peak until the last 10%, then 1 - sqrt to 0.
+    "modernbert-small-mask30": {"lr": 5e-4, "batch_size": 128, "warmup_steps": 10_000,
+                                "max_steps": 1_000_000, "schedule": "wsd",
+                                "decay_fraction": 0.1, "decay_shape": "1-sqrt"},
+    "modernbert-base-mask30": {"lr": 2e-4, "batch_size": 256, "warmup_steps": 10_000,
+                               "max_steps": 766_000, "schedule": "wsd", "decay_fraction": 0.1,
+                               "decay_shape": "1-sqrt"},
 }
 
 
@@ -493,7 +560,7 @@ class FinetuneConfig:
         "save_every": ">= 0", "keep_checkpoints": ">= 1", "max_nonfinite_skips": ">= 0",
         "threads": "[0, 4096]", "eval_every": ">= 0", "select": SELECTIONS,
         "doc_stride": ">= 1", "max_query_length": ">= 1", "n_best": ">= 1",
-        "max_answer_length": ">= 1", "article_split": "[0, 1)"}
+        "max_answer_length": ">= 1", "article_split": "[0, 1)", "optimizer": OPTIMIZERS}
     lr: float | None = None
     """Peak learning rate; None: 3e-4 up to width 256 (Small), else 1e-4 (Base, Large)."""
     layer_decay: float | None = None
@@ -509,6 +576,9 @@ class FinetuneConfig:
     answering: the window's length). None: 128, or 512 for SQuAD (the original's)."""
     warmup_fraction: float = 0.1
     """Fraction of the steps with a linear warmup, then linear decay to 0."""
+    optimizer: str = "adamw"
+    """adamw (torch's, fused) | stableadamw | lamb (`pip install 'electra[optim]'`), with
+    the layer-wise rates either way."""
     weight_decay: float = 0.01
     """AdamW weight decay (none on LayerNorm weights and biases)."""
     grad_clip: float = 1.0
@@ -549,6 +619,9 @@ class FinetuneConfig:
     """Where each seed's metrics lines go besides its metrics.jsonl: any of tensorboard,
     mlflow, wandb, comma-separated (empty: none); a run of its own per seed, grouped by
     --out's name; mlflow and wandb need `pip install 'electra[track]'`."""
+    license: str = ""
+    """The license the fine-tuned models' cards (README.md) name (the hub's id, e.g.
+    apache-2.0); empty: the --model's, if its card names one."""
     select: str = "last"
     """Which model a seed keeps: "last" (the paper's protocol) or "best" (the evaluation with
     the highest dev score on the task's first metric)."""
@@ -578,6 +651,7 @@ class FinetuneConfig:
                f"article_split must be in [0, 1), got {self.article_split!r}; e.g. 0.5")
         _check_ranges(self)
         parse_log_to(self.log_to, "log_to")
+        check_optimizer(self.optimizer, "optimizer")
         _check(self.batch_size % self.grad_accum == 0,
                f"batch_size={self.batch_size} is not divisible by grad_accum="
                f"{self.grad_accum}; choose an accumulation that divides it")

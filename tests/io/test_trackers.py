@@ -184,3 +184,17 @@ def test_an_unreachable_mlflow_server_is_one_line(letters_data, tmp_path, capsys
                     tmp_path / "o", "--set", "train.log_to=mlflow")
     assert "MLFLOW_TRACKING_URI=http://127.0.0.1:9 does not answer" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_an_optimizer_that_is_not_installed_names_the_extra(letters_data, tmp_path, capsys,
+                                                            monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pytorch_optimizer" else real(name, *a))
+    err = cli_error(capsys, "pretrain", "--preset", "tiny", "--data", letters_data, "--out",
+                    tmp_path / "o", "--set", "train.optimizer=lamb")
+    assert ("train.optimizer=lamb: needs pytorch-optimizer, which is not installed; pip "
+            "install 'electra[optim]'") in err
+    assert not (tmp_path / "o").exists()

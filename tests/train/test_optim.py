@@ -49,6 +49,10 @@ def test_each_schedule_by_hand():
         0.5, 1.0, 1.0, 1.0, 1.0, pytest.approx(0.5), 0.0]
     # The stable phase's rate does not depend on where the run will end.
     assert all(schedule("wsd", 10, n, 0.1)(50) == 1.0 for n in (100, 1000, 10_000))
+    # ModernBERT's 1-sqrt decay: a quarter of the decay done leaves 1 - 1/2 of the peak.
+    sqrt = schedule("wsd", 10, 110, decay_fraction=0.2, decay_shape="1-sqrt")
+    assert [sqrt(s) for s in (50, 88, 93.5, 99, 110)] == [
+        1.0, 1.0, pytest.approx(0.5), pytest.approx(1 - math.sqrt(0.5)), 0.0]
 
 
 def test_layerwise_learning_rates_follow_the_formula():

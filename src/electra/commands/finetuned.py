@@ -10,13 +10,15 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from electra import __version__
 from electra.config import FinetuneConfig, config_diffs
 from electra.errors import UserError
 from electra.io.checkpoint import latest_checkpoint
 from electra.io.files import read_json, staging_dir, write_json
 from electra.io.outputs import Claim
+from electra.model import count_parameters
 from electra.runtime import Runtime, resolve_precision, use_threads
-from electra.saved import folders
+from electra.saved import cards, folders
 from electra.tasks.base import TaskData
 
 
@@ -51,7 +53,7 @@ def staging(out: Path, settings: dict[str, Any], claim: Claim, resume: bool) -> 
     settings = {**settings, "model_real": _real(settings["model"])}
     if resume and (tmp / "finetune.json").is_file():
         saved = read_json(tmp / "finetune.json", "an interrupted fine-tune's settings")
-        free = {"seeds", "config.threads", "model_real"}
+        free = {"seeds", "config.threads", "config.license", "model_real"}
         if saved.get("model_real") == settings["model_real"]:
             free.add("model")  # the same folder, named another way (run0, ./run0, /abs/run0)
         diffs = config_diffs(saved, settings, free)
@@ -79,12 +81,38 @@ def _real(model: str) -> str:
 
 
 def save_classifier(model: nn.Module, folder: Path, data: TaskData,
-                    cfg: FinetuneConfig, tok: Any) -> None:
-    """A fine-tuned model's folder: what `evaluate`, `export` and `--model` read."""
+                    cfg: FinetuneConfig, tok: Any, card: dict[str, Any] | None = None) -> None:
+    """A fine-tuned model's folder: what `evaluate`, `export` and `--model` read; ``card``:
+    its model card's facts (:func:`classifier_card`)."""
     folders.write(folder, model, "classifier", tok, task=data.name,
                   labels=data.labels, regression=data.regression, metrics=list(data.metrics),
                   finetune=cfg.to_dict(), text_columns=list(data.columns),
-                  **data.head.meta(data))
+                  **data.head.meta(data), **({"card": card} if card else {}))
+
+
+def classifier_card(model: nn.Module, data: TaskData, cfg: FinetuneConfig, source: str,
+                    dev: dict[str, dict[str, float]], seed: int) -> dict[str, Any]:
+    """A fine-tuned model's card (electra.saved.cards): the model it started from, the
+    recipe, its seed's dev scores as results.json has them."""
+    head, hub = data.head, data.head.hub_dataset(data.name)
+    named = Path(source).name if Path(source).exists() else source  # no local paths
+    rows = [("from", named),
+            ("model", cards.size_line(model.config, count_parameters(model))),  # type: ignore[arg-type]
+            ("task", f"{data.name}: {len(data.train):,} training examples"),
+            ("recipe", f"{cfg.epochs} epoch(s) of {cfg.batch_size} examples, {cfg.optimizer}, "
+                       f"peak rate {cfg.lr:g}, layer-wise decay {cfg.layer_decay:g}, "
+                       f"{cfg.max_length} tokens, seed {seed}"),
+            ("software", f"electra {__version__}")]
+    results = [cards.result(data.name, f"{hub[0]} {hub[1]}" if hub else data.name, metric,
+                            value, task_type=head.pipeline_tag or head.name, split=split,
+                            hub=hub, seed=seed)
+               for split, scores in dev.items() for metric, value in scores.items()]
+    card = {"title": f"{data.name} classifier fine-tuned with electra",
+            "what": f"An encoder fine-tuned on {data.name} by `electra finetune` (the "
+                    f"{head.name} head), from {named}.",
+            "trained": rows, "command": cards.command_line(), "results": results,
+            "tags": [model.config.body, data.name]}  # type: ignore[union-attr]
+    return cards.with_lineage(card, cards.source_lineage(source), cfg.license)
 
 
 def load_classifier(folder: str | Path) -> tuple[nn.Module, dict[str, Any]]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,13 @@ import numpy as np
 import torch
 
 from electra import __version__
-from electra.config import DEFAULT_TIMEOUT_S, ModelConfig, config_diffs
+from electra.config import (
+    DEFAULT_TIMEOUT_S,
+    ModelConfig,
+    TrainConfig,
+    config_diffs,
+    parse_batch_warmup,
+)
 from electra.data.loader import BatchLoader, Prefetched, ShardDataset
 from electra.data.tokenizer import SIDECAR, SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.errors import UserError
@@ -63,10 +70,10 @@ from electra.runtime import (
     start,
     use_threads,
 )
-from electra.saved import folders
+from electra.saved import cards, folders
 from electra.saved.models import open_model
 from electra.train.metrics import iter_metrics
-from electra.train.optim import param_groups
+from electra.train.optim import batch_sizes, param_groups, steps_for_tokens
 from electra.train.probe import Probe
 from electra.train.trainer import RandomStreams, Settings, Trainer, add_into, pool
 
@@ -77,7 +84,9 @@ RESUMABLE_CHANGES = {"log_every", "eval_every", "eval_batches", "save_every",
                      "compile", "cuda_graphs",
                      # probes read the model and change nothing
                      "probe_every", "probe_train", "probe_dev", "probe_text_columns",
-                     "probe_label_column", "probe_max_examples", "probe_epochs"}
+                     "probe_label_column", "probe_max_examples", "probe_epochs",
+                     # what the model cards say
+                     "license"}
 
 
 @dataclass
@@ -134,6 +143,7 @@ class Pretraining:
     probe: Probe | None = None  # train.probe_every's task
     flops_per_token: float = 0.0  # training FLOPs of a token (electra.objectives.flops)
     peak: float = 0.0  # the FLOP/s of all processes' devices, MFU's denominator
+    warm: Callable[[int], int] | None = None  # each batch's size in a batch warmup
 
     def mfu(self, tokens_per_s: float) -> dict[str, float]:
         """A metrics line's model FLOPs utilisation, over its real tokens."""
@@ -168,6 +178,8 @@ def _pretrain(opt: PretrainOptions, rt: Runtime, claim: Claim) -> dict[str, Any]
             disc = trainer.model.discriminator
             record.update(p.probe.run(disc.encoder, disc.config, rt))
         record.update(p.mfu(record["tokens_per_s"]))
+        if p.warm is not None:  # the last step's batch (the loader counts the batches)
+            record["batch_size"] = p.warm(p.loader.state_dict()["batches"] - 1)
         trainer.log(record, show=("loss", "disc_acc", "tokens_per_s", "val_disc_auc",
                                   "probe_dev_accuracy"))
 
@@ -187,7 +199,8 @@ def _pretrain(opt: PretrainOptions, rt: Runtime, claim: Claim) -> dict[str, Any]
         if rt.is_main:
             tok = load_tokenizer(Path(opt.out))
             for kind, module in final.parts().items():
-                folders.save(module, kind, Path(opt.out) / kind, tok)
+                folders.save(module, kind, Path(opt.out) / kind, tok,
+                             card=pretraining_card(opt, p, kind, module))
     if rt.is_main and opt.progress:
         print(closing_line(opt.out, trainer.step, tc.max_steps, trainer.last), flush=True)
     rt.barrier()  # every rank returns once the run's files exist
@@ -214,6 +227,52 @@ def closing_line(out: str, step: int, max_steps: int, last: dict[str, Any] | Non
             f"TEXT, or electra export {out} --out HF_FOLDER")
 
 
+# A validation figure in a part's card: (part, metric, the hub's task type, task).
+CARD_RESULTS = {
+    "val_disc_acc": ("discriminator", "accuracy", "token-classification", "replaced-token "
+                     "detection"),
+    "val_disc_auc": ("discriminator", "roc_auc", "token-classification", "replaced-token "
+                     "detection"),
+    "val_gen_acc": ("generator", "accuracy", "fill-mask", "masked language modelling"),
+    "val_mlm_acc": ("discriminator", "accuracy", "fill-mask", "masked language modelling")}
+
+
+def pretraining_card(opt: PretrainOptions, p: Pretraining, kind: str,
+                     module: torch.nn.Module) -> dict[str, Any]:
+    """What the model card of a finished run's ``kind`` folder says (electra.saved.cards):
+    the objective, body, data, steps, tokens and FLOPs, the command, its held-out figures."""
+    cfg, tc, t = p.cfg, p.cfg.train, p.trainer
+    o, data = cfg.objective, Path(opt.data).name
+    tokens = t.tokens
+    rows = [("objective", f"{o.kind}: {o.mask_prob:.0%} of tokens chosen, discriminator "
+                          f"weight {o.disc_weight:g}, sharing {cfg.sharing}"),
+            ("model", cards.size_line(module.config, count_parameters(module))),  # type: ignore[arg-type]
+            ("data", f"{data}: {len(p.data):,} examples of {p.data.seq_len} tokens"),
+            ("steps", f"{t.step:,} of {tc.batch_size} examples; {tc.optimizer}, {tc.schedule} "
+                      f"schedule, peak rate {tc.lr:g}, {tc.warmup_steps:,} warmup steps"),
+            ("tokens", f"{tokens:,} (real, padding not counted)"),
+            ("precision", resolve_precision(t.rt.device, tc.precision)),
+            ("software", f"electra {__version__}, torch {torch.__version__}")]
+    if p.flops_per_token:
+        rows.insert(5, ("training FLOPs", f"{p.flops_per_token * tokens:.3g} (generator and "
+                                          f"discriminator, forward and backward)"))
+    results = [cards.result(task, data, metric, t.last[key], task_type=hub_task,
+                            split="held-out")
+               for key, (part, metric, hub_task, task) in CARD_RESULTS.items()
+               if part == kind and key in t.last]
+    what = {"discriminator": "labels every token of its input original or replaced (the "
+                             "encoder to fine-tune)",
+            "generator": "fills masked positions (the small masked language model whose "
+                         "samples the discriminator learned to detect)"}
+    card = {"title": f"{kind} of an electra pretraining run ({cfg.model.body} body)",
+            "what": f"The {kind} of an `electra pretrain` run: it {what.get(kind, kind)}.",
+            "trained": rows, "command": cards.command_line(), "results": results,
+            "tags": [cfg.model.body, "replaced-token-detection", "pretraining"],
+            "datasets": sorted(name[len("hub:"):] for name in p.data.meta.get("inputs", {})
+                               if name.startswith("hub:"))}
+    return cards.with_lineage(card, cards.source_lineage(opt.init), tc.license)
+
+
 def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
                special: SpecialTokens, micro: int) -> dict[str, torch.Tensor] | None:
     """One pretraining step on ``batch``, this rank's rows of a global batch: the global
@@ -223,7 +282,8 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
     rt, obj_cfg = trainer.rt, cfg.objective
     full = rows_without_padding(batch["attention_mask"])  # before the batch goes over
     mine = Batch.of({k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}, full)
-    norm, noise = step_draws(mine, cfg.train.batch_size, cfg.model.vocab_size, special,
+    rows = len(batch["input_ids"])  # batch_size / processes, fewer in a batch warmup
+    norm, noise = step_draws(mine, rows * rt.world_size, cfg.model.vocab_size, special,
                              cfg.objective, trainer.streams["masking"], rt)
     stage = begin_step(trainer.model, obj_cfg, trainer.step)
     temperature = obj_cfg.temperature_at(trainer.step)
@@ -235,7 +295,7 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
         return out.loss, {**{k: v.detach().double() for k, v in out.losses.items()},
                           **out.counts}
 
-    return trainer.train_step(micro_step, tokens=norm.tokens)
+    return trainer.train_step(micro_step, tokens=norm.tokens, micro_batches=rows // micro)
 
 
 @torch.no_grad()
@@ -345,7 +405,8 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
                     + (f", resuming at step {trainer.step}" if trainer.step else "")
                     + (f"; MFU against {peak / rt.world_size / 1e12:,.1f} TFLOP/s a device "
                        f"({source})" if peak else ""))
-    return Pretraining(data, val, cfg, micro, trainer, loader, probe, fpt, peak)
+    warm = batch_warmup(tc, data.seq_len) if tc.batch_warmup else None
+    return Pretraining(data, val, cfg, micro, trainer, loader, probe, fpt, peak, warm)
 
 
 def _mfu_terms(cfg: RunConfig, seq_len: int, rt: Runtime) -> tuple[float, float, str]:
@@ -367,10 +428,11 @@ def make_trainer(model: ElectraPretrainingModel, cfg: RunConfig, rt: Runtime,
     tc, out = cfg.train, kw.get("out")
     settings = Settings(lr=tc.lr, max_steps=tc.max_steps, warmup_steps=tc.warmup_steps,
                         schedule=tc.schedule, decay_fraction=tc.decay_fraction,
-                        decay_steps=tc.decay_steps,
+                        decay_steps=tc.decay_steps, decay_shape=tc.decay_shape,
                         precision=tc.precision, grad_accum=tc.grad_accum,
                         grad_clip=tc.grad_clip, betas=(tc.adam_beta1, tc.adam_beta2),
-                        eps=tc.adam_eps, max_nonfinite_skips=tc.max_nonfinite_skips,
+                        eps=tc.adam_eps, optimizer=tc.optimizer,
+                        max_nonfinite_skips=tc.max_nonfinite_skips,
                         keep_checkpoints=tc.keep_checkpoints, parallel=tc.parallel,
                         compile=tc.compile, cuda_graphs=tc.cuda_graphs, prefix="train.",
                         tracking=Tracking(parse_log_to(tc.log_to, "train.log_to"),
@@ -416,16 +478,25 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
                         f"{rt.world_size} process(es) x train.grad_accum={tc.grad_accum} "
                         f"equal micro-batches; choose a batch divisible by both")
     _check_length(opt, model_cfg, data.seq_len, per_rank // tc.grad_accum, rt)
+    warm = batch_warmup(tc, data.seq_len)
     loader = Prefetched(BatchLoader(data, per_rank, seed=tc.seed, rank=rt.rank,
-                                    world_size=rt.world_size), pin=rt.pins_memory)
+                                    world_size=rt.world_size,
+                                    sizes=(lambda i: warm(i) // rt.world_size) if
+                                    tc.batch_warmup else None), pin=rt.pins_memory)
     # The run's config names its slots (unset: derived from the data's sequence length).
     objective = dataclasses.replace(cfg.objective,
                                     max_predictions=slots(cfg.objective, data.seq_len))
     if tc.max_tokens:  # the steps those token positions take, rounded up
-        tc = dataclasses.replace(tc, max_steps=-(-tc.max_tokens // (tc.batch_size *
-                                                                     data.seq_len)))
+        tc = dataclasses.replace(tc, max_steps=steps_for_tokens(warm, tc.max_tokens,
+                                                                data.seq_len))
     cfg = RunConfig(model=model_cfg, objective=objective, train=tc)
     return data, val, init, cfg, loader, per_rank // tc.grad_accum
+
+
+def batch_warmup(tc: TrainConfig, seq_len: int) -> Callable[[int], int]:
+    """Each step's global batch (``train.batch_warmup``; ``batch_size`` without one)."""
+    start, tokens = parse_batch_warmup(tc.batch_warmup)
+    return batch_sizes(start, tokens, tc.batch_size, tc.batch_size // tc.grad_accum, seq_len)
 
 
 def _check_length(opt: PretrainOptions, cfg: ModelConfig, seq_len: int, micro: int,

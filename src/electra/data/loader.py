@@ -13,6 +13,7 @@ segment boundary inside its example. :meth:`ShardDataset.verify` (``electra prep
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,7 @@ class ShardDataset:
 class LoaderState:
     epoch: int = 0
     position: int = 0  # examples of this epoch's order already consumed (globally)
+    batches: int = 0  # batches handed out since the start (what ``sizes`` reads)
 
 
 class BatchLoader:
@@ -201,10 +203,13 @@ class BatchLoader:
         rank: this process's place among ``world_size`` processes.
         world_size: the processes; each takes its slice of every global batch.
         shuffle: False reads in file order (validation).
+        sizes: the examples *for this process* of each batch, by its index from the start
+            (batch-size warmup); None: ``batch_size`` always.
     """
 
     def __init__(self, dataset: ShardDataset, batch_size: int, seed: int = 0, rank: int = 0,
-                 world_size: int = 1, shuffle: bool = True) -> None:
+                 world_size: int = 1, shuffle: bool = True,
+                 sizes: Callable[[int], int] | None = None) -> None:
         if batch_size < 1:
             raise UserError(f"batch size {batch_size} must be at least 1")
         global_batch = batch_size * world_size
@@ -218,6 +223,7 @@ class BatchLoader:
         self.rank = rank
         self.world_size = world_size
         self.shuffle = shuffle
+        self.sizes = sizes
         self.state = LoaderState()
         self._order: np.ndarray | None = None
         self._order_epoch = -1
@@ -237,21 +243,25 @@ class BatchLoader:
         return self
 
     def __next__(self) -> dict[str, torch.Tensor]:
-        global_batch = self.batch_size * self.world_size
+        n = self.sizes(self.state.batches) if self.sizes else self.batch_size
+        global_batch = n * self.world_size
         if self.state.position + global_batch > len(self.dataset):  # drop the ragged tail
-            self.state = LoaderState(self.state.epoch + 1, 0)
+            self.state = LoaderState(self.state.epoch + 1, 0, self.state.batches)
         order = self._epoch_order()
-        start = self.state.position + self.rank * self.batch_size
-        index = order[start : start + self.batch_size]
+        start = self.state.position + self.rank * n
+        index = order[start : start + n]
         self.state.position += global_batch
+        self.state.batches += 1
         return self.dataset.batch(index)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.state.epoch, "position": self.state.position, "seed": self.seed}
+        return {"epoch": self.state.epoch, "position": self.state.position, "seed": self.seed,
+                "batches": self.state.batches}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.seed = int(state["seed"])
-        self.state = LoaderState(int(state["epoch"]), int(state["position"]))
+        self.state = LoaderState(int(state["epoch"]), int(state["position"]),
+                                 int(state.get("batches", 0)))  # older checkpoints: none
 
 
 

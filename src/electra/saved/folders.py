@@ -28,6 +28,7 @@ from electra.data.tokenizer import save_tokenizer
 from electra.errors import UserError
 from electra.io.files import pickle_refusal, read_json, staged, write_json
 from electra.model import Discriminator, Generator
+from electra.saved import cards
 from electra.tasks.base import head_of
 
 PARTS = ("discriminator", "generator", "classifier")
@@ -144,7 +145,7 @@ def load(path: str | Path, part: str = "discriminator",
 
 def write(folder: Path, module: nn.Module, part: str, tok: Any, **meta: Any) -> None:
     """Write ``module`` (its config from ``module.config``) and the tokenizer into ``folder``;
-    ``meta`` adds to config.json."""
+    ``meta`` adds to config.json; its ``card`` (electra.saved.cards) becomes README.md."""
     from safetensors.torch import save_file
 
 
@@ -155,6 +156,14 @@ def write(folder: Path, module: nn.Module, part: str, tok: Any, **meta: Any) -> 
     write_json(folder / "config.json",
                {"format_version": 1, "kind": part, "model": cfg.to_dict(), **meta})
     save_tokenizer(tok, folder)
+    if meta.get("card"):
+        pipeline = (head_of(meta).pipeline_tag if part == "classifier"
+                    else cards.PIPELINES.get(part, ""))
+        cards.write(folder, meta["card"], f"electra-{part}", pipeline=pipeline, load=(
+            f"from electra.saved.models import open_model  # pip install electra\n\n"
+            f"{part} = open_model(\"path/to/this/folder\", \"{part}\")[\"{part}\"]\n"
+            f"# or from the shell: electra export path/to/this/folder --out HF_FOLDER "
+            f"(transformers' classes)"))
 
 
 def save(module: nn.Module, part: str, folder: Path, tok: Any, **meta: Any) -> None:

@@ -27,18 +27,19 @@ import torch
 from electra.config import ModelConfig
 from electra.data.tokenizer import SpecialTokens, load_tokenizer, save_tokenizer, special_names
 from electra.errors import UserError
-from electra.io.files import staged
+from electra.io.files import read_json, staged
 from electra.io.outputs import claim_out
-from electra.model import Discriminator, Generator
-from electra.saved import folders
+from electra.model import Discriminator, Generator, count_parameters
+from electra.saved import cards, folders
 from electra.saved.hf_format import export_of, need_transformers, read_hf_folder
 from electra.saved.models import open_model
 from electra.tasks.base import head_of
 
 
 def _write_hf_folder(folder: Path, module: torch.nn.Module, part: str, tok: Any,
-                     **hf_extra: Any) -> None:
-    """config.json, model.safetensors and the tokenizer files transformers expects."""
+                     card: dict[str, Any], pipeline: str = "", **hf_extra: Any) -> None:
+    """config.json, model.safetensors and the tokenizer files transformers expects, and the
+    model card (README.md) of ``card``, the source's (electra.saved.cards)."""
     from safetensors.torch import save_file
 
     cfg: ModelConfig = module.config  # type: ignore[assignment]
@@ -68,6 +69,22 @@ def _write_hf_folder(folder: Path, module: torch.nn.Module, part: str, tok: Any,
          # ELECTRA reads segment ids: the generic tokenizer returns them only when asked
          "model_input_names": list(fmt.input_names),
          **specials}, indent=2))
+    cls = fmt.cls(part)
+    cards.write(folder, card, f"electra-{part}", library="transformers", pipeline=pipeline,
+                load=f'from transformers import AutoTokenizer, {cls}\n\n'
+                     f'tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")\n'
+                     f'model = {cls}.from_pretrained("path/to/this/folder")')
+
+
+def _card(folder: Path, part: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The card a source folder's ``part`` keeps in its config.json, or (a checkpoint, an
+    older folder) one that says where the export came from."""
+    if meta is None:
+        where = folder / part / "config.json"
+        meta = read_json(where, "a model's config") if where.is_file() else {}
+    card = (meta or {}).get("card") if isinstance(meta, dict) else None
+    return card or {"title": f"{part} exported by electra",
+                    "what": f"The {part} in `{folder.name}`, exported by `electra export`."}
 
 
 def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> Path:
@@ -88,6 +105,7 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
             with staged(out) as tmp:
                 claim.mark(tmp)
                 _write_hf_folder(tmp, model, part, load_tokenizer(src),
+                                 _card(src, part, meta), head.pipeline_tag,
                                  finetuning_task=meta["task"], **labels)
             print(f"wrote {out} ({export_of(model.config).cls(part)}, task {meta['task']}"
                   + (f", labels {list(labels['label2id'])})" if "label2id" in labels else ")"))
@@ -99,7 +117,8 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
         with staged(out) as tmp:
             claim.mark(tmp)
             for part, module in models.items():
-                _write_hf_folder(tmp / part, module, part, tok)
+                _write_hf_folder(tmp / part, module, part, tok, _card(src, part),
+                                 cards.PIPELINES.get(part, ""))
     print("wrote " + " and ".join(f"{out}/{part} ({export_of(m.config).cls(part)})"
                                   for part, m in models.items()))
     note = export_of(models["discriminator"].config).note
@@ -155,10 +174,20 @@ def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None 
         if tok_src is None:
             raise UserError(f"{disc_dir}: no tokenizer.json or vocab.txt beside the weights")
         tok = load_tokenizer(tok_src)
+        inherited = cards.source_lineage(disc_dir)
         with staged(out) as tmp:
             claim.mark(tmp)
-            folders.write(tmp / "discriminator", disc, "discriminator", tok)
-            folders.write(tmp / "generator", gen, "generator", tok)
+            for part, module, src in (("discriminator", disc, disc_dir),
+                                      ("generator", gen, generator)):
+                card = {"title": f"{part} imported by electra",
+                        "what": (f"The {part} of the transformers folder `{Path(src).name}`, "
+                                 f"in electra's layout by `electra import`." if src else
+                                 f"A fresh {part} (random weights) sharing the imported "
+                                 f"discriminator's embeddings, made by `electra import`."),
+                        "trained": [("model", cards.size_line(module.config,
+                                                              count_parameters(module)))],
+                        "command": cards.command_line(), **inherited}
+                folders.write(tmp / part, module, part, tok, card=card)
     print(f"wrote {out}/discriminator and {out}/generator"
           + ("" if generator else " (a fresh generator, sharing the discriminator's "
                                   "embeddings)"))

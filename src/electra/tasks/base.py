@@ -68,7 +68,7 @@ class Head(abc.ABC):
     :meth:`from_meta`), added examples (:meth:`augment`), a loss averaged over something
     else than examples (:meth:`denominator`), a report (:meth:`report`), submission files
     (:meth:`write_test`), and what the saved and exported model says (:meth:`meta`,
-    :meth:`export_note`, :meth:`hf_labels`).
+    :meth:`export_note`, :meth:`hf_labels`, :meth:`hub_dataset`, ``pipeline_tag``).
     """
 
     name: ClassVar[str]
@@ -77,6 +77,7 @@ class Head(abc.ABC):
     hf_class: ClassVar[str]  # the transformers class a fine-tuned model exports as
     hf_keys: ClassVar[tuple[tuple[str, str], ...]]  # (our head key, transformers key)
     help: ClassVar[str] = ""  # the --task names as `electra finetune --help` lists them
+    pipeline_tag: ClassVar[str] = ""  # the hub's task for its model cards ("": none fits)
     defaults: ClassVar[dict[str, Any]] = {}  # the paper's settings for its tasks (max_length)
 
     def task_defaults(self, task: str) -> dict[str, Any]:
@@ -177,6 +178,11 @@ class Head(abc.ABC):
 
     def export_note(self, meta: dict[str, Any]) -> str | None:
         """What the transformers export cannot do that this head does (said by `export`)."""
+        return None
+
+    def hub_dataset(self, task: str) -> tuple[str, str] | None:
+        """The hub's dataset id and configuration of a benchmark task, named in its model
+        card (None: the user's own data)."""
         return None
 
     def hf_labels(self, meta: dict[str, Any]) -> dict[str, Any]:

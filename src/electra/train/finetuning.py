@@ -314,7 +314,8 @@ def setup(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
                         warmup_steps=int(cfg.warmup_fraction * total),
                         precision=cfg.precision, grad_accum=cfg.grad_accum,
                         grad_clip=cfg.grad_clip, max_nonfinite_skips=cfg.max_nonfinite_skips,
-                        keep_checkpoints=cfg.keep_checkpoints, compile=cfg.compile,
+                        optimizer=cfg.optimizer, keep_checkpoints=cfg.keep_checkpoints,
+                        compile=cfg.compile,
                         find_unused=not single and rt.world_size > 1,  # the other heads
                         tracking=seed_tracking(cfg.log_to, folder), prefix="")
     named = {"task": next(iter(tasks))} if single else {"tasks": list(tasks)}

@@ -1,4 +1,5 @@
-"""AdamW with BERT's parameter groups, layer-wise learning-rate decay, and the schedule.
+"""The optimizer (AdamW, StableAdamW or LAMB) with BERT's parameter groups, layer-wise
+learning-rate decay, and the schedule.
 
 Layer-wise decay (fine-tuning), applied as the ELECTRA paper describes (the original code's
 off-by-one gives the top layer decay²): the task head and the top layer train at the full
@@ -65,6 +66,21 @@ def adamw(groups: list[dict[str, Any]], lr: float, betas: tuple[float, float] = 
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True)
 
 
+def make_optimizer(name: str, groups: list[dict[str, Any]], lr: float,
+                   betas: tuple[float, float], eps: float) -> torch.optim.Optimizer:
+    """``name``'s optimizer over ``groups`` (each group's own weight decay and rate), with
+    the run's betas and epsilon; weight decay decoupled from the gradient in all three. Its
+    whole state (moments, step counts) is in ``state_dict()``, as AdamW's."""
+    if name == "adamw":
+        return adamw(groups, lr, betas, eps)
+    # pytorch-optimizer imports its ~100 optimizers at once (seconds): only when chosen
+    from pytorch_optimizer import Lamb, StableAdamW
+
+    if name == "stableadamw":  # fp32 weights: no Kahan summation to do
+        return StableAdamW(groups, lr=lr, betas=betas, eps=eps, kahan_sum=False)
+    return Lamb(groups, lr=lr, betas=betas, eps=eps)
+
+
 def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """torch's ``clip_grad_norm_`` (L2, bitwise the same norm and scaling) in a fixed number of
     ops: one multi-tensor norm, one multi-tensor scale. torch's own moves each tensor's norm to
@@ -84,13 +100,14 @@ SCHEDULES = ("linear", "cosine", "wsd")
 
 
 def schedule(name: str, warmup_steps: int, max_steps: int, decay_fraction: float = 0.1,
-             decay_steps: int = 0) -> Callable[[int], float]:
+             decay_steps: int = 0, decay_shape: str = "linear") -> Callable[[int], float]:
     """Multiplier of the peak rate at a step, after a linear warmup from 0 over
     ``warmup_steps``: ``linear`` decays to 0 at ``max_steps`` (ELECTRA's); ``cosine`` along
     half a cosine to 0; ``wsd`` (warmup-stable-decay, ModernBERT's trapezoid) holds the peak,
-    then decays linearly to 0 over the last ``decay_fraction`` of the steps (the stable
-    phase's rate does not depend on where the run ends, so any of its checkpoints can be
-    decayed from), or over the last ``decay_steps`` where that is set."""
+    then decays to 0 over the last ``decay_fraction`` of the steps (the stable phase's rate
+    does not depend on where the run ends, so any of its checkpoints can be decayed from), or
+    over the last ``decay_steps`` where that is set: linearly, or as ``1 - sqrt(done)``
+    (``decay_shape="1-sqrt"``, ModernBERT's), ``done`` the decay's fraction behind."""
     if name == "linear":
         return warmup_linear(warmup_steps, max_steps)
     decay_from = (max_steps - (decay_steps or round(decay_fraction * max_steps))
@@ -102,7 +119,9 @@ def schedule(name: str, warmup_steps: int, max_steps: int, decay_fraction: float
         if step < decay_from:
             return 1.0
         done = min(1.0, (step - decay_from) / max(1, max_steps - decay_from))
-        return 1.0 - done if name == "wsd" else 0.5 * (1.0 + math.cos(math.pi * done))
+        if name == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * done))
+        return 1.0 - (math.sqrt(done) if decay_shape == "1-sqrt" else done)
 
     return f
 
@@ -116,3 +135,33 @@ def warmup_linear(warmup_steps: int, max_steps: int) -> Callable[[int], float]:
         return max(0.0, (max_steps - step) / max(1, max_steps - warmup_steps))
 
     return f
+
+
+def batch_sizes(start: int, tokens: int, batch_size: int, unit: int,
+                seq_len: int) -> Callable[[int], int]:
+    """The global batch of each step (0-based) under batch-size warmup (ModernBERT's): it
+    grows linearly, in the token positions trained so far, from ``start`` to ``batch_size``
+    over ``tokens``, rounded down to whole micro-batches of ``unit`` examples (every step is
+    ``k`` micro-batches, k from start/unit to batch_size/unit: a smaller step is a shorter
+    accumulation). No warmup (``start`` 0): ``batch_size`` at every step."""
+    warm: list[int] = []
+    seen = 0
+    while start and seen < tokens:
+        grown = start + (batch_size - start) * seen / tokens
+        b = max(start, min(batch_size, int(grown) // unit * unit))
+        warm.append(b)
+        seen += b * seq_len
+    return lambda step: warm[step] if step < len(warm) else batch_size
+
+
+def steps_for_tokens(sizes: Callable[[int], int], max_tokens: int, seq_len: int) -> int:
+    """The steps ``max_tokens`` token positions take with the batches ``sizes`` gives
+    (the last one counted whole)."""
+    steps = seen = 0
+    while seen < max_tokens:
+        b = sizes(steps)
+        if b == sizes(steps + 1) and sizes(steps + 10**9) == b:  # constant from here on
+            return steps - (-(max_tokens - seen) // (b * seq_len))
+        seen += b * seq_len
+        steps += 1
+    return steps

@@ -13,7 +13,7 @@
 One optimizer step: ``grad_accum`` micro-batches, each a forward under autocast (DDP's
 gradient all-reduce only on the last) and a backward (loss-scaled in fp16); whether the loss
 is finite on every rank (a non-finite step is skipped, or stops the run naming the last good
-checkpoint); unscaling, clipping, AdamW, the schedule.
+checkpoint); unscaling, clipping, the optimizer (AdamW by default), the schedule.
 
 On a GPU (fused AdamW, no grad scaler) the step never waits for the device: the
 non-finite flag goes to the optimizer as its ``found_inf`` (the kernel leaves the weights and
@@ -58,7 +58,7 @@ from electra.runtime import (
 )
 from electra.train import parallel
 from electra.train.metrics import MetricsLog
-from electra.train.optim import adamw, clip_grad_norm, schedule
+from electra.train.optim import clip_grad_norm, make_optimizer, schedule
 
 # A micro-batch: (loss, statistics) from the step model and the micro-batch's index. The loss
 # is this rank's share of the global batch's mean loss; each statistic is detached float64,
@@ -87,10 +87,12 @@ class Settings:
     schedule: str = "linear"  # the rate's shape (electra.train.optim.schedule)
     decay_fraction: float = 0.1  # wsd: the last fraction of the steps, decaying
     decay_steps: int = 0  # wsd: the last steps, decaying (0: decay_fraction's)
+    decay_shape: str = "linear"  # wsd: linear or 1-sqrt
     grad_accum: int = 1
     grad_clip: float = 1.0
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-6
+    optimizer: str = "adamw"  # electra.train.optim.make_optimizer's name
     max_nonfinite_skips: int = 0
     keep_checkpoints: int = 3
     parallel: str = "ddp"
@@ -268,10 +270,11 @@ class Trainer:
                 if getattr(m, "compile_unit", False):
                     m.compile(**how)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = adamw(groups(self.model), settings.lr, settings.betas, settings.eps)
+        self.optimizer = make_optimizer(settings.optimizer, groups(self.model), settings.lr,
+                                        settings.betas, settings.eps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule(
             settings.schedule, settings.warmup_steps, settings.max_steps,
-            settings.decay_fraction, settings.decay_steps))
+            settings.decay_fraction, settings.decay_steps, settings.decay_shape))
         fast_fp32(rt.device, self.precision)
         self.scaler = grad_scaler(rt.device, self.precision)
         # Skip a non-finite step on the device (found_inf) where reading the flag would wait
@@ -384,18 +387,20 @@ class Trainer:
 
     # -- one optimizer step ---------------------------------------------------------------
 
-    def train_step(self, micro_step: MicroStep,
-                   tokens: torch.Tensor | int = 0) -> dict[str, torch.Tensor] | None:
-        """One optimizer step over ``grad_accum`` micro-batches; ``tokens`` the global batch's
-        real tokens (read only after the step's one sync). Returns the step's statistics
-        summed over micro-batches (this rank's), with ``loss``; None when a non-finite loss
-        made it skip the step."""
+    def train_step(self, micro_step: MicroStep, tokens: torch.Tensor | int = 0,
+                   micro_batches: int | None = None) -> dict[str, torch.Tensor] | None:
+        """One optimizer step over ``micro_batches`` micro-batches (``grad_accum``; fewer in
+        a batch-size warmup's smaller steps); ``tokens`` the global batch's real tokens (read
+        only after the step's one sync). Returns the step's statistics summed over
+        micro-batches (this rank's), with ``loss``; None when a non-finite loss made it skip
+        the step."""
         s, rt = self.settings, self.rt
+        n = micro_batches or s.grad_accum
         if s.cuda_graphs:  # a new step: the last one's graph outputs may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
         stats: dict[str, torch.Tensor] = {}
-        for j in range(s.grad_accum):
-            with parallel.no_sync(self.step_model, j == s.grad_accum - 1), autocast(
+        for j in range(n):
+            with parallel.no_sync(self.step_model, j == n - 1), autocast(
                     rt.device, self.precision):
                 loss, micro_stats = micro_step(self.step_model, j)
                 # DDP and FSDP average gradients over ranks; the loss is already this rank's

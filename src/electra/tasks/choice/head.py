@@ -67,11 +67,14 @@ class Choice(Head):
     tasks = ("copa", "choice")
     help = "choice (N-choice JSONL)"
     hf_part = "multiple_choice"
-    hf_class = "ElectraForMultipleChoice"
+    hf_class = "ElectraForMultipleChoice"  # no pipeline of transformers' reads it
     hf_keys = (("head_dense.weight", "sequence_summary.summary.weight"),
                ("head_dense.bias", "sequence_summary.summary.bias"),
                ("head_out.weight", "classifier.weight"),
                ("head_out.bias", "classifier.bias"))
+
+    def hub_dataset(self, task: str) -> tuple[str, str] | None:
+        return ("aps/super_glue", "copa") if task == "copa" else None
 
     def load(self, task: str, data: str | None = None, train: str | None = None,
              dev: str | None = None, predict: str | None = None, split: str | None = None,

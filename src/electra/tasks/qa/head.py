@@ -66,7 +66,12 @@ class QA(Head):
     defaults = {"max_length": 512}  # noqa: RUF012 (read, never changed)
     hf_part = "qa"
     hf_class = "ElectraForQuestionAnswering"
+    pipeline_tag = "question-answering"
     hf_keys = (("head_out.weight", "qa_outputs.weight"), ("head_out.bias", "qa_outputs.bias"))
+
+    def hub_dataset(self, task: str) -> tuple[str, str] | None:
+        return {"squad1": ("rajpurkar/squad", "plain_text"),
+                "squad2": ("rajpurkar/squad_v2", "squad_v2")}[task]
 
     def load(self, task: str, train: str | None = None, dev: str | None = None,
              predict: str | None = None, split: str | None = None, **_: Any) -> TaskData:

@@ -87,10 +87,15 @@ class Sequence(Head):
         return {"epochs": 10} if task in ("rte", "stsb") else {}
     hf_part = "classifier"
     hf_class = "ElectraForSequenceClassification"
+    pipeline_tag = "text-classification"
     hf_keys = (("head_dense.weight", "classifier.dense.weight"),
                ("head_dense.bias", "classifier.dense.bias"),
                ("head_out.weight", "classifier.out_proj.weight"),
                ("head_out.bias", "classifier.out_proj.bias"))
+
+    def hub_dataset(self, task: str) -> tuple[str, str] | None:
+        """GLUE's tasks: the hub's glue dataset, the task its configuration."""
+        return ("nyu-mll/glue", task) if task in GLUE else None
 
     def load(self, task: str, data: str | None = None, train: str | None = None,
              dev: str | None = None, text_columns: str = "text", label_column: str = "label",

@@ -53,6 +53,11 @@ class SuperGLUE(Sequence):
     help = ("SuperGLUE's boolq, cb, copa, multirc, record, sg-rte, wic, wsc (ax-b, ax-g with "
             "evaluate)")
 
+    def hub_dataset(self, task: str) -> tuple[str, str] | None:
+        """The hub's super_glue dataset (its configurations: rte, wsc.fixed, axb, axg)."""
+        names = {"sg-rte": "rte", "wsc": "wsc.fixed", "ax-b": "axb", "ax-g": "axg"}
+        return "aps/super_glue", names.get(task, task)
+
     @staticmethod
     def spec(data: TaskData | str) -> SuperGlueTask:
         return SUPERGLUE[data if isinstance(data, str) else data.name]

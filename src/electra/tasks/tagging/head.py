@@ -60,6 +60,7 @@ class Tagging(Head):
     help = "tagging (NER, POS)"
     hf_part = "tagger"
     hf_class = "ElectraForTokenClassification"
+    pipeline_tag = "token-classification"
     hf_keys = (("head_out.weight", "classifier.weight"), ("head_out.bias", "classifier.bias"))
 
     def load(self, task: str, train: str | None = None, dev: str | None = None,
