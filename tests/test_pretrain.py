@@ -226,6 +226,42 @@ def test_batch_warmup_grows_in_micro_batches_and_resumes_bitwise(data, tmp_path)
     assert list(iter_metrics(tmp_path / "t"))[-1]["step"] == 8
 
 
+def test_length_phases_switch_at_the_planned_step_and_resume_across_it(data, tmp_path,
+                                                                          capsys):
+    """train.phases=32:0.75,64:0.25 over 8 steps with --data of each length: steps 1-6 read
+    32-token rows, 7-8 the 64-token folder (each step's real tokens show it), validation at
+    the end on the 64-token held-out split; stopped before the switch and after it, the run
+    resumes to the uninterrupted one bitwise. --data of two folders needs phases naming them."""
+    root = data.parent
+    prepare(PrepareOptions(inputs=[str(root / "c.txt")], tokenizer=str(root / "tok"),
+                           out=str(tmp_path / "d64"), seq_len=64, val_fraction=0.2,
+                           quiet=True))
+    both = f"{data},{tmp_path / 'd64'}"
+    cfg = config(phases="32:0.75,64:0.25", max_steps=8, eval_every=0, save_every=2)
+    run(both, tmp_path / "a", cfg)
+    lines = without_timing(list(iter_metrics(tmp_path / "a")))
+    added = [b["tokens"] - a["tokens"] for a, b in pairwise([{"tokens": 0}, *lines])]
+    assert max(added[:6]) <= 8 * 32 < min(added[6:]), added
+    assert "val_disc_auc" in lines[-1]
+    run(both, tmp_path / "b", cfg, stop_after=5)
+    run(both, tmp_path / "b", cfg, resume=True, stop_after=2)  # across the switch at 6
+    run(both, tmp_path / "b", cfg, resume=True)
+    assert without_timing(list(iter_metrics(tmp_path / "b"))) == lines
+    a, b = (load_file(tmp_path / r / "discriminator/model.safetensors") for r in ("a", "b"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # Two folders without phases, or of one length, or a phase that gets no step: one line.
+    args = ("pretrain", "--preset", "tiny", "--data", both, "--quiet", "--out")
+    assert "2 folders; give one, or set train.phases" in cli_error(capsys, *args,
+                                                                   tmp_path / "e1")
+    assert "two folders hold 32-token rows" in cli_error(
+        capsys, "pretrain", "--preset", "tiny", "--data", f"{data},{data}", "--set",
+        "train.phases=32:0.5,64:0.5", "--quiet", "--out", tmp_path / "e2")
+    assert "a phase gets no step of train.max_steps=8" in cli_error(
+        capsys, *args, tmp_path / "e3", "--set", "train.phases=32:0.99,64:0.01", "--set",
+        "train.max_steps=8")
+    assert not any((tmp_path / f"e{i}").exists() for i in (1, 2, 3))
+
+
 @pytest.mark.parametrize("name", ["stableadamw", "lamb"])
 def test_each_optimizer_trains_its_own_way_and_resumes_bitwise(data, tmp_path, name):
     """train.optimizer: pytorch-optimizer's StableAdamW or LAMB steps the run (weights unlike

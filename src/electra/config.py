@@ -332,6 +332,30 @@ def parse_batch_warmup(value: str, key: str = "train.batch_warmup") -> tuple[int
 
 
 
+def parse_phases(value: str, key: str = "train.phases") -> tuple[tuple[int, float], ...]:
+    """``LEN:FRACTION,...`` -> ((LEN, FRACTION), ...); "" -> (): one length. The lengths
+    distinct, each >= 8; the fractions in (0, 1], summing to 1."""
+    if not value.strip():
+        return ()
+    out = []
+    for item in value.split(","):
+        parts = item.strip().split(":")
+        try:
+            length, fraction = int(parts[0]), float(parts[1]) if len(parts) == 2 else -1.0
+        except ValueError:
+            length, fraction = 0, -1.0
+        if length < 8 or not 0 < fraction <= 1:
+            raise UserError(f"{key}={value}: {item.strip()!r} is not LEN:FRACTION (a length "
+                            f">= 8, a fraction of the steps in (0, 1]); e.g. 128:0.9,512:0.1")
+        out.append((length, fraction))
+    if len({n for n, _ in out}) < len(out):
+        raise UserError(f"{key}={value}: a length is named twice; one phase per length")
+    if abs(sum(f for _, f in out) - 1) > 1e-6:
+        raise UserError(f"{key}={value}: the fractions sum to {sum(f for _, f in out):g}, "
+                        f"not 1; give each phase its share of train.max_steps")
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """The pretraining loop: optimisation, precision, logging and checkpoints."""
@@ -363,6 +387,10 @@ class TrainConfig:
     """START:TOKENS grows each step's batch from START examples to batch_size, linearly in the
     token positions trained, over TOKENS (ModernBERT's batch-size warmup; empty: none). A step
     is k of the grad_accum micro-batches, so START is a multiple of batch_size/grad_accum."""
+    phases: str = ""
+    """LEN:FRACTION,... trains on rows of each length in turn for its fraction of max_steps
+    (BERT's and NVIDIA's ELECTRA: 128:0.9,512:0.1); --data names a prepared folder of each
+    length, A,B; max_predictions (unset) follows each length. Empty: --data's one length."""
     max_tokens: int = 0
     """> 0: the run's length in token positions instead (batch_size rows of the data's
     seq_len a step, padding included: nearly all real with `prepare --pack`); max_steps
@@ -467,6 +495,9 @@ class TrainConfig:
                "train.probe_every probes a whole model: use train.parallel=ddp (or no probe)")
         parse_log_to(self.log_to, "train.log_to")
         check_optimizer(self.optimizer, "train.optimizer")
+        _check(not (parse_phases(self.phases) and self.max_tokens),
+               f"train.phases={self.phases} with train.max_tokens: the phases split steps; "
+               f"give train.max_steps")
         start, _ = parse_batch_warmup(self.batch_warmup)
         unit = self.batch_size // self.grad_accum
         _check(not start or (start < self.batch_size and start % unit == 0),

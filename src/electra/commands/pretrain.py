@@ -38,8 +38,9 @@ from electra.config import (
     TrainConfig,
     config_diffs,
     parse_batch_warmup,
+    parse_phases,
 )
-from electra.data.loader import BatchLoader, Prefetched, ShardDataset
+from electra.data.loader import BatchLoader, PhasedLoader, Prefetched, ShardDataset
 from electra.data.tokenizer import SIDECAR, SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.errors import UserError
 from electra.io.checkpoint import latest_checkpoint
@@ -73,7 +74,7 @@ from electra.runtime import (
 from electra.saved import cards, folders
 from electra.saved.models import open_model
 from electra.train.metrics import iter_metrics
-from electra.train.optim import batch_sizes, param_groups, steps_for_tokens
+from electra.train.optim import batch_sizes, param_groups, phase_starts, steps_for_tokens
 from electra.train.probe import Probe
 from electra.train.trainer import RandomStreams, Settings, Trainer, add_into, pool
 
@@ -131,6 +132,15 @@ def main(data: str, out: str, preset: str | None = None, config: str | None = No
 
 
 @dataclass
+class Phase:
+    """A length's config (its max_predictions), held-out split and training FLOPs a token."""
+
+    cfg: RunConfig
+    val: ShardDataset | None
+    flops_per_token: float
+
+
+@dataclass
 class Pretraining:
     """A run ready to train: its data, resolved config, trainer and loader."""
 
@@ -144,10 +154,14 @@ class Pretraining:
     flops_per_token: float = 0.0  # training FLOPs of a token (electra.objectives.flops)
     peak: float = 0.0  # the FLOP/s of all processes' devices, MFU's denominator
     warm: Callable[[int], int] | None = None  # each batch's size in a batch warmup
+    phases: dict[int, Phase] = dataclasses.field(default_factory=dict)  # by row length
+    current: int = 0  # the length of the last step's rows
 
     def mfu(self, tokens_per_s: float) -> dict[str, float]:
-        """A metrics line's model FLOPs utilisation, over its real tokens."""
-        return {"mfu": tokens_per_s * self.flops_per_token / self.peak} if self.peak else {}
+        """A metrics line's model FLOPs utilisation, over its real tokens (at the length of
+        the last step's rows)."""
+        fpt = self.phases[self.current].flops_per_token
+        return {"mfu": tokens_per_s * fpt / self.peak} if self.peak else {}
 
 
 def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
@@ -155,7 +169,8 @@ def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
     rt = rt or Runtime(device=resolve_device(opt.device))
     check_compile(opt.config.train.compile, rt.device, "train.compile")
     check_cuda_graphs(opt.config.train.cuda_graphs, rt.device)
-    inputs = [("--data", opt.data), ("--init", opt.init), ("--decay-from", opt.decay_from)]
+    inputs = [*(("--data", name.strip()) for name in opt.data.split(",") if name.strip()),
+              ("--init", opt.init), ("--decay-from", opt.decay_from)]
     with claim_out(opt.out, "run", "pretrain", overwrite=opt.overwrite, resume=opt.resume,
                    inputs=inputs, rt=rt) as claim:
         return _pretrain(opt, rt, claim)
@@ -170,8 +185,10 @@ def _pretrain(opt: PretrainOptions, rt: Runtime, claim: Claim) -> dict[str, Any]
 
     def log() -> None:
         record = trainer.metrics()
-        if p.val is not None and (trainer.every(tc.eval_every) or trainer.step == tc.max_steps):
-            record.update(validate(trainer.model, p.val, p.cfg, rt, p.micro,
+        phase = p.phases[p.current]  # validation at the length training is at
+        if phase.val is not None and (trainer.every(tc.eval_every)
+                                      or trainer.step == tc.max_steps):
+            record.update(validate(trainer.model, phase.val, phase.cfg, rt, p.micro,
                                    stage_at(p.cfg.objective, trainer.step)))
         if p.probe is not None and rt.is_main and (trainer.every(tc.probe_every)
                                                    or trainer.step == tc.max_steps):
@@ -187,7 +204,10 @@ def _pretrain(opt: PretrainOptions, rt: Runtime, claim: Claim) -> dict[str, Any]
         if trainer.log_due:  # Ctrl-C came while this step's line was being computed
             log()
         while trainer.step < stop_at:
-            if train_step(trainer, next(p.loader), p.cfg, p.data.special, p.micro) is None:
+            batch = next(p.loader)
+            p.current = batch["input_ids"].shape[1]  # the phase's length (train.phases)
+            if train_step(trainer, batch, p.phases[p.current].cfg, p.data.special,
+                          p.micro) is None:
                 continue  # a non-finite loss: the step was skipped
             if trainer.every(tc.log_every) or trainer.step == tc.max_steps:
                 log()
@@ -242,18 +262,22 @@ def pretraining_card(opt: PretrainOptions, p: Pretraining, kind: str,
     """What the model card of a finished run's ``kind`` folder says (electra.saved.cards):
     the objective, body, data, steps, tokens and FLOPs, the command, its held-out figures."""
     cfg, tc, t = p.cfg, p.cfg.train, p.trainer
-    o, data = cfg.objective, Path(opt.data).name
+    o, data = cfg.objective, p.data.folder.name
     tokens = t.tokens
     rows = [("objective", f"{o.kind}: {o.mask_prob:.0%} of tokens chosen, discriminator "
                           f"weight {o.disc_weight:g}, sharing {cfg.sharing}"),
             ("model", cards.size_line(module.config, count_parameters(module))),  # type: ignore[arg-type]
-            ("data", f"{data}: {len(p.data):,} examples of {p.data.seq_len} tokens"),
-            ("steps", f"{t.step:,} of {tc.batch_size} examples; {tc.optimizer}, {tc.schedule} "
-                      f"schedule, peak rate {tc.lr:g}, {tc.warmup_steps:,} warmup steps"),
+            ("data", f"{', '.join(Path(n).name for n in opt.data.split(',') if n.strip())}: "
+                     f"rows of {' then '.join(map(str, p.phases))} tokens" if tc.phases else
+             f"{data}: {len(p.data):,} examples of {p.data.seq_len} tokens"),
+            ("steps", f"{t.step:,} steps of {tc.batch_size} examples; {tc.optimizer}, "
+                      f"{tc.schedule} schedule, peak rate {tc.lr:g}, {tc.warmup_steps:,} "
+                      f"warmup steps"),
             ("tokens", f"{tokens:,} (real, padding not counted)"),
+            *([("length phases", tc.phases)] if tc.phases else []),
             ("precision", resolve_precision(t.rt.device, tc.precision)),
             ("software", f"electra {__version__}, torch {torch.__version__}")]
-    if p.flops_per_token:
+    if p.flops_per_token and not tc.phases:
         rows.insert(5, ("training FLOPs", f"{p.flops_per_token * tokens:.3g} (generator and "
                                           f"discriminator, forward and backward)"))
     results = [cards.result(task, data, metric, t.last[key], task_type=hub_task,
@@ -362,7 +386,7 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
     busy = use_threads(tc.threads, "train.threads", rt.device)
     if busy and opt.progress and rt.is_main:
         print(busy, flush=True)
-    data, val, init, cfg, loader, micro = rt.agree(
+    data, val, init, cfg, loader, micro, datasets = rt.agree(
         lambda: _inputs(opt, rt), "reading data and config")
     run_config = {**cfg.to_dict(), "tokenizer_sha256": data.meta["tokenizer_sha256"],
                   "data_vocab_size": data.vocab_size, "seq_len": data.seq_len}
@@ -406,7 +430,23 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
                     + (f"; MFU against {peak / rt.world_size / 1e12:,.1f} TFLOP/s a device "
                        f"({source})" if peak else ""))
     warm = batch_warmup(tc, data.seq_len) if tc.batch_warmup else None
-    return Pretraining(data, val, cfg, micro, trainer, loader, probe, fpt, peak, warm)
+    phases, current = _phases(opt, cfg, datasets, Phase(cfg, val, fpt), trainer.step, rt)
+    return Pretraining(data, val, cfg, micro, trainer, loader, probe, fpt, peak, warm, phases,
+                       current)
+
+
+def _phases(opt: PretrainOptions, cfg: RunConfig, datasets: dict[int, ShardDataset],
+            first: Phase, step: int, rt: Runtime) -> tuple[dict[int, Phase], int]:
+    """Each length's :class:`Phase` (the first: the run's own), and the length of the phase
+    ``step`` is in (a resumed run's)."""
+    words = cfg.objective.unit != "token"
+    phases = {n: Phase(dataclasses.replace(cfg, objective=dataclasses.replace(
+        cfg.objective, max_predictions=slots(opt.config.objective, n))),
+        _val(d, words), _mfu_terms(cfg, n, rt)[0]) for n, d in list(datasets.items())[1:]}
+    phases = {next(iter(datasets)): first, **phases}
+    starts = phase_starts([f for _, f in parse_phases(cfg.train.phases)], cfg.train.max_steps)
+    at = max((i for i, s in enumerate(starts) if s <= step), default=0)
+    return phases, list(phases)[at]
 
 
 def _mfu_terms(cfg: RunConfig, seq_len: int, rt: Runtime) -> tuple[float, float, str]:
@@ -452,9 +492,9 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
     cfg, tc = opt.config, opt.config.train
     check_reachable(parse_log_to(tc.log_to, "train.log_to"), "train.log_to")
     words = cfg.objective.unit != "token"  # whole words and spans need the word boundaries
-    data = ShardDataset(opt.data, "train", word_starts=words)
-    val = ShardDataset(opt.data, "val", word_starts=words) if "val" in data.meta["splits"] \
-        else None
+    datasets = _datasets(opt, tc, words)  # one per length, the first phase's first
+    data = next(iter(datasets.values()))
+    val = _val(data, words)
     init = _load_init(opt.init, cfg.model) if opt.init else None
     model_cfg = (init[0] if init else cfg.model).replace(vocab_size=data.vocab_size,
                                                         pad_token_id=data.special.pad)
@@ -467,22 +507,20 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
         tok = load_tokenizer(init[3])
         data.check_tokenizer(tokenizer_checksum(tok), tok.get_vocab_size(),
                              f"--init {opt.init}")
-    if data.seq_len > model_cfg.max_position_embeddings:
-        raise UserError(f"--data {opt.data}: sequence length {data.seq_len} exceeds the "
-                        f"model's {model_cfg.max_position_embeddings} positions; prepare with "
-                        f"a shorter --seq-len or --set model.max_position_embeddings="
-                        f"{data.seq_len}")
     per_rank = tc.batch_size // rt.world_size
     if per_rank * rt.world_size != tc.batch_size or per_rank % tc.grad_accum:
         raise UserError(f"train.batch_size={tc.batch_size} does not split into "
                         f"{rt.world_size} process(es) x train.grad_accum={tc.grad_accum} "
                         f"equal micro-batches; choose a batch divisible by both")
-    _check_length(opt, model_cfg, data.seq_len, per_rank // tc.grad_accum, rt)
+    for length in datasets:
+        if length > model_cfg.max_position_embeddings:
+            raise UserError(f"--data {opt.data}: sequence length {length} exceeds the "
+                            f"model's {model_cfg.max_position_embeddings} positions; prepare "
+                            f"with a shorter --seq-len or --set "
+                            f"model.max_position_embeddings={length}")
+        _check_length(opt, model_cfg, length, per_rank // tc.grad_accum, rt)
     warm = batch_warmup(tc, data.seq_len)
-    loader = Prefetched(BatchLoader(data, per_rank, seed=tc.seed, rank=rt.rank,
-                                    world_size=rt.world_size,
-                                    sizes=(lambda i: warm(i) // rt.world_size) if
-                                    tc.batch_warmup else None), pin=rt.pins_memory)
+    loader = Prefetched(_loader(datasets, tc, warm, per_rank, rt), pin=rt.pins_memory)
     # The run's config names its slots (unset: derived from the data's sequence length).
     objective = dataclasses.replace(cfg.objective,
                                     max_predictions=slots(cfg.objective, data.seq_len))
@@ -490,7 +528,67 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
         tc = dataclasses.replace(tc, max_steps=steps_for_tokens(warm, tc.max_tokens,
                                                                 data.seq_len))
     cfg = RunConfig(model=model_cfg, objective=objective, train=tc)
-    return data, val, init, cfg, loader, per_rank // tc.grad_accum
+    return data, val, init, cfg, loader, per_rank // tc.grad_accum, datasets
+
+
+def _datasets(opt: PretrainOptions, tc: TrainConfig, words: bool) -> dict[int, ShardDataset]:
+    """--data's prepared folders by their length, in the order train.phases reads them (one
+    folder without phases); each checked, all of one tokenizer."""
+    names = [name.strip() for name in opt.data.split(",") if name.strip()]
+    phases = parse_phases(tc.phases)
+    if len(names) > 1 and not phases:
+        raise UserError(f"--data {opt.data}: {len(names)} folders; give one, or set "
+                        f"train.phases=LEN:FRACTION,... to train on each length in turn")
+    found: dict[int, ShardDataset] = {}
+    for name in names:
+        d = ShardDataset(name, "train", word_starts=words)
+        if d.seq_len in found:
+            raise UserError(f"--data {opt.data}: two folders hold {d.seq_len}-token rows; "
+                            f"give one folder per length")
+        found[d.seq_len] = d
+    first = next(iter(found.values()))
+    for d in found.values():
+        if d.meta["tokenizer_sha256"] != first.meta["tokenizer_sha256"]:
+            raise UserError(f"--data {opt.data}: {d.folder} was prepared with another "
+                            f"tokenizer than {first.folder}; prepare every length with one")
+    lengths = [n for n, _ in phases] or list(found)
+    missing = [n for n in lengths if n not in found]
+    unused = [n for n in found if n not in lengths]
+    if missing or unused:
+        what = (f"no folder holds {missing[0]}-token rows; prepare one with --seq-len "
+                f"{missing[0]} and add it as --data A,B" if missing else
+                f"no phase reads its {unused[0]}-token rows; name that length in the phases "
+                f"or drop the folder")
+        raise UserError(f"train.phases={tc.phases} with --data {opt.data}: {what} (the "
+                        f"folders hold {', '.join(map(str, sorted(found)))})")
+    return {n: found[n] for n in lengths}
+
+
+def _val(data: ShardDataset, words: bool) -> ShardDataset | None:
+    """The held-out split beside ``data``, where it was prepared with one."""
+    return ShardDataset(data.folder, "val", word_starts=words) if "val" in \
+        data.meta["splits"] else None
+
+
+def _loader(datasets: dict[int, ShardDataset], tc: TrainConfig, warm: Callable[[int], int],
+            per_rank: int, rt: Runtime) -> BatchLoader | PhasedLoader:
+    """This rank's batches: of the one length, or of each phase's in turn (a batch warmup
+    only inside the first phase)."""
+    sizes = (lambda i: warm(i) // rt.world_size) if tc.batch_warmup else None
+    loaders = [BatchLoader(d, per_rank, seed=tc.seed, rank=rt.rank, world_size=rt.world_size,
+                           sizes=sizes if i == 0 else None)
+               for i, d in enumerate(datasets.values())]
+    if len(loaders) == 1:
+        return loaders[0]
+    starts = phase_starts([f for _, f in parse_phases(tc.phases)], tc.max_steps)
+    if len(set(starts)) < len(starts) or starts[-1] >= tc.max_steps:
+        raise UserError(f"train.phases={tc.phases}: a phase gets no step of "
+                        f"train.max_steps={tc.max_steps}; give it a larger fraction")
+    if tc.batch_warmup and warm(starts[1] - 1) != tc.batch_size:
+        raise UserError(f"train.batch_warmup={tc.batch_warmup} lasts past the first phase of "
+                        f"train.phases={tc.phases} (step {starts[1]}); warm up over fewer "
+                        f"tokens")
+    return PhasedLoader(loaders, starts)
 
 
 def batch_warmup(tc: TrainConfig, seq_len: int) -> Callable[[int], int]:

@@ -265,13 +265,38 @@ class BatchLoader:
 
 
 
+class PhasedLoader:
+    """Several loaders in turn (train.phases: rows of one length, then another): batch ``i``
+    from the last loader whose first batch is at most ``i``. Each keeps its own order and
+    position; the state is all of theirs and the batches handed out."""
+
+    def __init__(self, loaders: list[BatchLoader], firsts: list[int]) -> None:
+        self.loaders, self.firsts, self.batches = loaders, firsts, 0
+
+    def __iter__(self) -> PhasedLoader:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        j = max(i for i, first in enumerate(self.firsts) if first <= self.batches)
+        self.batches += 1
+        return next(self.loaders[j])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"batches": self.batches, "phases": [x.state_dict() for x in self.loaders]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.batches = int(state["batches"])
+        for loader, saved in zip(self.loaders, state["phases"], strict=True):
+            loader.load_state_dict(saved)
+
+
 class Prefetched:
     """A :class:`BatchLoader` one batch ahead: the next batch is read (and, for a GPU, copied
     into pinned memory, so that its transfer can overlap the step) in a thread while the
     current step runs. The same batches in the same order; ``state_dict`` is the position
     after the last batch handed out, so a checkpoint resumes exactly as without it."""
 
-    def __init__(self, loader: BatchLoader, pin: bool = False) -> None:
+    def __init__(self, loader: BatchLoader | PhasedLoader, pin: bool = False) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.loader, self.pin = loader, pin

@@ -165,3 +165,13 @@ def steps_for_tokens(sizes: Callable[[int], int], max_tokens: int, seq_len: int)
         seen += b * seq_len
         steps += 1
     return steps
+
+
+def phase_starts(fractions: list[float], max_steps: int) -> list[int]:
+    """The first step (0-based) of each phase that takes ``fractions`` of ``max_steps`` in
+    turn (train.phases)."""
+    starts, done = [], 0.0
+    for f in fractions:
+        starts.append(round(done * max_steps))
+        done += f
+    return starts
