@@ -45,6 +45,24 @@ def test_learns_a_separable_task_and_evaluate_reproduces_it(task, capsys):
     assert again["dev"] == results["seeds"]["2"]["dev"]
 
 
+def test_each_metrics_line_carries_its_mfu(task, monkeypatch):
+    """mfu = real tokens/s x training FLOPs a token / the peak (the peak fixed here, so the
+    figure is checkable): tiny's 4 blocks at 128 tokens, by hand, 6 FLOPs a multiply-add
+    (2 for a frozen encoder's forward)."""
+    from electra.train import finetuning
+
+    monkeypatch.setattr(finetuning, "peak_flops", lambda device, precision: (0.5e12, "fixed"))
+    per_block = 4 * 128 * 128 + 2 * 128 * 512 + 2 * 128 * 128  # qkv+out, FFN, attention
+    for freeze, factor in (("none", 6), ("encoder", 2)):
+        out = task / f"ft-{freeze}"
+        assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(task / "tok"),
+                     *custom_args(task), "--out", str(out), "--seeds", "1", "--quiet",
+                     "--set", "epochs=1", "--set", f"freeze={freeze}"]) == 0
+        lines = [json.loads(x) for x in (out / "seed-1/metrics.jsonl").read_text().splitlines()]
+        assert lines and all(r["mfu"] == pytest.approx(
+            r["tokens_per_s"] * factor * 4 * per_block / 0.5e12, rel=1e-12) for r in lines)
+
+
 def test_a_modernbert_body_learns_a_separable_task(task):
     """Sentence classification (GLUE's shape: a custom CSV) on a tiny ModernBERT body."""
     from electra.data.tokenizer import load_tokenizer

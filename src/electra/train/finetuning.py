@@ -28,7 +28,8 @@ from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
 from electra.io.trackers import Tracking, parse_log_to
-from electra.runtime import Runtime
+from electra.model.macs import encoder_macs_per_token
+from electra.runtime import Runtime, peak_flops, resolve_precision
 from electra.saved import folders
 from electra.tasks.base import TaskData
 from electra.train.multitask import MultiTaskModel
@@ -272,6 +273,8 @@ class Fit:
     selections: Selections
     total: int  # optimizer steps
     micro: int  # rows per micro-batch of a process
+    flops_per_token: float = 0.0  # training FLOPs of a token (see :func:`mfu_terms`)
+    peak: float = 0.0  # the FLOP/s of every process's device together
 
     @property
     def single(self) -> bool:
@@ -328,7 +331,21 @@ def setup(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
         stateful={"batches": sampler, "selection": selections} if single else
         {"sampler": sampler, "selections": selections}, resume=resume, progress=progress)
     micro = cfg.batch_size // rt.world_size // cfg.grad_accum
-    return Fit(trainer, model, train, sampler, selections, total, micro)
+    return Fit(trainer, model, train, sampler, selections, total, micro,
+               *mfu_terms(source.config, cfg, rt, max(c.max_length or 0 for c in cfgs.values())))
+
+
+def mfu_terms(model: ModelConfig, cfg: FinetuneConfig, rt: Runtime,
+              length: int) -> tuple[float, float]:
+    """(training FLOPs of a real token, the devices' peak FLOP/s) for each metrics line's
+    ``mfu``: the encoder's matrix multiplies at ``length``, the tasks' longest max_length
+    (exact for the dense layers;
+    attention's, a few % at 128 tokens, counted at the longest row: an upper bound), 6 a
+    multiply-accumulate (forward and backward), 2 with the encoder frozen; the task head's
+    few multiplies are left out."""
+    per_token = encoder_macs_per_token(model, length)
+    peak, _ = peak_flops(rt.device, resolve_precision(rt.device, cfg.precision))
+    return (2 if cfg.freeze == "encoder" else 6) * per_token, peak * rt.world_size
 
 
 def seed_tracking(log_to: str, folder: Path | None) -> Tracking:
@@ -349,6 +366,8 @@ def validate(fit: Fit, tok: Any, tasks: dict[str, TaskData],
     trainer, sampler = fit.trainer, fit.sampler
     record = {**trainer.metrics(), "epoch": round(
         sampler.epoch + sampler.position / sampler.steps_per_epoch, 4)}
+    if fit.peak:
+        record["mfu"] = record["tokens_per_s"] * fit.flops_per_token / fit.peak
     shown = ["loss"]
     if trainer.rt.is_main:
         for t, data in tasks.items():
