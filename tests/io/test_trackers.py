@@ -164,16 +164,21 @@ def test_flatten_and_numbers():
                     "s": "t"}) == {"loss": 1.5, "n": 2.0}
 
 
-def test_a_tracker_that_is_not_installed_names_the_extra(letters_data, tmp_path, capsys,
-                                                         monkeypatch):
+@pytest.mark.parametrize("module, setting, words", [
+    ("wandb", "train.log_to=wandb", "wandb is not installed; pip install 'electra[track]'"),
+    ("pytorch_optimizer", "train.optimizer=lamb", "train.optimizer=lamb: needs "
+     "pytorch-optimizer, which is not installed; pip install 'electra[optim]'")])
+def test_an_extra_that_is_not_installed_is_named(letters_data, tmp_path, capsys, monkeypatch,
+                                                 module, setting, words):
+    """A tracker or an optimizer from an extra that is not installed: one line naming it."""
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "wandb" else real(name, *a))
+                        lambda name, *a: None if name == module else real(name, *a))
     err = cli_error(capsys, "pretrain", "--preset", "tiny", "--data", letters_data, "--out",
-                    tmp_path / "o", "--set", "train.log_to=wandb")
-    assert "wandb is not installed; pip install 'electra[track]'" in err
+                    tmp_path / "o", "--set", setting)
+    assert words in err
     assert not (tmp_path / "o").exists()
 
 
@@ -183,18 +188,4 @@ def test_an_unreachable_mlflow_server_is_one_line(letters_data, tmp_path, capsys
     err = cli_error(capsys, "pretrain", "--preset", "tiny", "--data", letters_data, "--out",
                     tmp_path / "o", "--set", "train.log_to=mlflow")
     assert "MLFLOW_TRACKING_URI=http://127.0.0.1:9 does not answer" in err
-    assert not (tmp_path / "o").exists()
-
-
-def test_an_optimizer_that_is_not_installed_names_the_extra(letters_data, tmp_path, capsys,
-                                                            monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "pytorch_optimizer" else real(name, *a))
-    err = cli_error(capsys, "pretrain", "--preset", "tiny", "--data", letters_data, "--out",
-                    tmp_path / "o", "--set", "train.optimizer=lamb")
-    assert ("train.optimizer=lamb: needs pytorch-optimizer, which is not installed; pip "
-            "install 'electra[optim]'") in err
     assert not (tmp_path / "o").exists()
