@@ -189,3 +189,30 @@ def test_an_unreachable_mlflow_server_is_one_line(letters_data, tmp_path, capsys
                     tmp_path / "o", "--set", "train.log_to=mlflow")
     assert "MLFLOW_TRACKING_URI=http://127.0.0.1:9 does not answer" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_runs_inside_a_group_share_its_store_and_are_named_by_their_folders(tmp_path):
+    """electra compare's trackers.grouped(DIR): a pretraining run and a fine-tuning seed (in
+    its staging folder) log to DIR/mlflow.db, group DIR, named by their paths under it; a
+    run outside DIR keeps its own store."""
+    from electra.io.trackers import Trackers, Tracking, grouped
+
+    root = tmp_path / "cmp"
+    folders = [root / "pretrain/electra", root / "finetune/electra-100/sent-ab12.partial/seed-1"]
+    with grouped(root):
+        for i, folder in enumerate(folders):
+            folder.mkdir(parents=True)
+            t = Trackers(folder, 0, Tracking(("mlflow",), root=folder, name=folder.name),
+                         {"train": {"lr": 0.1}})
+            t.log({"step": 1, "loss": float(i)})
+            t.close()
+    client, runs = mlflow_runs(root)
+    assert sorted(r.info.run_name for r in runs) == [
+        "finetune/electra-100/sent-ab12/seed-1", "pretrain/electra"]
+    assert {r.data.tags["electra.group"] for r in runs} == {"cmp"}
+    assert not any((f / "mlflow.db").exists() for f in folders)
+    (tmp_path / "alone").mkdir()
+    with grouped(root):  # a folder outside the group's: its own store, as without one
+        Trackers(tmp_path / "alone", 0, Tracking(("mlflow",), root=tmp_path / "alone",
+                                                 name="alone"), {}).close()
+    assert (tmp_path / "alone/mlflow.db").is_file()

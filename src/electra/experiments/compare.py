@@ -48,6 +48,7 @@ from electra.experiments.compare_spec import (
 from electra.io.checkpoint import step_dir
 from electra.io.files import read_json, write_json
 from electra.io.outputs import MARK, Claim, claim_out
+from electra.io.trackers import grouped
 from electra.objectives.config import raw_run_config
 from electra.runtime import start
 from electra.saved import folders
@@ -107,9 +108,10 @@ def run_compare(plan: Plan, data: str, claim: Claim, rt: Any, progress: bool = T
     --out (rank 0). ``loaded``: the tasks' data, read already (else read when first needed)."""
     out = claim.path
     rt.on_main(lambda: _claim(claim, plan, budget_text), "checking --out")
-    for objective in plan.objectives:
-        _pretrain_objective(plan, objective, data, out, rt, progress)
-    scores = _finetune_all(plan, data, out, rt, progress, dict(loaded or {}))
+    with grouped(out):  # trackers (train.log_to, log_to): one store and group in DIR
+        for objective in plan.objectives:
+            _pretrain_objective(plan, objective, data, out, rt, progress)
+        scores = _finetune_all(plan, data, out, rt, progress, dict(loaded or {}))
     if not rt.is_main:
         rt.barrier()
         return None

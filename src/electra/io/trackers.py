@@ -14,16 +14,23 @@ timing).
   ``RUN/wandb``, ``wandb sync`` uploads them) unless ``WANDB_MODE`` says otherwise or the
   user has logged in (``WANDB_API_KEY`` or ``wandb login``'s netrc entry).
 
-Fine-tuning seeds are runs of their own, grouped by the command's ``--out`` name.
+Fine-tuning seeds are runs of their own, grouped by the command's ``--out`` name. Inside
+:func:`grouped` (``electra compare``), every run logs to one store in its folder, in one group
+named after it, each run named by its path there (``pretrain/electra``,
+``finetune/electra-100/sst2-KEY/seed-1``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import importlib.util
 import json
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -180,6 +187,34 @@ def _wandb_login() -> bool:
         return False
 
 
+_GROUP: contextvars.ContextVar[Path | None] = contextvars.ContextVar("electra_tracking_group",
+                                                                     default=None)
+
+
+@contextlib.contextmanager
+def grouped(root: Path) -> Iterator[None]:
+    """Runs started inside log to one store in ``root`` (MLflow's ``root/mlflow.db`` unless
+    MLFLOW_TRACKING_URI names one), as one group named after ``root``, each run named by its
+    folder's path under ``root`` (a staging folder's ``.partial`` left out)."""
+    token = _GROUP.set(root)
+    try:
+        yield
+    finally:
+        _GROUP.reset(token)
+
+
+def _in_group(tracking: Tracking, folder: Path) -> Tracking:
+    root = _GROUP.get()
+    if root is None:
+        return tracking
+    try:
+        parts = folder.resolve().relative_to(root.resolve()).parts
+    except ValueError:  # a folder outside the group's
+        return tracking
+    name = "/".join(p.removesuffix(".partial") for p in parts)
+    return dataclasses.replace(tracking, root=root, name=name, group=root.name)
+
+
 class Trackers:
     """The trackers of one run folder, opened at ``start_step`` (continuing the runs that
     ``folder/trackers.json`` names when resuming)."""
@@ -189,6 +224,7 @@ class Trackers:
 
     def __init__(self, folder: Path, start_step: int, tracking: Tracking,
                  config: dict[str, Any]) -> None:
+        tracking = _in_group(tracking, folder)
         ids_path = folder / "trackers.json"
         ids = json.loads(ids_path.read_text()) if start_step and ids_path.is_file() else {}
         self.open: list[Any] = []
