@@ -206,7 +206,7 @@ def test_runs_inside_a_group_share_its_store_and_are_named_by_their_folders(tmp_
                          {"train": {"lr": 0.1}})
             t.log({"step": 1, "loss": float(i)})
             t.close()
-    client, runs = mlflow_runs(root)
+    _, runs = mlflow_runs(root)
     assert sorted(r.info.run_name for r in runs) == [
         "finetune/electra-100/sent-ab12/seed-1", "pretrain/electra"]
     assert {r.data.tags["electra.group"] for r in runs} == {"cmp"}
