@@ -222,12 +222,14 @@ def peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
 
 @functools.lru_cache(maxsize=8)
 def _measured_peak(device: torch.device, precision: str, threads: int) -> tuple[int, float]:
-    """(n, FLOP/s): the best of three n^3 multiplies after one more, n = 1024, or 256 where
-    a 1024^3 one would take over 50 ms (bf16 emulated on a CPU without its units: 1024^3
-    took 14 s on an AVX2-only AMD EPYC). Once a process; draws nothing from the random
+    """(n, FLOP/s): the best of three n^3 multiplies after one more, n = 1024; in bf16 or
+    fp16, 256 where a 1024^3 one would take over half a second (emulated on a CPU without
+    the units: 1024^3 took 14 s on an AVX2-only AMD EPYC). fp32 goes straight to 1024^3: a
+    256^3 probe is too short to time on a busy CPU (2.1 GFLOP/s against 1024^3's 29.6 there,
+    both cores taken by another job). Once a process; draws nothing from the random
     streams."""
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
-    for n in (256, 1024):
+    for n in (256, 1024) if dtype != torch.float32 else (1024,):
         a, best = torch.ones(n, n, device=device, dtype=dtype), float("inf")
         for i in range(4):
             _sync(device)
@@ -235,7 +237,7 @@ def _measured_peak(device: torch.device, precision: str, threads: int) -> tuple[
             a @ a
             _sync(device)
             best = min(best, time.perf_counter() - t0) if i else best
-        if n == 1024 or best * 64 > 0.05:
+        if n == 1024 or best * 64 > 0.5:  # 256^3: only where 1024^3 is out of reach
             return n, 2 * n**3 / best
     raise AssertionError("unreachable")
 
