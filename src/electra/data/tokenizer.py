@@ -208,8 +208,9 @@ def _stated_lowercase(folder: Path) -> bool | None:
 
 def load_tokenizer(path: str | Path, special_tokens: str | Mapping[str, str] | None = None
                    ) -> Tokenizer:
-    """A tokenizer from a folder, a ``tokenizer.json`` (WordPiece, BPE, Unigram) or a
-    WordPiece ``vocab.txt``, with its five special roles resolved (:func:`resolve_roles`;
+    """A tokenizer from a folder, a ``tokenizer.json`` (WordPiece, BPE, Unigram), a
+    SentencePiece ``spm.model`` (DeBERTa-V3's; :func:`_from_sentencepiece`) or a WordPiece
+    ``vocab.txt``, with its five special roles resolved (:func:`resolve_roles`;
     ``special_tokens`` as ``cls=<s>,sep=</s>,...``) and ELECTRA's pair template installed.
 
     A ``vocab.txt``'s case is what a ``tokenizer_config.json`` beside it says
@@ -225,13 +226,13 @@ def load_tokenizer(path: str | Path, special_tokens: str | Mapping[str, str] | N
 
     p = Path(path)
     if p.is_dir():
-        if (p / "tokenizer.json").is_file():
-            p = p / "tokenizer.json"
-        elif (p / "vocab.txt").is_file():
-            p = p / "vocab.txt"
-        else:
-            raise UserError(f"--tokenizer {path}: the folder has neither tokenizer.json nor "
-                            f"vocab.txt; train one with `electra tokenizer train`")
+        found = next((p / n for n in ("tokenizer.json", SPM_MODEL, "vocab.txt")
+                      if (p / n).is_file()), None)
+        if found is None:
+            raise UserError(f"--tokenizer {path}: the folder has no tokenizer.json, "
+                            f"{SPM_MODEL} or vocab.txt; train one with `electra tokenizer "
+                            f"train`")
+        p = found
     if not p.is_file():
         raise UserError(f"--tokenizer {path}: no such file or folder")
     given = (parse_special_tokens(special_tokens) if isinstance(special_tokens, str)
@@ -239,6 +240,8 @@ def load_tokenizer(path: str | Path, special_tokens: str | Mapping[str, str] | N
     try:
         if p.suffix == ".json":
             tok = Tokenizer.from_file(str(p))
+        elif p.suffix == ".model":
+            tok = _from_sentencepiece(p, str(path))
         else:
             vocab = {}
             with open(p, encoding="utf-8") as f:
@@ -263,6 +266,46 @@ def load_tokenizer(path: str | Path, special_tokens: str | Mapping[str, str] | N
     _electra_template(tok, names)
     tok.electra_roles = names  # type: ignore[attr-defined]
     return tok
+
+
+SPM_MODEL = "spm.model"  # DeBERTa-V3's SentencePiece model, as its released folders name it
+SPM_EXTRA = "pip install 'electra[spm]'"
+
+
+def _from_sentencepiece(p: Path, given: str) -> Tokenizer:
+    """A SentencePiece model (``spm.model``, DeBERTa-V3's 128k vocabulary) as transformers
+    converts it for its fast tokenizer (sentencepiece reads the model): the same ids as
+    sentencepiece's own encoder, [CLS] A [SEP] around them, and DeBERTa's [MASK] after the
+    pieces. The folder's ``tokenizer_config.json`` where it has one (its tokenizer class and
+    case), else DeBERTa-V2's, cased."""
+    import importlib.util
+    import shutil
+    import tempfile
+
+    missing = [m for m in ("transformers", "sentencepiece", "google.protobuf")
+               if importlib.util.find_spec(m.split(".")[0]) is None]
+    if missing:
+        raise UserError(f"--tokenizer {given}: a SentencePiece model needs "
+                        f"{', '.join(missing)}; {SPM_EXTRA}")
+    import sentencepiece
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    try:
+        sentencepiece.SentencePieceProcessor(model_file=str(p))
+    except (RuntimeError, OSError) as err:
+        raise UserError(f"--tokenizer {given}: not a SentencePiece model ({str(err)[:120]})"
+                        ) from None
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copyfile(p, Path(tmp) / SPM_MODEL)
+        config = p.parent / "tokenizer_config.json"
+        if config.is_file():
+            shutil.copyfile(config, Path(tmp) / config.name)
+        else:
+            (Path(tmp) / config.name).write_text(json.dumps(
+                {"tokenizer_class": "DebertaV2Tokenizer", "do_lower_case": False}))
+        hf = AutoTokenizer.from_pretrained(tmp)
+    return Tokenizer.from_str(hf.backend_tokenizer.to_str())
 
 
 def tokenizer_checksum(tok: Tokenizer) -> str:
