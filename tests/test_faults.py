@@ -197,6 +197,9 @@ def world(tmp_path_factory) -> Iterator[Path]:
     # issue 42: rows of ModernBERT's 8,192 tokens (short documents: mostly padding)
     assert cli("prepare", "--input", w / "c.txt", "--tokenizer", w / "tok", "--seq-len", 8192,
                "--out", w / "data8k") == 0
+    # packed rows (issue 43: a body that cannot keep their sequences apart refuses them)
+    assert cli("prepare", "--input", w / "c.txt", "--tokenizer", w / "tok", "--seq-len", 32,
+               "--pack", "--out", w / "packed") == 0
     # packed rows whose first example's start bit is gone
     assert cli("prepare", "--input", w / "c.txt", "--tokenizer", w / "tok", "--seq-len", 32,
                "--pack", "--out", w / "packed_cut") == 0
@@ -397,6 +400,17 @@ CASES = [
      "train.phases=32:0.5,64:0.5 with --data"),
     ("config", (*PRETRAIN, "--set", "train.phases=32:0.5,64:0.5", "--set",
                 "train.max_tokens=1000"), "the phases split steps; give train.max_steps"),
+    # -- issue 43: the DeBERTa body --
+    ("config", (*PRETRAIN, "--set", "model.body=deberta", "--set",
+                "model.pos_att_type=c2p|x2y"), "model.pos_att_type='c2p|x2y': give c2p"),
+    ("config", (*PRETRAIN, "--set", "model.body=deberta", "--set",
+                "model.position_buckets=7"), "model.position_buckets=7 cannot be placed"),
+    ("config", (*PRETRAIN, "--set", "model.body=deberta", "--set",
+                "model.position_buckets=512", "--set", "model.max_relative_positions=200"),
+     "model.position_buckets=512 cannot be placed on a log scale out to 200 positions"),
+    ("data", ("pretrain", "--config", P("tiny.toml"), "--data", P("packed"), "--set",
+              "model.body=deberta", "--set", "model.position_buckets=32", "--quiet"),
+     "which the deberta body cannot keep apart"),
     # -- issue 44: optimizers --
     ("config", (*PRETRAIN, "--set", "train.optimizer=sgd"),
      "train.optimizer must be one of adamw, stableadamw, lamb, got 'sgd'"),

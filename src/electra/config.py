@@ -155,7 +155,7 @@ class ModelConfig:
         "hidden_dropout": "[0, 1)", "attention_dropout": "[0, 1)", "layer_norm_eps": "> 0",
         "initializer_range": "> 0", "pad_token_id": ">= 0", "generator_size": "(0, 1]",
         "local_attention": ">= 2", "global_every": ">= 1", "global_rope_theta": "> 0",
-        "local_rope_theta": "> 0"}
+        "local_rope_theta": "> 0", "position_buckets": ">= 0", "max_relative_positions": ">= 0"}
     vocab_size: int = 30522
     """Rows of the word-embedding table (set from the tokenizer)."""
     embedding_size: int = 128
@@ -187,8 +187,9 @@ class ModelConfig:
     share_embeddings: bool = True
     """Generator and discriminator share one embedding module (word, position, type, LN)."""
     body: str = "bert"
-    """The transformer body: bert (ELECTRA's) or modernbert (RoPE, GeGLU, local/global
-    attention); ``electra.model.bodies`` names each."""
+    """The transformer body: bert (ELECTRA's), modernbert (RoPE, GeGLU, local/global
+    attention) or deberta (disentangled attention over relative positions, DeBERTa-V3's);
+    ``electra.model.bodies`` names each."""
     local_attention: int = 128
     """modernbert: the window of a local block (tokens at most half of it away attend)."""
     global_every: int = 3
@@ -197,6 +198,17 @@ class ModelConfig:
     """modernbert: RoPE's base in the global blocks."""
     local_rope_theta: float = 10_000.0
     """modernbert: RoPE's base in the local blocks."""
+    position_buckets: int = 256
+    """deberta: relative distances in log buckets, exact up to half of them (DeBERTa-V3's
+    256); 0: one row per distance up to max_relative_positions."""
+    max_relative_positions: int = 0
+    """deberta: the farthest distance the buckets tell apart (0: max_position_embeddings)."""
+    pos_att_type: str = "p2c|c2p"
+    """deberta: the position terms of disentangled attention, any of c2p (content to
+    position) and p2c (position to content), |-separated (empty: content only)."""
+    share_att_key: bool = True
+    """deberta: positions through the blocks' own query and key projections (V3's); false:
+    through projections of their own."""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -215,10 +227,26 @@ class ModelConfig:
         _check(self.local_attention >= 2 and self.local_attention % 2 == 0,
                f"model.local_attention={self.local_attention} must be an even number of "
                f"tokens >= 2 (ModernBERT's is 128)")
+        if self.body == "deberta":  # its relative positions (the other bodies have none)
+            self._check_positions()
         _check(self.pad_token_id < self.vocab_size,
                f"model.pad_token_id={self.pad_token_id} is outside the vocabulary "
                f"(size {self.vocab_size})")
         self._check_memory()
+
+    def _check_positions(self) -> None:
+        """DeBERTa's relative-position settings: terms it knows, buckets the log scale can
+        place (an even count of 4 or more, and distances beyond half of them)."""
+        terms = [t for t in self.pos_att_type.split("|") if t]
+        _check(all(t in ("c2p", "p2c") for t in terms) and len(set(terms)) == len(terms),
+               f"model.pos_att_type={self.pos_att_type!r}: give c2p and/or p2c, |-separated "
+               f"(DeBERTa-V3's p2c|c2p), or empty for content only")
+        far = self.max_relative_positions or self.max_position_embeddings
+        b = self.position_buckets
+        _check(not b or (b >= 4 and b % 2 == 0 and far > b // 2 + 1),
+               f"model.position_buckets={b} cannot be placed on a log scale out to "
+               f"{far} positions: give an even count >= 4 below 2 x (max_relative_positions "
+               f"- 1) (DeBERTa-V3: 256 buckets, 512 positions), or 0 for none")
 
     def parameters(self) -> int:
         """About how many parameters the discriminator has (embeddings and blocks)."""

@@ -35,10 +35,15 @@ def noise(sample_u: float = 0.5) -> Noise:
                  sample_u=torch.full((1, 2, 1), sample_u))
 
 
-def build(kind: str, **obj) -> tuple[ElectraPretrainingModel, ObjectiveConfig]:
+# tiny_config's 64 positions: DeBERTa's buckets fewer than V3's 256
+BODY = {"bert": {}, "deberta": {"body": "deberta", "position_buckets": 32}}
+
+
+def build(kind: str, body: str = "bert", **obj) -> tuple[ElectraPretrainingModel,
+                                                         ObjectiveConfig]:
     cfg = ObjectiveConfig(kind=kind, mask_prob=0.34, max_predictions=2, **obj)
     torch.manual_seed(0)
-    model = ElectraPretrainingModel(tiny_config(generator_size=0.5), cfg, SPECIAL)
+    model = ElectraPretrainingModel(tiny_config(generator_size=0.5, **BODY[body]), cfg, SPECIAL)
     with torch.no_grad():  # heads and norms away from their init, so every term matters
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -136,12 +141,14 @@ def test_hand_computed_all_tokens_mlm():
     torch.testing.assert_close(out.loss, gen + out.losses["mlm_loss"])
 
 
-def test_gdes_gradients_and_the_exported_table():
+@pytest.mark.parametrize("body", ["bert", "deberta"])  # DeBERTaV3's own pairing
+def test_gdes_gradients_and_the_exported_table(body):
     """The generator's MLM loss reaches E and not E_delta; the discriminator's loss reaches
     E_delta and not E; the discriminator kept (and exported) reads E + E_delta."""
-    fresh = ElectraPretrainingModel(tiny_config(), ObjectiveConfig(sharing="gdes"), SPECIAL)
+    fresh = ElectraPretrainingModel(tiny_config(**BODY[body]), ObjectiveConfig(sharing="gdes"),
+                                    SPECIAL)
     assert torch.count_nonzero(fresh.discriminator.encoder.embeddings.word_delta) == 0
-    model, _ = build("electra", sharing="gdes")
+    model, _ = build("electra", body=body, sharing="gdes")
     emb = model.discriminator.encoder.embeddings
     E, delta = model.generator.encoder.embeddings.word_embeddings.weight, emb.word_delta
     assert emb.word_embeddings is model.generator.encoder.embeddings.word_embeddings

@@ -512,6 +512,10 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
         raise UserError(f"train.batch_size={tc.batch_size} does not split into "
                         f"{rt.world_size} process(es) x train.grad_accum={tc.grad_accum} "
                         f"equal micro-batches; choose a batch divisible by both")
+    if any(d.packed for d in datasets.values()) and not body_of(model_cfg).packed_rows:
+        raise UserError(f"--data {opt.data}: rows of several sequences (prepare --pack), "
+                        f"which the {model_cfg.body} body cannot keep apart; prepare the data "
+                        f"without --pack")
     for length in datasets:
         if length > model_cfg.max_position_embeddings:
             raise UserError(f"--data {opt.data}: sequence length {length} exceeds the "

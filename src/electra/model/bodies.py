@@ -19,6 +19,12 @@ from electra.model.bert import (
     GDESEmbeddings,
     bert_macs_per_token,
 )
+from electra.model.deberta import (
+    DebertaBlock,
+    DebertaEncoder,
+    DebertaGDESEmbeddings,
+    deberta_macs_per_token,
+)
 from electra.model.modernbert import (
     ModernBlock,
     ModernEncoder,
@@ -39,7 +45,8 @@ class Body:
     (BERT's do, ModernBERT's do not), ``length_error(cfg, seq_len)``: why rows of that
     length do not suit the body's settings (None: they do), and ``task_head``: the module a
     fine-tuning head applies before its classifier (ModernBERT's dense -> GELU -> norm, as
-    its ``ModernBertFor*`` classes; None: each head its own, as ELECTRA's classes)."""
+    its ``ModernBertFor*`` classes; None: each head its own, as ELECTRA's classes),
+    ``packed_rows``: whether it reads rows of several sequences (``prepare --pack``)."""
 
     name: str
     encoder: Callable[..., nn.Module]
@@ -49,6 +56,7 @@ class Body:
     bias: bool = True
     length_error: Callable[[Any, int], str | None] = lambda cfg, seq_len: None
     task_head: Callable[[Any], nn.Module] | None = None
+    packed_rows: bool = True  # whether it keeps the sequences of a packed row apart
 
 
 BODIES: Registry[Body] = Registry("body")
@@ -58,6 +66,9 @@ for _body in (
     # ModernBERT's: RoPE, pre-LN without biases, GeGLU, global and local attention
     Body("modernbert", ModernEncoder, ModernGDESEmbeddings, ModernBlock, modern_macs_per_token,
          bias=False, length_error=modern_length_error, task_head=ModernHead),
+    # DeBERTa's (V3's settings): disentangled attention over log-bucketed relative positions
+    Body("deberta", DebertaEncoder, DebertaGDESEmbeddings, DebertaBlock,
+         deberta_macs_per_token, packed_rows=False),
 ):
     BODIES.add(_body.name, _body)
 

@@ -418,5 +418,9 @@ EXPORTS = {
 
 
 def export_of(cfg: ModelConfig) -> Export:
-    """How ``cfg``'s body exports."""
+    """How ``cfg``'s body exports; a body without a transformers mapping is a UserError."""
+    if cfg.body not in EXPORTS:
+        raise UserError(f"export: the {cfg.body} body has no transformers mapping yet (its "
+                        f"transformers classes are to come); the model folders work with "
+                        f"electra's own commands (finetune, predict, detect)")
     return EXPORTS[cfg.body]

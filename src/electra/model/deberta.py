@@ -1,0 +1,198 @@
+"""The DeBERTa body (He et al., 2021; DeBERTa-V3's settings), as transformers'
+``DebertaV2Model`` defines it: disentangled attention over relative positions.
+
+    embeddings   token table (no position table: positions are relative; no segments, as
+                 the V3 checkpoints) -> LayerNorm -> padding zeroed -> dropout
+    relative     each query-key distance in log buckets (``position_buckets``: exact up to
+                 half of them, logarithmic out to ``max_relative_positions``), one shared
+                 table of 2 x buckets rows, LayerNorm'd once a forward
+    block i      scores = q.k / s + c2p + p2c,  s = sqrt(head size x (1 + terms))
+                 c2p[i, j] = q_i . Wk(rel[bucket(i - j)]) / s   (content to position)
+                 p2c[i, j] = k_j . Wq(rel[bucket(j - i)]) / s   (position to content)
+                 then BERT's post-LN block: x = LN(x + Wo(attention)), x = LN(x + FFN(x))
+
+With ``share_att_key`` (V3's) the positions go through the block's own query and key
+projections; otherwise through projections of their own. The two position terms are one
+additive bias of a layer's (B, heads, T, T) scores, handed to torch's scaled-dot-product
+attention with the padding mask folded in: one layer's bias exists at a time. The body
+computes padded rows whatever layout the kernels would give (the bias needs the whole row),
+so its states at padding are computed, and never read.
+
+A generator narrower than the shared embeddings projects them to its width after the norm
+(ELECTRA's way); the discriminator of a released V3 checkpoint has embeddings as wide as its
+blocks, where this equals transformers' ``embed_proj``-free layout.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from electra.config import ModelConfig
+from electra.errors import UserError
+from electra.model.kernels import FAST_CPU, Kernels
+from electra.model.layers import GDES, Dropout
+
+
+def position_span(cfg: ModelConfig) -> tuple[int, int]:
+    """(buckets a side: the relative table has twice as many rows, the farthest distance
+    told apart): DeBERTa's ``pos_ebd_size`` and ``max_relative_positions``."""
+    far = cfg.max_relative_positions or cfg.max_position_embeddings
+    return (cfg.position_buckets or far), far
+
+
+def relative_buckets(T: int, cfg: ModelConfig, device: torch.device) -> torch.Tensor:
+    """(T, T) the bucket of each query-key distance i - j: the distance itself inside half
+    the buckets, beyond it ``mid + ceil(log(|d| / mid) / log((far - 1) / mid) * (mid - 1))``
+    with the distance's sign (transformers' ``make_log_bucket_position``)."""
+    ids = torch.arange(T, device=device)
+    rel = ids[:, None] - ids[None, :]
+    if not cfg.position_buckets:
+        return rel
+    mid, (_, far) = cfg.position_buckets // 2, position_span(cfg)
+    inside = (rel < mid) & (rel > -mid)
+    size = torch.where(inside, torch.full_like(rel, mid - 1), rel.abs()).float()
+    log_pos = torch.ceil(torch.log(size / mid) / math.log((far - 1) / mid) * (mid - 1)) + mid
+    return torch.where(size <= mid, rel.float(), log_pos * rel.sign()).long()
+
+
+class DebertaEmbeddings(nn.Module):
+    """Token embeddings, LayerNorm, dropout: no positions, no segments. Shareable."""
+
+    def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.embedding_size,
+                                            padding_idx=cfg.pad_token_id)
+        self.layer_norm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
+        self.dropout = Dropout(cfg.hidden_dropout, kernels)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                positions: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.layer_norm(self.words(input_ids))
+        if mask is not None:  # padding zeroed, as transformers does
+            x = x * mask[..., None].to(x.dtype)
+        return self.dropout(x)
+
+    def words(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.word_embeddings(input_ids)
+
+    def word_table(self) -> torch.Tensor:
+        return self.word_embeddings.weight
+
+
+class DebertaGDESEmbeddings(GDES, DebertaEmbeddings):
+    """DeBERTa's embeddings under gradient-disentangled sharing (DeBERTaV3's own)."""
+
+
+class DebertaBlock(nn.Module):
+    """Disentangled self-attention, then BERT's post-LN feed-forward block."""
+
+    compile_unit = True  # what ``train.compile`` compiles (electra.train.trainer)
+
+    def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
+        super().__init__()
+        H = cfg.hidden_size
+        self.num_heads, self.p = cfg.num_heads, cfg.attention_dropout
+        self.terms = tuple(t for t in ("c2p", "p2c") if t in cfg.pos_att_type.split("|"))
+        self.query, self.key, self.value = nn.Linear(H, H), nn.Linear(H, H), nn.Linear(H, H)
+        self.pos_key = self.pos_query = None
+        if not cfg.share_att_key:  # positions through projections of their own
+            self.pos_key = nn.Linear(H, H) if "c2p" in self.terms else None
+            self.pos_query = nn.Linear(H, H) if "p2c" in self.terms else None
+        self.attention_out = nn.Linear(H, H)
+        self.attention_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
+        self.ffn_in = nn.Linear(H, cfg.intermediate_size)
+        self.ffn_out = nn.Linear(cfg.intermediate_size, H)
+        self.ffn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
+        self.dropout = Dropout(cfg.hidden_dropout, kernels)
+        self.rel_dropout = Dropout(cfg.hidden_dropout, kernels)
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., T, H) -> (..., heads, T, head size)."""
+        return x.unflatten(-1, (self.num_heads, -1)).transpose(-2, -3)
+
+    def forward(self, x: torch.Tensor, masked: torch.Tensor, rel: torch.Tensor,
+                buckets: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, T, H); ``masked`` (B, 1, 1 or T, T) True where a key is not
+        attended, ``rel`` the (2S, H) normed relative table, ``buckets`` (T, T) each
+        distance's bucket."""
+        q, k, v = (self.heads(f(x)) for f in (self.query, self.key, self.value))
+        scale = math.sqrt(q.shape[-1] * (1 + len(self.terms)))
+        rel = self.rel_dropout(rel)
+        span = rel.shape[0] // 2
+        bias = torch.zeros((), dtype=q.dtype, device=q.device)
+        if "c2p" in self.terms:
+            proj = self.key if self.pos_key is None else self.pos_key
+            pos_k = self.heads(proj(rel))  # (heads, 2S, head size)
+            index = (buckets + span).clamp(0, 2 * span - 1)
+            bias = bias + torch.gather(q @ pos_k.transpose(-1, -2), -1,
+                                       index.expand(*q.shape[:-1], -1)) / scale
+        if "p2c" in self.terms:
+            proj = self.query if self.pos_query is None else self.pos_query
+            pos_q = self.heads(proj(rel))
+            index = (span - buckets).clamp(0, 2 * span - 1)
+            bias = bias + torch.gather(k @ pos_q.transpose(-1, -2), -1,
+                                       index.expand(*k.shape[:-1], -1)).transpose(-1, -2) / scale
+        bias = bias.masked_fill(masked, torch.finfo(q.dtype).min)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1 / scale,
+                                           dropout_p=self.p if self.training else 0.0)
+        x = self.attention_norm(x + self.dropout(self.attention_out(
+            a.transpose(-2, -3).flatten(-2))))
+        return self.ffn_norm(x + self.dropout(self.ffn_out(F.gelu(self.ffn_in(x)))))
+
+
+class DebertaEncoder(nn.Module):
+    """Embeddings (owned or shared), an E -> H projection where they are narrower or wider
+    than the blocks, the relative table and its norm, the blocks."""
+
+    def __init__(self, cfg: ModelConfig, embeddings: DebertaEmbeddings | None = None,
+                 kernels: Kernels | None = None) -> None:
+        super().__init__()
+        self.config = cfg
+        self.kernels = kernels or FAST_CPU
+        self.embeddings = embeddings if embeddings is not None else DebertaEmbeddings(
+            cfg, kernels)
+        E = self.embeddings.word_embeddings.embedding_dim
+        self.embeddings_project = nn.Linear(E, cfg.hidden_size) if cfg.hidden_size != E else None
+        self.rel_embeddings = nn.Embedding(2 * position_span(cfg)[0], cfg.hidden_size)
+        self.rel_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.layers = nn.ModuleList(DebertaBlock(cfg, kernels) for _ in range(cfg.num_layers))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, first_only: bool = False,
+                sequence_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Hidden states (B, T, H) of padded rows (B, 1, H with ``first_only``): segments
+        are not read (DeBERTa-V3 has none); packed rows are refused."""
+        if sequence_ids is not None:
+            raise UserError("model.body=deberta reads one sequence a row; prepare the data "
+                            "without --pack")
+        T = input_ids.shape[1]
+        mask = (attention_mask if attention_mask is not None
+                else torch.ones_like(input_ids)).bool()
+        x = self.embeddings(input_ids, token_type_ids, mask=mask)
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)
+        rel = self.rel_norm(self.rel_embeddings.weight)
+        buckets = relative_buckets(T, self.config, input_ids.device)
+        masked = ~(mask[:, None, :, None] & mask[:, None, None, :])  # (B, 1, T, T)
+        for block in self.layers:
+            x = block(x, masked, rel, buckets)
+        return x[:, :1] if first_only else x
+
+
+def deberta_macs_per_token(cfg: ModelConfig, seq_len: int) -> int:
+    """Multiply-accumulates per token: BERT's block (Q/K/V and output projections, the
+    feed-forward layers, QK^T and AV over the row) plus the position terms: each query's and
+    key's dot products with the 2S relative rows (c2p and p2c), and the relative table through
+    the key and query projections (2S rows a layer, spread over the row's tokens)."""
+    H, I, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers
+    terms = len([t for t in cfg.pos_att_type.split("|") if t in ("c2p", "p2c")])
+    rows = 2 * position_span(cfg)[0]
+    per_layer = (4 * H * H + 2 * H * I + 2 * seq_len * H
+                 + terms * (rows * H + rows * H * H // max(1, seq_len)))
+    project = cfg.embedding_size * H if cfg.embedding_size != H else 0
+    return L * per_layer + project
