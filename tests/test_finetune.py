@@ -94,6 +94,28 @@ def test_a_modernbert_body_learns_a_separable_task(task):
                                    attention_mask=mask).logits, atol=1e-5, rtol=1e-5)
 
 
+def test_a_deberta_body_learns_a_separable_task_and_evaluate_reproduces_it(task, capsys):
+    """Sentence classification on a tiny DeBERTa body (issue 43): the fine-tune learns it,
+    and `evaluate` of the saved model gives the scores the run reported."""
+    from electra.data.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(task / "tok")
+    torch.manual_seed(0)
+    disc = Discriminator(model_preset("tiny", body="deberta", vocab_size=tok.get_vocab_size(),
+                                      num_layers=2, position_buckets=32))
+    folders.save(disc, "discriminator", task / "run/discriminator", tok)
+    assert main(["finetune", "--model", str(task / "run"), *custom_args(task), "--out",
+                 str(task / "ft"), "--quiet", "--set", "epochs=4", "--set", "lr=1e-3",
+                 "--set", "precision=fp32"]) == 0
+    results = json.loads((task / "ft/results.json").read_text())
+    assert results["median"]["dev"]["accuracy"] >= 0.95
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(task / "ft/seed-1"), *custom_args(task)[:2],
+                 "--dev", str(task / "dev.csv")]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again["dev"] == results["seeds"]["1"]["dev"]
+
+
 def test_a_modernbert_body_fine_tunes_on_glue_files(tmp_path):
     """GLUE's own SST-2 files (../shared/data; 64 training rows, one epoch) through the GLUE
     reader on a random-init modernbert-small with BERT's vocabulary: the run writes its dev
