@@ -13,10 +13,10 @@ from torch import nn
 
 from electra.config import ModelConfig
 from electra.model.kernels import FAST_CPU, Kernels, Layout
-from electra.model.layers import GDES, Dropout, encode
+from electra.model.layers import GDES, Dropout, TokenTable, encode
 
 
-class Embeddings(nn.Module):
+class Embeddings(TokenTable, nn.Module):
     """Word + position + token-type embeddings, LayerNorm, dropout. Shareable between models."""
 
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
@@ -37,13 +37,6 @@ class Embeddings(nn.Module):
                 else self.position_embeddings(positions))
              + self.token_type_embeddings(token_type_ids))
         return self.dropout(self.layer_norm(x))  # (B, T, E)
-
-    def words(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.word_embeddings(input_ids)  # (B, T, E)
-
-    def word_table(self) -> torch.Tensor:
-        """The (V, E) token table this model reads (what a transformers export holds)."""
-        return self.word_embeddings.weight
 
 
 class GDESEmbeddings(GDES, Embeddings):

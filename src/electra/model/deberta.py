@@ -33,8 +33,9 @@ from torch import nn
 
 from electra.config import ModelConfig
 from electra.errors import UserError
+from electra.model.bert import Block
 from electra.model.kernels import FAST_CPU, Kernels
-from electra.model.layers import GDES, Dropout
+from electra.model.layers import GDES, Dropout, TokenTable
 
 
 def position_span(cfg: ModelConfig) -> tuple[int, int]:
@@ -59,7 +60,7 @@ def relative_buckets(T: int, cfg: ModelConfig, device: torch.device) -> torch.Te
     return torch.where(size <= mid, rel.float(), log_pos * rel.sign()).long()
 
 
-class DebertaEmbeddings(nn.Module):
+class DebertaEmbeddings(TokenTable, nn.Module):
     """Token embeddings, LayerNorm, dropout: no positions, no segments. Shareable."""
 
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
@@ -77,69 +78,61 @@ class DebertaEmbeddings(nn.Module):
             x = x * mask[..., None].to(x.dtype)
         return self.dropout(x)
 
-    def words(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.word_embeddings(input_ids)
-
-    def word_table(self) -> torch.Tensor:
-        return self.word_embeddings.weight
-
 
 class DebertaGDESEmbeddings(GDES, DebertaEmbeddings):
     """DeBERTa's embeddings under gradient-disentangled sharing (DeBERTaV3's own)."""
 
 
-class DebertaBlock(nn.Module):
-    """Disentangled self-attention, then BERT's post-LN feed-forward block."""
-
-    compile_unit = True  # what ``train.compile`` compiles (electra.train.trainer)
+class DebertaBlock(Block):
+    """Disentangled self-attention, then BERT's post-LN block (its fused Q/K/V, output
+    projection, norms and feed-forward layers: :class:`electra.model.bert.Block`'s)."""
 
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
-        super().__init__()
+        super().__init__(cfg, kernels)
         H = cfg.hidden_size
-        self.num_heads, self.p = cfg.num_heads, cfg.attention_dropout
         self.terms = tuple(t for t in ("c2p", "p2c") if t in cfg.pos_att_type.split("|"))
-        self.query, self.key, self.value = nn.Linear(H, H), nn.Linear(H, H), nn.Linear(H, H)
         self.pos_key = self.pos_query = None
         if not cfg.share_att_key:  # positions through projections of their own
             self.pos_key = nn.Linear(H, H) if "c2p" in self.terms else None
             self.pos_query = nn.Linear(H, H) if "p2c" in self.terms else None
-        self.attention_out = nn.Linear(H, H)
-        self.attention_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
-        self.ffn_in = nn.Linear(H, cfg.intermediate_size)
-        self.ffn_out = nn.Linear(cfg.intermediate_size, H)
-        self.ffn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
-        self.dropout = Dropout(cfg.hidden_dropout, kernels)
         self.rel_dropout = Dropout(cfg.hidden_dropout, kernels)
 
     def heads(self, x: torch.Tensor) -> torch.Tensor:
         """(..., T, H) -> (..., heads, T, head size)."""
         return x.unflatten(-1, (self.num_heads, -1)).transpose(-2, -3)
 
-    def forward(self, x: torch.Tensor, masked: torch.Tensor, rel: torch.Tensor,
-                buckets: torch.Tensor) -> torch.Tensor:
-        """(B, T, H) -> (B, T, H); ``masked`` (B, 1, 1 or T, T) True where a key is not
-        attended, ``rel`` the (2S, H) normed relative table, ``buckets`` (T, T) each
-        distance's bucket."""
-        q, k, v = (self.heads(f(x)) for f in (self.query, self.key, self.value))
+    def positions(self, rel: torch.Tensor, own: nn.Linear | None, part: int) -> torch.Tensor:
+        """The relative table through a projection of its own, or through the block's query
+        (``part`` 0) or key (1) third of the fused Q/K/V: (heads, 2S, head size)."""
+        if own is not None:
+            return self.heads(own(rel))
+        H = rel.shape[-1]
+        rows = slice(part * H, (part + 1) * H)
+        return self.heads(F.linear(rel, self.qkv.weight[rows], self.qkv.bias[rows]))
+
+    def forward(self, x: torch.Tensor, masked: torch.Tensor,  # type: ignore[override]
+                rel: torch.Tensor, buckets: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, T, H); ``masked`` (B, 1, T, T) True where a key is not attended,
+        ``rel`` the (2S, H) normed relative table, ``buckets`` (T, T) each distance's."""
+        q, k, v = (self.heads(t) for t in self.qkv(x).chunk(3, -1))
         scale = math.sqrt(q.shape[-1] * (1 + len(self.terms)))
         rel = self.rel_dropout(rel)
         span = rel.shape[0] // 2
         bias = torch.zeros((), dtype=q.dtype, device=q.device)
-        if "c2p" in self.terms:
-            proj = self.key if self.pos_key is None else self.pos_key
-            pos_k = self.heads(proj(rel))  # (heads, 2S, head size)
+        if "c2p" in self.terms:  # q_i . key(rel[bucket(i - j)])
             index = (buckets + span).clamp(0, 2 * span - 1)
+            pos_k = self.positions(rel, self.pos_key, 1)
             bias = bias + torch.gather(q @ pos_k.transpose(-1, -2), -1,
                                        index.expand(*q.shape[:-1], -1)) / scale
-        if "p2c" in self.terms:
-            proj = self.query if self.pos_query is None else self.pos_query
-            pos_q = self.heads(proj(rel))
+        if "p2c" in self.terms:  # k_j . query(rel[bucket(j - i)])
             index = (span - buckets).clamp(0, 2 * span - 1)
+            pos_q = self.positions(rel, self.pos_query, 0)
             bias = bias + torch.gather(k @ pos_q.transpose(-1, -2), -1,
                                        index.expand(*k.shape[:-1], -1)).transpose(-1, -2) / scale
         bias = bias.masked_fill(masked, torch.finfo(q.dtype).min)
+        p = self.attention_dropout if self.training else 0.0
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1 / scale,
-                                           dropout_p=self.p if self.training else 0.0)
+                                           dropout_p=p)
         x = self.attention_norm(x + self.dropout(self.attention_out(
             a.transpose(-2, -3).flatten(-2))))
         return self.ffn_norm(x + self.dropout(self.ffn_out(F.gelu(self.ffn_in(x)))))

@@ -55,6 +55,20 @@ def init_weights(module: nn.Module, std: float, skip: nn.Module | None = None) -
                 nn.init.zeros_(m.bias)
 
 
+class TokenTable:
+    """The token-table reads every body's embeddings module shares (``GDES`` overrides
+    both): the (B, T, E) embeddings of ids, and the (V, E) table the model reads (what a
+    transformers export holds)."""
+
+    word_embeddings: nn.Embedding
+
+    def words(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.word_embeddings(input_ids)
+
+    def word_table(self) -> torch.Tensor:
+        return self.word_embeddings.weight
+
+
 class GDES:
     """A body's embeddings under gradient-disentangled sharing (DeBERTaV3, GDES), mixed in
     before the body's embeddings class: the token table the discriminator reads is

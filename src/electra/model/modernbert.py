@@ -23,10 +23,10 @@ from torch import nn
 
 from electra.config import ModelConfig
 from electra.model.kernels import FAST_CPU, Kernels, Layout
-from electra.model.layers import GDES, Dropout, encode
+from electra.model.layers import GDES, Dropout, TokenTable, encode
 
 
-class ModernEmbeddings(nn.Module):
+class ModernEmbeddings(TokenTable, nn.Module):
     """Token embeddings, LayerNorm without bias, dropout. Shareable between models."""
 
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
@@ -40,12 +40,6 @@ class ModernEmbeddings(nn.Module):
                 positions: torch.Tensor | None = None) -> torch.Tensor:
         """(B, T, E): no segments, no positions (RoPE places the tokens, in the blocks)."""
         return self.dropout(self.norm(self.words(input_ids)))
-
-    def words(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.word_embeddings(input_ids)
-
-    def word_table(self) -> torch.Tensor:
-        return self.word_embeddings.weight
 
 
 class ModernGDESEmbeddings(GDES, ModernEmbeddings):
