@@ -118,7 +118,8 @@ def main(data: str, out: str, preset: str | None = None, config: str | None = No
                             f"a setting with --set)")
         cfg, _ = decay_branch_config(decay_from, sets)
     elif preset is None and config is None and not resume:
-        raise UserError("give --preset NAME (tiny, small, base, large) or --config FILE.toml")
+        raise UserError("give --preset NAME (tiny, small, base, large, modernbert-small, "
+                        "...: `electra pretrain --help` lists them) or --config FILE.toml")
     else:
         cfg = (resumed_run_config(out, sets) if preset is None and config is None
                else load_run_config(preset, config, sets))
