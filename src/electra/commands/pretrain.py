@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,7 +73,13 @@ from electra.runtime import (
 from electra.saved import cards, folders
 from electra.saved.models import open_model
 from electra.train.metrics import iter_metrics
-from electra.train.optim import batch_sizes, param_groups, phase_starts, steps_for_tokens
+from electra.train.optim import (
+    BatchSizes,
+    batch_sizes,
+    param_groups,
+    phase_starts,
+    steps_for_tokens,
+)
 from electra.train.probe import Probe
 from electra.train.trainer import RandomStreams, Settings, Trainer, add_into, pool
 
@@ -154,7 +159,7 @@ class Pretraining:
     probe: Probe | None = None  # train.probe_every's task
     flops_per_token: float = 0.0  # training FLOPs of a token (electra.objectives.flops)
     peak: float = 0.0  # the FLOP/s of all processes' devices, MFU's denominator
-    warm: Callable[[int], int] | None = None  # each batch's size in a batch warmup
+    warm: BatchSizes | None = None  # each batch's size in a batch warmup
     phases: dict[int, Phase] = dataclasses.field(default_factory=dict)  # by row length
     current: int = 0  # the length of the last step's rows
 
@@ -387,7 +392,7 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
     busy = use_threads(tc.threads, "train.threads", rt.device)
     if busy and opt.progress and rt.is_main:
         print(busy, flush=True)
-    data, val, init, cfg, loader, micro, datasets = rt.agree(
+    data, val, init, cfg, loader, micro, datasets, warm = rt.agree(
         lambda: _inputs(opt, rt), "reading data and config")
     run_config = {**cfg.to_dict(), "tokenizer_sha256": data.meta["tokenizer_sha256"],
                   "data_vocab_size": data.vocab_size, "seq_len": data.seq_len}
@@ -430,10 +435,9 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
                     + (f", resuming at step {trainer.step}" if trainer.step else "")
                     + (f"; MFU against {peak / rt.world_size / 1e12:,.1f} TFLOP/s a device "
                        f"({source})" if peak else ""))
-    warm = batch_warmup(tc, data.seq_len) if tc.batch_warmup else None
     phases, current = _phases(opt, cfg, datasets, Phase(cfg, val, fpt), trainer.step, rt)
-    return Pretraining(data, val, cfg, micro, trainer, loader, probe, fpt, peak, warm, phases,
-                       current)
+    return Pretraining(data, val, cfg, micro, trainer, loader, probe, fpt, peak,
+                       warm if tc.batch_warmup else None, phases, current)
 
 
 def _phases(opt: PretrainOptions, cfg: RunConfig, datasets: dict[int, ShardDataset],
@@ -533,7 +537,7 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
         tc = dataclasses.replace(tc, max_steps=steps_for_tokens(warm, tc.max_tokens,
                                                                 data.seq_len))
     cfg = RunConfig(model=model_cfg, objective=objective, train=tc)
-    return data, val, init, cfg, loader, per_rank // tc.grad_accum, datasets
+    return data, val, init, cfg, loader, per_rank // tc.grad_accum, datasets, warm
 
 
 def _datasets(opt: PretrainOptions, tc: TrainConfig, words: bool) -> dict[int, ShardDataset]:
@@ -575,7 +579,7 @@ def _val(data: ShardDataset, words: bool) -> ShardDataset | None:
         data.meta["splits"] else None
 
 
-def _loader(datasets: dict[int, ShardDataset], tc: TrainConfig, warm: Callable[[int], int],
+def _loader(datasets: dict[int, ShardDataset], tc: TrainConfig, warm: BatchSizes,
             per_rank: int, rt: Runtime) -> BatchLoader | PhasedLoader:
     """This rank's batches: of the one length, or of each phase's in turn (a batch warmup
     only inside the first phase)."""
@@ -596,7 +600,7 @@ def _loader(datasets: dict[int, ShardDataset], tc: TrainConfig, warm: Callable[[
     return PhasedLoader(loaders, starts)
 
 
-def batch_warmup(tc: TrainConfig, seq_len: int) -> Callable[[int], int]:
+def batch_warmup(tc: TrainConfig, seq_len: int) -> BatchSizes:
     """Each step's global batch (``train.batch_warmup``; ``batch_size`` without one)."""
     start, tokens = parse_batch_warmup(tc.batch_warmup)
     return batch_sizes(start, tokens, tc.batch_size, tc.batch_size // tc.grad_accum, seq_len)

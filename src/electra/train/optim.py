@@ -137,8 +137,18 @@ def warmup_linear(warmup_steps: int, max_steps: int) -> Callable[[int], float]:
     return f
 
 
+class BatchSizes:
+    """The global batch of each step: the warmup's sizes (``warm``), then ``batch_size``."""
+
+    def __init__(self, warm: list[int], batch_size: int) -> None:
+        self.warm, self.batch_size = warm, batch_size
+
+    def __call__(self, step: int) -> int:
+        return self.warm[step] if step < len(self.warm) else self.batch_size
+
+
 def batch_sizes(start: int, tokens: int, batch_size: int, unit: int,
-                seq_len: int) -> Callable[[int], int]:
+                seq_len: int) -> BatchSizes:
     """The global batch of each step (0-based) under batch-size warmup (ModernBERT's): it
     grows linearly, in the token positions trained so far, from ``start`` to ``batch_size``
     over ``tokens``, rounded down to whole micro-batches of ``unit`` examples (every step is
@@ -151,20 +161,18 @@ def batch_sizes(start: int, tokens: int, batch_size: int, unit: int,
         b = max(start, min(batch_size, int(grown) // unit * unit))
         warm.append(b)
         seen += b * seq_len
-    return lambda step: warm[step] if step < len(warm) else batch_size
+    return BatchSizes(warm, batch_size)
 
 
-def steps_for_tokens(sizes: Callable[[int], int], max_tokens: int, seq_len: int) -> int:
+def steps_for_tokens(sizes: BatchSizes, max_tokens: int, seq_len: int) -> int:
     """The steps ``max_tokens`` token positions take with the batches ``sizes`` gives
-    (the last one counted whole)."""
+    (the last one counted whole): the warmup's steps, then full batches."""
     steps = seen = 0
-    while seen < max_tokens:
-        b = sizes(steps)
-        if b == sizes(steps + 1) and sizes(steps + 10**9) == b:  # constant from here on
-            return steps - (-(max_tokens - seen) // (b * seq_len))
-        seen += b * seq_len
-        steps += 1
-    return steps
+    for b in sizes.warm:
+        if seen >= max_tokens:
+            return steps
+        seen, steps = seen + b * seq_len, steps + 1
+    return steps + max(0, -(-(max_tokens - seen) // (sizes.batch_size * seq_len)))
 
 
 def phase_starts(fractions: list[float], max_steps: int) -> list[int]:
