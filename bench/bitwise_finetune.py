@@ -112,6 +112,22 @@ def files(root: Path) -> set[Path]:
             if p.is_file() and "tb" not in p.relative_to(root).parts}
 
 
+def differences(a: object, b: object, path: str = "") -> list[str]:
+    """Every key path where two JSON values differ (keys only one has named as such)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(a.keys() | b.keys()):
+            if k not in a or k not in b:
+                out.append(f"{path}.{k} (only in {'B' if k in b else 'A'})")
+            elif a[k] != b[k]:
+                out += differences(a[k], b[k], f"{path}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y
+                for d in differences(x, y, f"{path}[{i}]")]
+    return [path or "the top"]
+
+
 def compare(a: Path, b: Path) -> list[str]:
     """Every difference between two output folders."""
     from safetensors.torch import load_file
@@ -132,7 +148,7 @@ def compare(a: Path, b: Path) -> list[str]:
             other = pb.read_text().splitlines() if rel.suffix == ".jsonl" else [pb.read_text()]
             ja, jb = ([_json(json.loads(x)) for x in v] for v in (lines, other))
             if ja != jb:
-                diffs.append(f"{rel}: differs")
+                diffs.append(f"{rel}: differs at {', '.join(differences(ja, jb))}")
         elif pa.read_bytes() != pb.read_bytes():
             diffs.append(f"{rel}: bytes differ")
     return diffs

@@ -70,6 +70,38 @@ def test_the_mask30_presets_are_modernberts_recipe_on_its_bodies():
         assert m30.train.lr == plain.train.lr and m30.train.max_steps == plain.train.max_steps
 
 
+def test_the_debertav3_presets_are_the_released_shapes_and_recipe():
+    """microsoft/DeBERTa's rtd_{xsmall,small,base}.json: the discriminator's blocks, a
+    generator as wide and half as deep; RTD with GDES, 15% chosen and all [MASK], λ = 50.
+    xsmall on V3's 128,100 tokens, counted by hand: 21M parameters in its blocks beside 49M
+    in its token table."""
+    import torch
+
+    from electra.model import Discriminator, count_parameters
+
+    for size, (L, H, heads, gen_layers) in {"xsmall": (12, 384, 6, 6),
+                                            "small": (6, 768, 12, 3),
+                                            "base": (12, 768, 12, 6)}.items():
+        run = load_run_config(f"debertav3-{size}")
+        m, g = run.model, run.model.generator_config()
+        assert (m.body, m.num_layers, m.hidden_size, m.num_heads, m.intermediate_size) == (
+            "deberta", L, H, heads, 4 * H)
+        assert (g.num_layers, g.hidden_size, g.num_heads) == (gen_layers, H, heads)
+        assert (m.position_buckets, m.max_position_embeddings, m.layer_norm_eps) == (
+            256, 512, 1e-7)
+        o = run.objective
+        assert (o.kind, o.sharing, o.mask_prob, o.mask_token_prob, o.disc_weight) == (
+            "electra", "gdes", 0.15, 1.0, 50.0)
+    with torch.device("meta"):
+        disc = Discriminator(load_run_config("debertav3-xsmall").model.replace(
+            vocab_size=128_100))
+    H, I = 384, 1536
+    block = 4 * (H * H + H) + 2 * H * I + I + H + 2 * 2 * H  # Q/K/V/out, FFN, two norms
+    rel, head = 2 * 256 * H + 2 * H, (H * H + H) + 2 * H + (H + 1)  # table + norm; RTD head
+    assert count_parameters(disc) == 128_100 * H + 2 * H + 12 * block + rel + head
+    assert round(12 * block / 1e6) == 21 and round(128_100 * H / 1e6) == 49
+
+
 def test_set_overrides_and_unknown_keys():
     cfg = load_run_config("small", sets=["train.lr=1e-3", "num_layers=4", "precision=fp32",
                                          "objective.sampling=inverse_cdf"])

@@ -411,6 +411,13 @@ CASES = [
     ("data", ("pretrain", "--config", P("tiny.toml"), "--data", P("packed"), "--set",
               "model.body=deberta", "--set", "model.position_buckets=32", "--quiet"),
      "which the deberta body cannot keep apart"),
+    ("config", (*PRETRAIN, "--set", "model.generator_layers=99"),
+     "model.generator_layers=99 is deeper than the discriminator's"),
+    ("config", (*PRETRAIN, "--set", "model.generator_layers=-1"),
+     "model.generator_layers must be >= 0, got -1"),
+    ("config", (*PRETRAIN, "--set", "model.generator_size=1", "--set",
+                "model.generator_layers=1", "--set", "objective.sharing=all"),
+     "model.generator_layers=1 makes the generator shallower"),
     # -- issue 44: optimizers --
     ("config", (*PRETRAIN, "--set", "train.optimizer=sgd"),
      "train.optimizer must be one of adamw, stableadamw, lamb, got 'sgd'"),

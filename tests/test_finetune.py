@@ -117,13 +117,14 @@ def test_a_deberta_body_learns_a_separable_task_and_evaluate_reproduces_it(task,
     assert again["dev"] == results["seeds"]["1"]["dev"]
 
 
-def test_a_modernbert_body_fine_tunes_on_glue_files(tmp_path):
+@pytest.mark.parametrize("preset", ["modernbert-small", "debertav3-xsmall"])
+def test_a_modern_body_fine_tunes_on_glue_files(tmp_path, preset):
     """GLUE's own SST-2 files (../shared/data; 64 training rows, one epoch) through the GLUE
-    reader on a random-init modernbert-small with BERT's vocabulary: the run writes its dev
-    accuracy."""
+    reader on a random-init modernbert-small or debertav3-xsmall with BERT's vocabulary: the
+    run writes its dev accuracy."""
     glue = shared_data("glue/SST-2")
     vocab = shared_data("vocab/bert-base-uncased-vocab.txt")
-    assert main(["finetune", "--random-init", "modernbert-small", "--tokenizer", str(vocab),
+    assert main(["finetune", "--random-init", preset, "--tokenizer", str(vocab),
                  "--task",
                  "sst2", "--data", str(glue), "--out", str(tmp_path / "ft"), "--quiet",
                  "--set", "epochs=1", "--set", "max_train_examples=64",
@@ -131,7 +132,7 @@ def test_a_modernbert_body_fine_tunes_on_glue_files(tmp_path):
     results = json.loads((tmp_path / "ft/results.json").read_text())
     assert 0 <= results["median"]["dev"]["accuracy"] <= 1
     saved = json.loads((tmp_path / "ft/seed-1/config.json").read_text())
-    assert saved["model"]["body"] == "modernbert"
+    assert saved["model"]["body"] == preset.split("-")[0].removesuffix("v3")
 
 
 def test_finetune_from_a_pretrained_discriminator(task):

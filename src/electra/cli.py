@@ -321,18 +321,20 @@ COMMANDS: dict[str, Command] = {
             arg("--batch-size", type=int, default=64, help="inputs per batch (default: 64)"),
             _quiet())),
     "export": Command(
-        "write transformers ELECTRA folders (needs transformers)", "electra.saved.hf:export_hf", (
+        "write transformers folders (needs transformers)", "electra.saved.hf:export_hf", (
             arg("source", help="a pretraining run folder, RUN/checkpoints/step-N, or a "
                 "fine-tuned model (FT/seed-N)"),
             arg("--out", required=True, help="writes OUT/discriminator and OUT/generator "
-                "(ElectraForPreTraining, ElectraForMaskedLM); for a fine-tuned model, OUT "
-                "itself (ElectraForSequenceClassification)"),
+                "(ElectraForPreTraining, ElectraForMaskedLM; ModernBert* or DebertaV2* for "
+                "those bodies); for a fine-tuned model, OUT itself (its head's ...For* "
+                "class)"),
             arg("--overwrite", action="store_true", help="replace an existing --out"))),
     "import": Command(
-        "read transformers ELECTRA folders into a run folder", "electra.saved.hf:import_hf", (
-            arg("hf_dir", help="an ElectraForPreTraining folder (config.json + weights + "
-                "vocab.txt/tokenizer.json)"),
-            arg("--generator", help="an ElectraForMaskedLM folder (default: a fresh "
+        "read transformers folders into a run folder", "electra.saved.hf:import_hf", (
+            arg("hf_dir", help="an ELECTRA, ModernBERT or DebertaV2 folder (config.json + "
+                "weights + tokenizer.json, vocab.txt or spm.model)"),
+            arg("--generator", help="a ...ForMaskedLM folder (default: the folder's "
+                "pytorch_model.generator.bin, as the released DeBERTa-V3's, or a fresh "
                 "generator sharing the discriminator's embeddings)"),
             arg("--out", required=True, help="writes OUT/discriminator and OUT/generator"),
             arg("--overwrite", action="store_true", help="replace an existing --out"))),

@@ -155,7 +155,8 @@ class ModelConfig:
         "hidden_dropout": "[0, 1)", "attention_dropout": "[0, 1)", "layer_norm_eps": "> 0",
         "initializer_range": "> 0", "pad_token_id": ">= 0", "generator_size": "(0, 1]",
         "local_attention": ">= 2", "global_every": ">= 1", "global_rope_theta": "> 0",
-        "local_rope_theta": "> 0", "position_buckets": ">= 0", "max_relative_positions": ">= 0"}
+        "local_rope_theta": "> 0", "position_buckets": ">= 0", "max_relative_positions": ">= 0",
+        "generator_layers": ">= 0"}
     vocab_size: int = 30522
     """Rows of the word-embedding table (set from the tokenizer)."""
     embedding_size: int = 128
@@ -184,6 +185,9 @@ class ModelConfig:
     """Id of [PAD]; its embedding row starts at zero and receives no gradient."""
     generator_size: float = 0.25
     """Generator width as a fraction of this model's (hidden, FFN and heads scaled)."""
+    generator_layers: int = 0
+    """Generator depth in blocks; 0: the discriminator's (ELECTRA's generators are narrower,
+    DeBERTa-V3's are as wide and half as deep)."""
     share_embeddings: bool = True
     """Generator and discriminator share one embedding module (word, position, type, LN)."""
     body: str = "bert"
@@ -229,6 +233,10 @@ class ModelConfig:
                f"tokens >= 2 (ModernBERT's is 128)")
         if self.body == "deberta":  # its relative positions (the other bodies have none)
             self._check_positions()
+        _check(self.generator_layers <= self.num_layers,
+               f"model.generator_layers={self.generator_layers} is deeper than the "
+               f"discriminator's {self.num_layers} blocks; give at most {self.num_layers} "
+               f"(0: the same depth)")
         _check(self.pad_token_id < self.vocab_size,
                f"model.pad_token_id={self.pad_token_id} is outside the vocabulary "
                f"(size {self.vocab_size})")
@@ -270,7 +278,8 @@ class ModelConfig:
                f"this machine's {memory / 2**30:,.1f} GiB of memory; choose a smaller model")
 
     def generator_config(self) -> ModelConfig:
-        """The generator: same depth and embeddings; hidden, FFN, heads scaled by generator_size."""
+        """The generator: the same embeddings; hidden, FFN, heads scaled by generator_size;
+        ``generator_layers`` blocks (0: as many as this model)."""
         m = self.generator_size
         heads = max(1, round(self.num_heads * m))
         hidden = max(heads, round(self.hidden_size * m))
@@ -278,6 +287,7 @@ class ModelConfig:
         return dataclasses.replace(
             self, hidden_size=hidden, num_heads=heads,
             intermediate_size=max(1, round(self.intermediate_size * m)), generator_size=1.0,
+            num_layers=self.generator_layers or self.num_layers, generator_layers=0,
         )
 
     def replace(self, **changes: Any) -> ModelConfig:
@@ -316,11 +326,21 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
 # 1-sqrt decay); the objective's part is electra.objectives.config.OBJECTIVE_PRESETS.
 MODEL_PRESETS["modernbert-small-mask30"] = MODEL_PRESETS["modernbert-small"]
 MODEL_PRESETS["modernbert-base-mask30"] = MODEL_PRESETS["modernbert-base"]
+# DeBERTa-V3's released shapes (microsoft/DeBERTa's experiments/language_model/rtd_*.json):
+# the generator as wide as the discriminator and half as deep, 256 position buckets over 512
+# positions, LayerNorm eps 1e-7; the objective's part (RTD, GDES) is OBJECTIVE_PRESETS'.
+for _name, (_layers, _width, _heads) in {"xsmall": (12, 384, 6), "small": (6, 768, 12),
+                                          "base": (12, 768, 12)}.items():
+    MODEL_PRESETS[f"debertav3-{_name}"] = ModelConfig(
+        body="deberta", embedding_size=_width, hidden_size=_width, num_layers=_layers,
+        num_heads=_heads, intermediate_size=4 * _width, max_position_embeddings=512,
+        layer_norm_eps=1e-7, generator_size=1.0, generator_layers=_layers // 2)
 
 
 def model_preset(name: str, **overrides: Any) -> ModelConfig:
     """A named preset (``tiny``, ``small``, ``base``, ``large``; ``modernbert-small``,
-    ``modernbert-base``, and each with ``-mask30``) with ``overrides`` applied."""
+    ``modernbert-base``, and each with ``-mask30``; ``debertav3-xsmall``, ``-small``,
+    ``-base``) with ``overrides`` applied."""
     if name not in MODEL_PRESETS:
         raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(MODEL_PRESETS)}")
     return MODEL_PRESETS[name].replace(**overrides)
@@ -571,6 +591,14 @@ TRAIN_PRESETS: dict[str, dict[str, Any]] = {
     "modernbert-base-mask30": {"lr": 2e-4, "batch_size": 256, "warmup_steps": 10_000,
                                "max_steps": 766_000, "schedule": "wsd", "decay_fraction": 0.1,
                                "decay_shape": "1-sqrt"},
+    # microsoft/DeBERTa's experiments/language_model/rtd.sh (its xsmall's for small, which it
+    # does not list): 10k warmup steps, 1M steps
+    "debertav3-xsmall": {"lr": 3e-4, "batch_size": 64, "warmup_steps": 10_000,
+                         "max_steps": 1_000_000},
+    "debertav3-small": {"lr": 3e-4, "batch_size": 64, "warmup_steps": 10_000,
+                        "max_steps": 1_000_000},
+    "debertav3-base": {"lr": 1e-4, "batch_size": 256, "warmup_steps": 10_000,
+                       "max_steps": 1_000_000},
 }
 
 

@@ -101,20 +101,42 @@ def test_relative_buckets_by_hand():
 
 def test_flops_a_token_equal_torchs_count_of_a_forward():
     """deberta_macs_per_token: BERT's block plus each query's and key's products with the
-    2S relative rows and the rows through two projections a layer (spread over the row),
-    equal to torch's FLOP counter on a forward of one row (2 FLOPs a multiply-add)."""
+    relative rows the row reaches and those rows through two projections a layer (spread
+    over the row), equal to torch's FLOP counter on a forward of one row (2 FLOPs a
+    multiply-add). 32 tokens on 16 buckets out to 64: the farthest distance, 31, is bucket
+    8 + ceil(log(31 / 8) / log(63 / 8) x 7) = 13, so rows 16 - 14 to 16 + 14 of the 32 (a row
+    of margin either side): 29."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    from electra.model.deberta import deberta_macs_per_token
+    from electra.model.deberta import deberta_macs_per_token, table_rows
 
     ours, _ = pair()
-    T = 32  # divides the 32 relative rows x 64 x 64 of the projections
+    T = 32
+    assert table_rows(T, ours.config) == slice(2, 31)
     ids = torch.randint(5, 120, (1, T))
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as fc:
         ours(ids, torch.ones_like(ids))
-    H, I, S2 = 64, 128, 32
-    # QKV+out, FFN, QK^T and AV, then c2p and p2c: 2S rows each, and 2S rows projected
-    per_layer = 4 * H * H + 2 * H * I + 2 * T * H + 2 * (S2 * H + S2 * H * H // T)
+    H, I, R = 64, 128, 29
+    # QKV+out, FFN, QK^T and AV, then c2p and p2c: R rows each, and R rows projected
+    per_layer = 4 * H * H + 2 * H * I + 2 * T * H + 2 * (R * H + R * H * H // T)
     assert deberta_macs_per_token(ours.config, T) == 2 * per_layer  # 2 layers
     assert fc.get_total_flops() == 2 * T * deberta_macs_per_token(ours.config, T)
+
+
+def test_the_rows_a_row_reads_are_the_ones_its_distances_reach():
+    """table_rows holds every bucket of the row's distances (the gathers index inside it),
+    for lengths in and beyond the exact range, with and without buckets; at V3's 256 buckets
+    a row of 128 tokens reads 257 of the 512 rows, one of 512 tokens all of them."""
+    from electra.model.deberta import position_span, table_rows
+
+    for cfg in (ModelConfig(body="deberta", position_buckets=16, max_relative_positions=64),
+                ModelConfig(body="deberta", position_buckets=0, max_relative_positions=24),
+                ModelConfig(body="deberta")):
+        span = position_span(cfg)[0]
+        for T in (1, 2, 7, 8, 9, 31, 100, 300):
+            rows, b = table_rows(T, cfg), relative_buckets(T, cfg, torch.device("cpu"))
+            for index in ((b + span).clamp(0, 2 * span - 1), (span - b).clamp(0, 2 * span - 1)):
+                assert rows.start <= int(index.min()) and int(index.max()) < rows.stop
+    v3 = ModelConfig(body="deberta")
+    assert (table_rows(128, v3), table_rows(512, v3)) == (slice(128, 385), slice(0, 512))

@@ -5,6 +5,7 @@ scripts' rules on a hand-made prediction file."""
 from __future__ import annotations
 
 import collections
+import importlib.util
 import json
 import re
 import shutil
@@ -242,9 +243,12 @@ def qa_run(tmp_path_factory):
     return root
 
 
-def test_a_modernbert_body_learns_squad(qa_run, tmp_path):
+@pytest.mark.parametrize("body", ["modernbert", "deberta"])
+def test_a_modern_body_learns_squad(qa_run, tmp_path, body):
     """The same synthetic SQuAD on a ModernBERT body of the same size (every third block
-    global, the others a 16-token window: contexts are longer than it)."""
+    global, the others a 16-token window: contexts are longer than it) and on a DeBERTa body
+    (16 buckets: distances past 8 share log buckets); the DeBERTa model exports as
+    DebertaV2ForQuestionAnswering with its start and end logits."""
     import torch
 
     from electra.config import model_preset
@@ -253,14 +257,31 @@ def test_a_modernbert_body_learns_squad(qa_run, tmp_path):
 
     tok = load_tokenizer(qa_run / "tok")
     torch.manual_seed(0)
-    disc = Discriminator(model_preset("tiny", body="modernbert", vocab_size=tok.get_vocab_size(),
+    own = {"local_attention": 16} if body == "modernbert" else {"position_buckets": 16}
+    disc = Discriminator(model_preset("tiny", body=body, vocab_size=tok.get_vocab_size(),
                                       num_layers=3, hidden_size=64, num_heads=2,
                                       intermediate_size=128, embedding_size=64,
-                                      max_position_embeddings=128, local_attention=16))
+                                      max_position_embeddings=128, **own))
     folders.save(disc, "discriminator", tmp_path / "run/discriminator", tok)
     shutil.copy(qa_run / "v1.json", tmp_path / "v1.json")
     dev = _finetune_qa(tmp_path, "squad1", "v1.json", "ft")
     assert dev["exact"] >= 90 and dev["total"] == 15 * 8
+    if body == "deberta" and importlib.util.find_spec("transformers"):
+        from transformers import DebertaV2ForQuestionAnswering
+
+        from electra.cli import main
+
+        assert main(["export", str(tmp_path / "ft/seed-1"), "--out", str(tmp_path / "hf")]) == 0
+        hf, info = DebertaV2ForQuestionAnswering.from_pretrained(tmp_path / "hf",
+                                                                 output_loading_info=True)
+        assert not any(info.values()), info
+        ours = folders.load(tmp_path / "ft/seed-1", "classifier")[0].eval()
+        ids = torch.randint(5, ours.config.vocab_size, (2, 40))
+        with torch.no_grad():
+            out = hf.eval()(input_ids=ids, attention_mask=torch.ones_like(ids))
+            logits = ours(ids, torch.ones_like(ids))
+        torch.testing.assert_close(out.start_logits, logits[..., 0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(out.end_logits, logits[..., 1], rtol=0, atol=1e-5)
 
 
 def _finetune_qa(root, task: str, data: str, out: str) -> dict:

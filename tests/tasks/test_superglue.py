@@ -298,3 +298,37 @@ def test_record_windows_a_long_passage_and_scores_a_candidate_where_it_is_mentio
     train = head.encode(tk, rows, data, cfg)  # the marked windows, labelled by their row
     assert len(train["labels"]) == int(w["covers"].sum())
     assert train["labels"].tolist().count(1) == int((w["covers"] & (w["row"] == 2)).sum())
+
+
+@pytest.mark.parametrize("task, folder", [("cb", "CB"), ("copa", "COPA")])
+def test_a_deberta_body_learns_a_superglue_task_and_exports_its_head(tmp_path, tok, task,
+                                                                    folder):
+    """CB (a sequence head) and COPA (the multiple-choice head) on a tiny DeBERTa body
+    (issue 43): memorised above chance, as the BERT body's above, and exported as
+    DebertaV2ForSequenceClassification / ...ForMultipleChoice with nothing missing."""
+    import torch
+
+    from electra.config import model_preset
+    from electra.data.tokenizer import load_tokenizer
+    from electra.model import Discriminator
+    from electra.saved import folders
+
+    tokenizer = load_tokenizer(tok)
+    torch.manual_seed(0)
+    disc = Discriminator(model_preset("tiny", body="deberta", num_layers=2,
+                                      vocab_size=tokenizer.get_vocab_size(),
+                                      position_buckets=32))
+    folders.save(disc, "discriminator", tmp_path / "run/discriminator", tokenizer)
+    assert main(["finetune", "--model", str(tmp_path / "run"), "--task", task, "--data",
+                 str(FIXTURES / folder), "--out", str(tmp_path / "ft"), "--set", "batch_size=2",
+                 "--set", "epochs=15", "--set", "lr=2e-3", "--set", "precision=fp32",
+                 "--set", "warmup_fraction=0", "--quiet"]) == 0
+    results = json.loads((tmp_path / "ft/results.json").read_text())
+    metric = SUPERGLUE[task].metrics[0] if task != "copa" else "accuracy"
+    assert results["median"]["val"][metric] > 0.6, results["seeds"]
+    assert main(["export", str(tmp_path / "ft/seed-1"), "--out", str(tmp_path / "hf")]) == 0
+    transformers = pytest.importorskip("transformers")
+    cls = (transformers.DebertaV2ForMultipleChoice if task == "copa"
+           else transformers.DebertaV2ForSequenceClassification)
+    _, info = cls.from_pretrained(tmp_path / "hf", output_loading_info=True)
+    assert not any(info.values()), info

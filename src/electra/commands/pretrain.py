@@ -71,6 +71,7 @@ from electra.runtime import (
     use_threads,
 )
 from electra.saved import cards, folders
+from electra.saved.hf_format import GENERATOR_WEIGHTS
 from electra.saved.models import open_model
 from electra.train.metrics import iter_metrics
 from electra.train.optim import (
@@ -410,10 +411,7 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
     if model.method.needs_unigram(cfg.objective):
         model.set_unigram(_unigram_counts(data))
     if init is not None and resume_from is None:
-        # Generator first: with shared embeddings the discriminator's table wins.
-        if init[2] is not None:  # else the model's fresh generator
-            model.generator.load_state_dict(init[2].state_dict())
-        model.discriminator.load_state_dict(init[1].state_dict())
+        model.start_from(init[1], init[2])  # init[2] None: the model's fresh generator
     n_params = count_parameters(model)
     trainer = make_trainer(
         model, cfg, rt, out=Path(opt.out), config=run_config, progress=opt.progress,
@@ -639,7 +637,8 @@ def _unigram_counts(data: ShardDataset) -> torch.Tensor:
 def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, Any, Path]:
     """(model config, discriminator, generator, tokenizer folder) to start from (a run, an
     imported run, a run's checkpoint, or a transformers folder: a generator is built, at the
-    run's ``generator_size``, where it holds none); dropout from the run config."""
+    run's ``generator_size`` and ``generator_layers`` (the folder's own depth rule where the
+    run's is deeper than the model), where it holds none); dropout from the run config."""
     opened = open_model(folder, "discriminator", "--init")
     disc, tokenizer = opened["discriminator"], opened.tokenizer
     d = disc.config
@@ -649,18 +648,23 @@ def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, A
                         f"it, or --init a {run_model.body} model")
     if _lone_transformers_model(Path(folder)):  # a fresh generator, sharing embeddings
         return (d.replace(generator_size=run_model.generator_size,
+                          generator_layers=(run_model.generator_layers if
+                                            run_model.generator_layers <= d.num_layers
+                                            else d.generator_layers),
                           hidden_dropout=run_model.hidden_dropout,
                           attention_dropout=run_model.attention_dropout,
                           share_embeddings=run_model.share_embeddings), disc, None, tokenizer)
     gen = open_model(folder, "generator", "--init")["generator"]
     g = gen.config
     cfg = d.replace(generator_size=g.hidden_size / d.hidden_size,
+                    generator_layers=0 if g.num_layers == d.num_layers else g.num_layers,
                     hidden_dropout=run_model.hidden_dropout,
                     attention_dropout=run_model.attention_dropout,
                     share_embeddings=run_model.share_embeddings)
     derived = cfg.generator_config()
-    if (derived.hidden_size, derived.num_heads, derived.intermediate_size) != (
-            g.hidden_size, g.num_heads, g.intermediate_size):
+    if (derived.hidden_size, derived.num_heads, derived.intermediate_size,
+            derived.num_layers) != (g.hidden_size, g.num_heads, g.intermediate_size,
+                                    g.num_layers):
         raise UserError(f"--init {folder}: the generator ({g.hidden_size} wide, {g.num_heads} "
                         f"heads, FFN {g.intermediate_size}) is not a width multiple of the "
                         f"discriminator ({d.hidden_size}, {d.num_heads}, "
@@ -673,7 +677,8 @@ def _lone_transformers_model(folder: Path) -> bool:
     meta = read_json(folder / "config.json", "a model's config") if (
         folder / "config.json").is_file() else {}
     return (isinstance(meta, dict) and "model_type" in meta
-            and not any(a.endswith("ForMaskedLM") for a in meta.get("architectures") or []))
+            and not any(a.endswith("ForMaskedLM") for a in meta.get("architectures") or [])
+            and not (folder / GENERATOR_WEIGHTS).is_file())  # a released V3 generator
 
 
 def _branch(checkpoint: Path, run_config: dict[str, Any], out: Path) -> Path:

@@ -68,19 +68,26 @@ class EncoderWithHead(nn.Module):
 
 
 class Discriminator(EncoderWithHead):
-    """Encoder + dense -> GELU -> dense: one logit per token, > 0 meaning "replaced"."""
+    """Encoder + dense -> GELU -> dense: one logit per token, > 0 meaning "replaced". A body
+    with ``Body.rtd_context`` (DeBERTa's) first norms each state plus its row's first
+    ([CLS]) state, as microsoft/DeBERTa's replaced-token head."""
 
     def __init__(self, cfg: ModelConfig, embeddings: nn.Module | None = None,
                  kernels: Kernels | None = None) -> None:
         super().__init__()
         self.config = cfg
+        body = body_of(cfg)
         self.encoder = encoder_for(cfg, embeddings, kernels)
-        self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=body_of(cfg).bias)
+        self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=body.bias)
         self.head_out = nn.Linear(cfg.hidden_size, 1)
+        self.head_norm = (nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+                          if body.rtd_context else None)
         init_weights(self, cfg.initializer_range, skip=embeddings)
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Hidden states (B, T, H) -> one logit per token (B, T)."""
+        if self.head_norm is not None:
+            h = self.head_norm(h + h[:, :1])
         return self.head_out(F.gelu(self.head_dense(h))).squeeze(-1)
 
 

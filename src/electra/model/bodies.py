@@ -46,7 +46,9 @@ class Body:
     length do not suit the body's settings (None: they do), and ``task_head``: the module a
     fine-tuning head applies before its classifier (ModernBERT's dense -> GELU -> norm, as
     its ``ModernBertFor*`` classes; None: each head its own, as ELECTRA's classes),
-    ``packed_rows``: whether it reads rows of several sequences (``prepare --pack``)."""
+    ``packed_rows``: whether it reads rows of several sequences (``prepare --pack``),
+    ``rtd_context``: whether the discriminator's head first norms each state plus its row's
+    [CLS] state (DeBERTa's replaced-token head; ELECTRA's reads the state alone)."""
 
     name: str
     encoder: Callable[..., nn.Module]
@@ -57,6 +59,7 @@ class Body:
     length_error: Callable[[Any, int], str | None] = lambda cfg, seq_len: None
     task_head: Callable[[Any], nn.Module] | None = None
     packed_rows: bool = True  # whether it keeps the sequences of a packed row apart
+    rtd_context: bool = False
 
 
 BODIES: Registry[Body] = Registry("body")
@@ -68,7 +71,7 @@ for _body in (
          bias=False, length_error=modern_length_error, task_head=ModernHead),
     # DeBERTa's (V3's settings): disentangled attention over log-bucketed relative positions
     Body("deberta", DebertaEncoder, DebertaGDESEmbeddings, DebertaBlock,
-         deberta_macs_per_token, packed_rows=False),
+         deberta_macs_per_token, packed_rows=False, rtd_context=True),
 ):
     BODIES.add(_body.name, _body)
 

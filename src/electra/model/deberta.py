@@ -5,7 +5,9 @@
                  the V3 checkpoints) -> LayerNorm -> padding zeroed -> dropout
     relative     each query-key distance in log buckets (``position_buckets``: exact up to
                  half of them, logarithmic out to ``max_relative_positions``), one shared
-                 table of 2 x buckets rows, LayerNorm'd once a forward
+                 table of 2 x buckets rows, LayerNorm'd once a forward; the rows a row's
+                 distances reach are projected once a layer (at 128 tokens of V3's 256
+                 buckets: 257 of 512 rows; transformers projects all 512)
     block i      scores = q.k / s + c2p + p2c,  s = sqrt(head size x (1 + terms))
                  c2p[i, j] = q_i . Wk(rel[bucket(i - j)]) / s   (content to position)
                  p2c[i, j] = k_j . Wq(rel[bucket(j - i)]) / s   (position to content)
@@ -13,8 +15,9 @@
 
 With ``share_att_key`` (V3's) the positions go through the block's own query and key
 projections; otherwise through projections of their own. The two position terms are one
-additive bias of a layer's (B, heads, T, T) scores, handed to torch's scaled-dot-product
-attention with the padding mask folded in: one layer's bias exists at a time. The body
+additive bias of a layer's (B, heads, T, T) scores, handed to the kernels' attention with
+the padding mask folded in (torch's scaled-dot-product attention, or with dropout on a CPU
+the written attention and its cheaper dropout): one layer's bias exists at a time. The body
 computes padded rows whatever layout the kernels would give (the bias needs the whole row),
 so its states at padding are computed, and never read.
 
@@ -50,7 +53,11 @@ def relative_buckets(T: int, cfg: ModelConfig, device: torch.device) -> torch.Te
     the buckets, beyond it ``mid + ceil(log(|d| / mid) / log((far - 1) / mid) * (mid - 1))``
     with the distance's sign (transformers' ``make_log_bucket_position``)."""
     ids = torch.arange(T, device=device)
-    rel = ids[:, None] - ids[None, :]
+    return bucket_of(ids[:, None] - ids[None, :], cfg)
+
+
+def bucket_of(rel: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
+    """The bucket of each distance in ``rel`` (:func:`relative_buckets`' rule)."""
     if not cfg.position_buckets:
         return rel
     mid, (_, far) = cfg.position_buckets // 2, position_span(cfg)
@@ -58,6 +65,15 @@ def relative_buckets(T: int, cfg: ModelConfig, device: torch.device) -> torch.Te
     size = torch.where(inside, torch.full_like(rel, mid - 1), rel.abs()).float()
     log_pos = torch.ceil(torch.log(size / mid) / math.log((far - 1) / mid) * (mid - 1)) + mid
     return torch.where(size <= mid, rel.float(), log_pos * rel.sign()).long()
+
+
+def table_rows(T: int, cfg: ModelConfig) -> slice:
+    """The rows of the relative table a row of T tokens reads: buckets out to its farthest
+    distance's (counted on the host, one row of margin either side, so that no device value
+    is read), within the table's 2 x S rows. Rows of up to half the buckets read 2T + 1."""
+    span = position_span(cfg)[0]
+    reach = int(bucket_of(torch.tensor([max(T - 1, 0)]), cfg)[0]) + 1
+    return slice(max(0, span - reach), min(2 * span, span + reach + 1))
 
 
 class DebertaEmbeddings(TokenTable, nn.Module):
@@ -110,29 +126,28 @@ class DebertaBlock(Block):
         rows = slice(part * H, (part + 1) * H)
         return self.heads(F.linear(rel, self.qkv.weight[rows], self.qkv.bias[rows]))
 
-    def forward(self, x: torch.Tensor, masked: torch.Tensor,  # type: ignore[override]
-                rel: torch.Tensor, buckets: torch.Tensor) -> torch.Tensor:
-        """(B, T, H) -> (B, T, H); ``masked`` (B, 1, T, T) True where a key is not attended,
-        ``rel`` the (2S, H) normed relative table, ``buckets`` (T, T) each distance's."""
+    def forward(self, x: torch.Tensor, masked: torch.Tensor | None,  # type: ignore[override]
+                rel: torch.Tensor, c2p: torch.Tensor, p2c: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, T, H); ``masked`` (B, 1, T, T) True where a key is not attended
+        (None: no padding),
+        ``rel`` the normed rows of the relative table the row reads, ``c2p`` / ``p2c`` (T, T)
+        each query-key pair's row in it for each term (:meth:`DebertaEncoder.forward`)."""
         q, k, v = (self.heads(t) for t in self.qkv(x).chunk(3, -1))
         scale = math.sqrt(q.shape[-1] * (1 + len(self.terms)))
         rel = self.rel_dropout(rel)
-        span = rel.shape[0] // 2
         bias = torch.zeros((), dtype=q.dtype, device=q.device)
         if "c2p" in self.terms:  # q_i . key(rel[bucket(i - j)])
-            index = (buckets + span).clamp(0, 2 * span - 1)
             pos_k = self.positions(rel, self.pos_key, 1)
             bias = bias + torch.gather(q @ pos_k.transpose(-1, -2), -1,
-                                       index.expand(*q.shape[:-1], -1)) / scale
+                                       c2p.expand(*q.shape[:-1], -1)) / scale
         if "p2c" in self.terms:  # k_j . query(rel[bucket(j - i)])
-            index = (span - buckets).clamp(0, 2 * span - 1)
             pos_q = self.positions(rel, self.pos_query, 0)
             bias = bias + torch.gather(k @ pos_q.transpose(-1, -2), -1,
-                                       index.expand(*k.shape[:-1], -1)).transpose(-1, -2) / scale
-        bias = bias.masked_fill(masked, torch.finfo(q.dtype).min)
+                                       p2c.expand(*k.shape[:-1], -1)).transpose(-1, -2) / scale
+        if masked is not None:
+            bias = bias.masked_fill(masked, torch.finfo(q.dtype).min)
         p = self.attention_dropout if self.training else 0.0
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1 / scale,
-                                           dropout_p=p)
+        a = self.kernels.biased_attention(q, k, v, bias, 1 / scale, p, self.probs_dropout)
         x = self.attention_norm(x + self.dropout(self.attention_out(
             a.transpose(-2, -3).flatten(-2))))
         return self.ffn_norm(x + self.dropout(self.ffn_out(F.gelu(self.ffn_in(x)))))
@@ -164,28 +179,33 @@ class DebertaEncoder(nn.Module):
             raise UserError("model.body=deberta reads one sequence a row; prepare the data "
                             "without --pack")
         T = input_ids.shape[1]
-        mask = (attention_mask if attention_mask is not None
-                else torch.ones_like(input_ids)).bool()
+        mask = attention_mask.bool() if attention_mask is not None else None
         x = self.embeddings(input_ids, token_type_ids, mask=mask)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        rel = self.rel_norm(self.rel_embeddings.weight)
+        rows, span = table_rows(T, self.config), position_span(self.config)[0]
+        rel = self.rel_norm(self.rel_embeddings.weight)[rows]  # the rows the distances reach
         buckets = relative_buckets(T, self.config, input_ids.device)
-        masked = ~(mask[:, None, :, None] & mask[:, None, None, :])  # (B, 1, T, T)
+        c2p = (buckets + span).clamp(0, 2 * span - 1) - rows.start  # row of rel[bucket(i-j)]
+        p2c = (span - buckets).clamp(0, 2 * span - 1) - rows.start  # row of rel[bucket(j-i)]
+        masked = (None if mask is None  # (B, 1, T, T)
+                  else ~(mask[:, None, :, None] & mask[:, None, None, :]))
         for block in self.layers:
-            x = block(x, masked, rel, buckets)
+            x = block(x, masked, rel, c2p, p2c)
         return x[:, :1] if first_only else x
 
 
 def deberta_macs_per_token(cfg: ModelConfig, seq_len: int) -> int:
     """Multiply-accumulates per token: BERT's block (Q/K/V and output projections, the
     feed-forward layers, QK^T and AV over the row) plus the position terms: each query's and
-    key's dot products with the 2S relative rows (c2p and p2c), and the relative table through
-    the key and query projections (2S rows a layer, spread over the row's tokens)."""
+    key's dot products with the R relative rows the row reaches (c2p and p2c,
+    :func:`table_rows`), and those rows through the key and query projections (R rows a
+    layer, spread over the row's tokens)."""
     H, I, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers
     terms = len([t for t in cfg.pos_att_type.split("|") if t in ("c2p", "p2c")])
-    rows = 2 * position_span(cfg)[0]
+    rows = table_rows(seq_len, cfg)
+    R = rows.stop - rows.start
     per_layer = (4 * H * H + 2 * H * I + 2 * seq_len * H
-                 + terms * (rows * H + rows * H * H // max(1, seq_len)))
+                 + terms * (R * H + R * H * H // max(1, seq_len)))
     project = cfg.embedding_size * H if cfg.embedding_size != H else 0
     return L * per_layer + project

@@ -64,12 +64,16 @@ def torch_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      attn_mask: torch.Tensor | None, dropout: torch.nn.Module
+                      attn_mask: torch.Tensor | None, dropout: torch.nn.Module,
+                      bias: torch.Tensor | None = None, scale: float | None = None
                       ) -> torch.Tensor:
-    """softmax(q k^T / sqrt(hs) + mask) v with ``dropout`` on the probabilities:
-    (B, nh, T, hs). The products run in the input dtype (bf16 under autocast), the softmax in
-    fp32. ``attn_mask`` (B, 1, 1, T) bool, True on keys to attend."""
-    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, nh, T, T)
+    """softmax(q k^T * scale + bias + mask) v with ``dropout`` on the probabilities:
+    (B, nh, T, hs); ``scale`` 1 / sqrt(hs) unless given, ``bias`` an additive (B, nh, T, T)
+    (DeBERTa's position terms). The products run in the input dtype (bf16 under autocast),
+    the softmax in fp32. ``attn_mask`` (B, 1, 1, T) bool, True on keys to attend."""
+    scores = (q * (q.shape[-1] ** -0.5 if scale is None else scale)) @ k.transpose(-2, -1)
+    if bias is not None:
+        scores = scores + bias
     if attn_mask is not None:
         scores = scores.masked_fill(~attn_mask, float("-inf"))
     probs = dropout(torch.softmax(scores, -1, dtype=torch.float32))
@@ -402,6 +406,16 @@ class Kernels:
         if p > 0 and self.written_attention:
             return written_attention(q, k, v, attn_mask, dropout)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
+
+    def biased_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         bias: torch.Tensor, scale: float, p: float,
+                         dropout: torch.nn.Module) -> torch.Tensor:
+        """Attention (B, nh, T, hs) of ``q k^T * scale + bias`` (an additive float bias,
+        the padding folded in), dropout ``p`` on the probabilities as :meth:`attention`."""
+        if p > 0 and self.written_attention:
+            return written_attention(q, k, v, None, dropout, bias, scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p,
+                                              scale=scale)
 
 
 KEPT_BYTES = 9  # per probability: the fp32 softmax, its keep mask, the dropped product's input

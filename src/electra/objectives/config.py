@@ -167,6 +167,11 @@ class RunConfig:
                f"objective.sharing='all' ties every generator weight to the discriminator's, "
                f"so the generator must be the same size, but model.generator_size is "
                f"{m.generator_size}{same_size}")
+        shallower = m.generator_layers not in (0, m.num_layers)
+        _check(not shallower or (o.sharing != "all" and not o.two_stage_steps),
+               f"model.generator_layers={m.generator_layers} makes the generator shallower "
+               f"than the discriminator ({m.num_layers} blocks), but objective.sharing='all' "
+               f"and two_stage_steps need the same model; set model.generator_layers = 0")
         _check(m.share_embeddings or o.sharing in ("embeddings", "none"),
                f"objective.sharing={o.sharing!r} shares embeddings, but "
                f"model.share_embeddings=false turns sharing off; remove "
@@ -227,6 +232,11 @@ OBJECTIVE_PRESETS: dict[str, dict[str, Any]] = {
     # ModernBERT's 30% ("Should you mask 15% in masked language modeling?", Wettig et al.)
     "modernbert-small-mask30": {"mask_prob": 0.3},
     "modernbert-base-mask30": {"mask_prob": 0.3},
+    # DeBERTa-V3: RTD with gradient-disentangled embedding sharing, 15% of tokens chosen,
+    # each replaced by [MASK] in the generator's input (its masker's keep_prob=0), λ = 50
+    # (the paper's; microsoft/DeBERTa's rtd_lambda defaults to 10)
+    **{f"debertav3-{size}": {"sharing": "gdes", "mask_prob": 0.15, "mask_token_prob": 1.0,
+                             "disc_weight": 50.0} for size in ("xsmall", "small", "base")},
 }
 
 

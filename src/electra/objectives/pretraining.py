@@ -64,8 +64,9 @@ class ElectraPretrainingModel(nn.Module):
         if method.main_mlm:
             self.main_mlm = Generator(cfg.replace(generator_size=1.0), encoder=disc.encoder)
         if not method.detects:  # kept for the exported format, not trained
-            for p in (*disc.head_dense.parameters(), *disc.head_out.parameters()):
-                p.requires_grad_(False)
+            for name, p in disc.named_parameters():
+                if name.startswith("head_"):
+                    p.requires_grad_(False)
         self.register_buffer("unigram", torch.zeros(0), persistent=False)
 
     def set_unigram(self, counts: torch.Tensor) -> None:
@@ -91,6 +92,22 @@ class ElectraPretrainingModel(nn.Module):
         if generator is not None:
             out["generator"] = generator
         return out
+
+    def start_from(self, disc: nn.Module, gen: nn.Module | None) -> None:
+        """Take the weights of a plain discriminator and generator (:meth:`parts`' layout;
+        ``gen`` None: keep the fresh one), generator first: with shared embeddings the
+        discriminator's table wins; under GDES its E_Δ is its table less the generator's, so
+        it reads its own table (to rounding)."""
+        if gen is not None:
+            self.generator.load_state_dict(gen.state_dict())  # type: ignore[union-attr]
+        state = dict(disc.state_dict())
+        embeddings = self.discriminator.encoder.embeddings
+        if isinstance(embeddings, GDES):
+            table = state.pop("encoder.embeddings.word_embeddings.weight")
+            state["encoder.embeddings.word_delta"] = table - embeddings.word_embeddings.weight
+            state["encoder.embeddings.word_embeddings.weight"] = (
+                embeddings.word_embeddings.weight.detach())
+        self.discriminator.load_state_dict(state)
 
     def _plain_discriminator(self) -> nn.Module:
         disc = self.discriminator

@@ -4,7 +4,10 @@ The BERT body: our ``Discriminator`` <-> ``ElectraForPreTraining``, our ``Genera
 ``ElectraForMaskedLM``, each fine-tuned head <-> its ``ElectraFor*`` class. The ModernBERT
 body: the discriminator <-> ``ModernBertModel`` with the RTD head beside it (transformers has
 no class for it), the generator <-> ``ModernBertForMaskedLM``; a ModernBERT folder of any
-class imports (``electra.saved.hf_format``: the key tables, the configs, ``EXPORTS``). The
+class imports. The DeBERTa body: the discriminator <-> ``DebertaV2Model`` with DeBERTa's RTD
+head beside it, the generator <-> ``DebertaV2ForMaskedLM``, each head <-> its
+``DebertaV2For*``; a released V3 folder imports with its ``pytorch_model.generator.bin`` and
+``spm.model`` (``electra.saved.hf_format``: the key tables, the configs, ``EXPORTS``). The
 key mappings copy tensors as they are, so ours -> transformers -> ours is bitwise identical.
 
 `electra export` writes ``DIR/discriminator`` and ``DIR/generator`` (or, for a fine-tuned model,
@@ -25,13 +28,24 @@ from typing import Any
 import torch
 
 from electra.config import ModelConfig
-from electra.data.tokenizer import SpecialTokens, load_tokenizer, save_tokenizer, special_names
+from electra.data.tokenizer import (
+    SPM_MODEL,
+    SpecialTokens,
+    load_tokenizer,
+    save_tokenizer,
+    special_names,
+)
 from electra.errors import UserError
 from electra.io.files import read_json, staged
 from electra.io.outputs import claim_out
 from electra.model import Discriminator, Generator, count_parameters
 from electra.saved import cards, folders
-from electra.saved.hf_format import export_of, need_transformers, read_hf_folder
+from electra.saved.hf_format import (
+    GENERATOR_WEIGHTS,
+    export_of,
+    need_transformers,
+    read_hf_folder,
+)
 from electra.saved.models import open_model
 from electra.tasks.base import head_of
 
@@ -145,10 +159,12 @@ def _exportable(src: Path, parts: dict[str, torch.nn.Module]) -> dict[str, torch
 
 def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None = None,
               overwrite: bool = False) -> Path:
-    """Read a transformers ELECTRA discriminator (and generator) into our run layout.
+    """Read a transformers discriminator (and generator) into our run layout.
 
-    Without a generator folder a fresh one (¼ width) is made, sharing the discriminator's
-    embeddings, so the run can be fine-tuned or pretrained further.
+    The generator comes from ``generator``, else from a ``pytorch_model.generator.bin``
+    beside the weights (the released DeBERTa-V3 folders), else a fresh one is made (the
+    body's rule: ¼ width for ELECTRA's, half depth for DeBERTa-V3's), sharing the
+    discriminator's embeddings, so the run can be fine-tuned or pretrained further.
     """
     disc_dir, out = Path(hf_dir), Path(out)
     inputs = [("the transformers folder", disc_dir), ("--generator", generator)]
@@ -156,6 +172,8 @@ def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None 
         d_cfg, d_state = read_hf_folder(disc_dir, "discriminator")
         disc = Discriminator(d_cfg)
         folders.fit(disc, d_state, disc_dir)
+        if generator is None and (disc_dir / GENERATOR_WEIGHTS).is_file():
+            generator = disc_dir  # a released DeBERTa-V3 folder: its generator beside it
         if generator is not None:
             g_cfg, g_state = read_hf_folder(Path(generator), "generator")
             if (g_cfg.vocab_size, g_cfg.embedding_size) != (d_cfg.vocab_size,
@@ -169,10 +187,11 @@ def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None 
             folders.fit(gen, g_state, Path(generator))
         else:
             gen = Generator(d_cfg.generator_config(), disc.encoder.embeddings)
-        tok_src = next((p for p in (disc_dir / "tokenizer.json", disc_dir / "vocab.txt")
-                        if p.is_file()), None)
+        tok_src = next((p for p in (disc_dir / "tokenizer.json", disc_dir / SPM_MODEL,
+                                    disc_dir / "vocab.txt") if p.is_file()), None)
         if tok_src is None:
-            raise UserError(f"{disc_dir}: no tokenizer.json or vocab.txt beside the weights")
+            raise UserError(f"{disc_dir}: no tokenizer.json, {SPM_MODEL} or vocab.txt beside "
+                            f"the weights")
         tok = load_tokenizer(tok_src)
         inherited = cards.source_lineage(disc_dir)
         with staged(out) as tmp:
