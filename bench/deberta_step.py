@@ -26,9 +26,9 @@ from __future__ import annotations
 import peer_step
 import torch
 
-from electra.config import TrainConfig, model_preset
+from electra.config import model_preset
 from electra.data.tokenizer import SpecialTokens
-from electra.objectives.config import OBJECTIVE_PRESETS, ObjectiveConfig, RunConfig
+from electra.objectives.config import OBJECTIVE_PRESETS, ObjectiveConfig
 
 PRESET = "debertav3-xsmall"
 VOCAB = 128_100
@@ -49,16 +49,7 @@ def build(side: str, B: int, T: int):
     obj = ObjectiveConfig(**{**OBJECTIVE_PRESETS[PRESET], "max_predictions": int(0.155 * T)})
     torch.manual_seed(0)
     if side == "ours":
-        from electra.commands.pretrain import make_trainer, train_step
-        from electra.objectives.pretraining import ElectraPretrainingModel
-        from electra.runtime import Runtime
-
-        run = RunConfig(model=cfg, objective=obj, train=TrainConfig(
-            batch_size=B, warmup_steps=0, max_steps=1000))
-        rt = Runtime()
-        trainer = make_trainer(ElectraPretrainingModel(cfg, obj, SPECIAL,
-                                                       rt.model_kernels(run.train.unpad)), run, rt)
-        return lambda b: train_step(trainer, b, run, SPECIAL, B)
+        return peer_step.ours(cfg, obj, SPECIAL, B)
 
     from transformers import DebertaV2ForMaskedLM, DebertaV2ForTokenClassification
 

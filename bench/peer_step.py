@@ -22,6 +22,23 @@ import torch
 Build = Callable[[str, int, int], Callable[[Any], None]]
 
 
+def ours(cfg: Any, obj: Any, special: Any, B: int) -> Callable[[Any], None]:
+    """The step `electra pretrain` runs (``electra.commands.pretrain.train_step``: the
+    objective, AdamW, clipping, schedule, the default precision) for ``cfg`` and ``obj``."""
+    from electra.commands.pretrain import make_trainer, train_step
+    from electra.config import TrainConfig
+    from electra.objectives.config import RunConfig
+    from electra.objectives.pretraining import ElectraPretrainingModel
+    from electra.runtime import Runtime
+
+    run = RunConfig(model=cfg, objective=obj, train=TrainConfig(
+        batch_size=B, warmup_steps=0, max_steps=1000))
+    rt = Runtime()
+    trainer = make_trainer(ElectraPretrainingModel(cfg, obj, special,
+                                                   rt.model_kernels(run.train.unpad)), run, rt)
+    return lambda b: train_step(trainer, b, run, special, B)
+
+
 def worker(build: Build, batch: Callable[..., Any], side: str, B: int, T: int,
            steps: int) -> None:
     from electra.runtime import keep_freed_memory
