@@ -129,9 +129,9 @@ class DebertaBlock(Block):
     def forward(self, x: torch.Tensor, masked: torch.Tensor | None,  # type: ignore[override]
                 rel: torch.Tensor, c2p: torch.Tensor, p2c: torch.Tensor) -> torch.Tensor:
         """(B, T, H) -> (B, T, H); ``masked`` (B, 1, T, T) True where a key is not attended
-        (None: no padding),
-        ``rel`` the normed rows of the relative table the row reads, ``c2p`` / ``p2c`` (T, T)
-        each query-key pair's row in it for each term (:meth:`DebertaEncoder.forward`)."""
+        (None: no padding), ``rel`` the normed rows of the relative table the row reads,
+        ``c2p`` / ``p2c`` (T, T) each query-key pair's row in it for each term
+        (:meth:`DebertaEncoder.forward`)."""
         q, k, v = (self.heads(t) for t in self.qkv(x).chunk(3, -1))
         scale = math.sqrt(q.shape[-1] * (1 + len(self.terms)))
         rel = self.rel_dropout(rel)
