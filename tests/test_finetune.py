@@ -138,7 +138,17 @@ def test_a_modern_body_fine_tunes_on_glue_files(tmp_path, body):
                  str(tmp_path / "ft"), "--quiet", "--set", "epochs=1", "--set",
                  "max_train_examples=64", "--set", "max_length=64"]) == 0
     results = json.loads((tmp_path / "ft/results.json").read_text())
-    assert 0 <= results["median"]["dev"]["accuracy"] <= 1
+    # Every dev row of the official file scored under its own label, and the accuracy is
+    # the confusion matrix's diagonal; 64 training rows at batch 32 are two steps.
+    rows = (glue / "dev.tsv").read_text(encoding="utf-8-sig").splitlines()[1:]
+    labels = [r.rsplit("\t", 1)[1] for r in rows if r.strip()]
+    details = results["details"]["1"]
+    conf = details["confusion"]["dev"]
+    by_label = {lab: sum(row) for lab, row in zip(conf["labels"], conf["matrix"], strict=True)}
+    assert by_label == {lab: labels.count(lab) for lab in set(labels)}
+    hits = sum(conf["matrix"][i][i] for i in range(len(conf["labels"])))
+    assert results["median"]["dev"]["accuracy"] == pytest.approx(hits / len(labels))
+    assert details["step"] == 2
     saved = json.loads((tmp_path / "ft/seed-1/config.json").read_text())
     assert saved["model"]["body"] == body
 
