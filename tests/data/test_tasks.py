@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from helpers import shared_data
 
 from electra.data.examples import compute_metrics, label_map, read_custom
@@ -123,6 +124,28 @@ def test_metrics_are_scikit_learns():
         assert (confusion_counts(y, p, k) == ref["matrix"]).all()
     with pytest.raises(ValueError, match="predictions against"):
         compute_metrics(("accuracy",), [1, 0], [[1, 0]])
+
+
+def test_roc_auc_is_scikit_learns():
+    """Pretraining's held-out ROC-AUC, computed without scikit-learn: equal to its
+    ``roc_auc_score`` on continuous scores, on scores with many ties (bf16 logits), on
+    perfect and reversed ones, and NaN where one class is absent."""
+    from sklearn.metrics import roc_auc_score
+
+    from electra.data.examples import roc_auc
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(2, size=5000)
+    noisy = rng.normal(size=5000).astype(np.float32) + y
+    cases = [(y, noisy), (y, np.round(noisy * 4) / 4),  # ~20 distinct scores
+             (y, torch.tensor(noisy).bfloat16().float().numpy()),
+             (y, y * 2.0), (y, -y * 1.0), (y, np.zeros(5000)),
+             (np.array([0, 1]), np.array([0.3, 0.3])), (np.array([1, 0, 0]), [0.2, 0.1, 0.9])]
+    for labels, scores in cases:
+        assert roc_auc(labels, scores) == pytest.approx(roc_auc_score(labels, scores),
+                                                        abs=1e-12)
+    assert np.isnan(roc_auc(np.ones(4, int), np.arange(4.0)))
+    assert np.isnan(roc_auc(np.zeros(4, int), np.arange(4.0)))
     with pytest.raises(ValueError, match="ids must be 0 or 1"):
         compute_metrics(("f1",), [2, 0], [1, 0])
 

@@ -39,6 +39,7 @@ from electra.config import (
     parse_batch_warmup,
     parse_phases,
 )
+from electra.data.examples import roc_auc
 from electra.data.loader import BatchLoader, PhasedLoader, Prefetched, ShardDataset
 from electra.data.tokenizer import SIDECAR, SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.errors import UserError
@@ -341,8 +342,6 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig,
     final temperature, so every validation scores the same task on the same examples and
     the numbers are comparable over the run.
     """
-    from sklearn.metrics import roc_auc_score
-
     tc = cfg.train
     was_training = model.training
     model.eval()
@@ -376,8 +375,7 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig,
     if scores:  # the objectives with a discriminator
         y = np.concatenate([t.numpy() for t in rt.gather(torch.cat(labels))])
         s = np.concatenate([t.numpy() for t in rt.gather(torch.cat(scores))])
-        result["val_disc_auc"] = (float(roc_auc_score(y, s)) if 0 < y.sum() < len(y)
-                                  else float("nan"))
+        result["val_disc_auc"] = roc_auc(y, s)
     if "val_replaced_frac" in result:
         result["val_baseline_acc"] = 1.0 - result["val_replaced_frac"]  # all-original guess
     return result
