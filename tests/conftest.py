@@ -51,3 +51,24 @@ def sync_free(monkeypatch):
     from electra.train import trainer
 
     monkeypatch.setattr(trainer, "host_reads_free", lambda device: False)
+
+
+@pytest.fixture(scope="session")
+def docs_bare(tmp_path_factory) -> Path:
+    """The docs' working folder before any block ran (tests/docs_blocks.py), once a worker."""
+    from docs_blocks import bare_folder
+
+    base = tmp_path_factory.mktemp("docs-bare")
+    bare_folder(base)
+    return base
+
+
+@pytest.fixture(scope="session")
+def docs_started(docs_bare, tmp_path_factory) -> Path:
+    """That folder after the blocks the later chains start from (docs_blocks.START)."""
+    from docs_blocks import copy_folder, run_blocks, start_blocks
+
+    base = tmp_path_factory.mktemp("docs-started")
+    run_blocks(start_blocks(), copy_folder(docs_bare, base), "the chains' start "
+               "(tutorials/pretrain.md, then the CSV block of tutorials/continue.md)")
+    return base
