@@ -299,8 +299,11 @@ def test_other_schedules_resume_bitwise_inside_their_decay(data, tmp_path, name)
         assert [r["lr"] for r in a][3:9] == [1e-3] * 6
 
 
-def docs_data(tmp_path: Path, vocab: int = 2000) -> Path:
-    """Python's own docs (always present) packed into 64-token examples, 20 docs held out."""
+@pytest.fixture(scope="module")
+def real_text(tmp_path_factory) -> Path:
+    """Python's own docs (always present) packed into 64-token examples, 20 docs held out
+    (a 2,000-token vocabulary); the tests that train on it only read it."""
+    tmp_path, vocab = tmp_path_factory.mktemp("real-text"), 2000
     docs = python_docs_corpus(max_bytes=600_000)
     text = tmp_path / "docs.txt"
     text.write_text("\n\n".join("\n".join(d) for d in docs[20:]) + "\n")
@@ -313,7 +316,7 @@ def docs_data(tmp_path: Path, vocab: int = 2000) -> Path:
 
 
 @pytest.mark.slow
-def test_fast_path_trains_like_the_reference_path(tmp_path):
+def test_fast_path_trains_like_the_reference_path(real_text, tmp_path):
     """The default precision (bf16 on a CPU with bf16 units, fp32 where bf16 would be
     emulated) + inverse-CDF sampling + lane dropout (what `electra pretrain` runs) against
     fp32 + Gumbel-max + torch's Bernoulli dropout: over 200 steps on real text the losses
@@ -321,7 +324,7 @@ def test_fast_path_trains_like_the_reference_path(tmp_path):
     from electra.model.kernels import REFERENCE
     from electra.runtime import Runtime
 
-    data = docs_data(tmp_path)
+    data = real_text
 
     def losses(name: str, precision: str, sampling: str, seed: int,
                rt: Runtime | None = None) -> tuple[float, float]:
@@ -348,7 +351,7 @@ def test_fast_path_trains_like_the_reference_path(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("body", ["bert", "modernbert", "deberta"])
-def test_learns_on_real_text(tmp_path, body):
+def test_learns_on_real_text(real_text, tmp_path, body):
     """Python's own docs, 250 steps of a tiny model of each body (DeBERTa's with GDES, as V3
     pretrains): the generator is far above chance on masked tokens and the discriminator
     beats the all-original guess.
@@ -359,7 +362,7 @@ def test_learns_on_real_text(tmp_path, body):
     README); flatter samples are detectable from the start, so the test can show the
     discriminator learning through the real trainer within seconds. At the default precision
     (bf16 where the CPU has bf16 units; emulated it took 177 s on an AVX2-only EPYC)."""
-    data = docs_data(tmp_path)
+    data = real_text
     cfg = RunConfig(objective=ObjectiveConfig(temperature=3.0, sharing="gdes" if body ==
                                               "deberta" else "embeddings"),
                     model=small_model(embedding_size=64, hidden_size=64, num_layers=2,
