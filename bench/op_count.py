@@ -39,10 +39,12 @@ def top_level_ops(events) -> collections.Counter:
     return counts
 
 
-def count(data: str, config: str, batch: int, steps: int = 2) -> tuple[float, collections.Counter]:
+def count(data: str, config: str, batch: int, steps: int = 2,
+          warmup: int = 2) -> tuple[float, collections.Counter]:
     """Top-level aten ops per step of `electra pretrain`'s step on the prepared folder
-    ``data`` under the TOML ``config`` text, after 2 warm-up steps: (mean, counts over
-    ``steps`` steps)."""
+    ``data`` under the TOML ``config`` text, after ``warmup`` steps (the first makes the
+    optimizer's state; every step after runs the same ops): (mean, counts over ``steps``
+    steps)."""
     import torch
     from step_ablation import training_step
 
@@ -50,7 +52,7 @@ def count(data: str, config: str, batch: int, steps: int = 2) -> tuple[float, co
         path = Path(tmp) / "c.toml"
         path.write_text(config)
         step = training_step(data, str(path), batch)
-    for _ in range(2):
+    for _ in range(warmup):
         step()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
