@@ -583,7 +583,7 @@ def nccl_stage() -> dict:
 def compare_stage(seconds_left: float) -> dict:
     """`electra compare`, electra against mlm, with the pretraining budget the time allows."""
     data = DATA / f"demo-{SEQ_LENS[0]}"
-    budget = 5 if SMOKE else max(20, int((seconds_left - 120) / 2.4))  # two objectives,
+    budget = 3 if SMOKE else max(20, int((seconds_left - 120) / 2.4))  # two objectives,
     # each pretrained then fine-tuned twice (50% and 100%), beside random init
     run = WORK / "compare"
     shutil.rmtree(run, ignore_errors=True)
@@ -595,7 +595,8 @@ def compare_stage(seconds_left: float) -> dict:
             "--objectives", "electra,mlm", "--budget", f"{budget}s", "--fractions",
             "1" if SMOKE else "0.5,1",
             "--tasks", f"sst2:max_train_examples={rows}", "--glue", str(DATA),
-            "--seeds", "1", "--out", str(run), "--quiet", log=WORK / "compare.log",
+            "--seeds", "1", *(["--finetune-set", "epochs=1"] if SMOKE else []),
+            "--out", str(run), "--quiet", log=WORK / "compare.log",
             timeout=max(60, seconds_left - 10))
     results = json.loads((run / "results.json").read_text())
     return {"budget_s": budget, "models": {m["model"]: {
