@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -177,3 +178,20 @@ def start_blocks() -> list[str]:
 def run_page(workdir: Path, page: str) -> None:
     """The page's runnable blocks, as one script, in the folder earlier pages wrote to."""
     run_blocks(runnable(page), workdir, page)
+
+
+def chain(name: str, start: str) -> tuple[Any, Any]:
+    """A chain's test file is these two names: its ``workdir`` fixture (a copy of the folder
+    of the session fixture ``start``, conftest's ``docs_bare`` or ``docs_started``) and the
+    test that runs each of its pages there, in order."""
+    @pytest.fixture(scope="module")
+    def workdir(request, tmp_path_factory) -> Path:
+        return copy_folder(request.getfixturevalue(start), tmp_path_factory.mktemp(
+            f"docs-{name}"))
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("page", CHAINS[name])
+    def test_every_runnable_block_runs(workdir, page):
+        run_page(workdir, page)
+
+    return workdir, test_every_runnable_block_runs
