@@ -175,11 +175,6 @@ def start_blocks() -> list[str]:
     return blocks
 
 
-def run_page(workdir: Path, page: str) -> None:
-    """The page's runnable blocks, as one script, in the folder earlier pages wrote to."""
-    run_blocks(runnable(page), workdir, page)
-
-
 def chain(name: str, start: str) -> tuple[Any, Any]:
     """A chain's test file is these two names: its ``workdir`` fixture (a copy of the folder
     of the session fixture ``start``, conftest's ``docs_bare`` or ``docs_started``) and the
@@ -192,6 +187,6 @@ def chain(name: str, start: str) -> tuple[Any, Any]:
     @pytest.mark.slow
     @pytest.mark.parametrize("page", CHAINS[name])
     def test_every_runnable_block_runs(workdir, page):
-        run_page(workdir, page)
+        run_blocks(runnable(page), workdir, page)  # in the folder earlier pages wrote to
 
     return workdir, test_every_runnable_block_runs

@@ -211,10 +211,8 @@ def roc_auc(labels: Any, scores: Any) -> float:
     n0 = y.size - n1
     if not (n1 and n0):
         return float("nan")
-    order = np.argsort(s, kind="stable")
-    _, first, count = np.unique(s[order], return_index=True, return_counts=True)
-    ranks = np.empty(s.size)
-    ranks[order] = np.repeat(first + (count + 1) / 2, count)  # 1-based, ties averaged
+    _, inverse, count = np.unique(s, return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(count) - (count - 1) / 2)[inverse.ravel()]  # 1-based, ties averaged
     return float((ranks[y].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
 
