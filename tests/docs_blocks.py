@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import yaml
 from helpers import ROOT, SHARED_DATA
+from warm_cli import warm_bin
 
 RUNNABLE = re.compile(r'^```(bash|python) title="runnable"\n(.*?)^```', re.S | re.M)
 ROWS = 121  # a header and 120 rows of each GLUE file
@@ -80,8 +81,10 @@ def run_blocks(blocks: list[str], workdir: Path, what: str) -> None:
     script = "set -euo pipefail\n" + "\n".join(blocks)
     if os.environ.get("ELECTRA_DOCS_TRACE"):  # each command with its start time, on stderr
         script = "PS4='+ $(date +%s.%N | cut -c7-14) '\nset -x\n" + script
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
-           f"{os.environ.get('PATH', '')}", "NO_COLOR": "1", "ELECTRA_DOCS_TEST": "1"}
+    first, warm = warm_bin()  # `electra` forked from a warm server (tests/warm_cli.py)
+    path = os.pathsep.join([*first, str(Path(sys.executable).parent),
+                            os.environ.get("PATH", "")])
+    env = {**os.environ, **warm, "PATH": path, "NO_COLOR": "1", "ELECTRA_DOCS_TEST": "1"}
     done = subprocess.run(["bash", "-c", script], cwd=workdir, env=env, capture_output=True,
                           text=True, timeout=600)
     if os.environ.get("ELECTRA_DOCS_TRACE"):
