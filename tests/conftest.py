@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -53,14 +55,33 @@ def sync_free(monkeypatch):
     monkeypatch.setattr(trainer, "host_reads_free", lambda device: False)
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder that ``build(folder)`` fills once for the whole run: under pytest-xdist the
+    first worker to ask builds it in the workers' shared temporary folder while the others
+    wait (building it again would take the core the first one builds on)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return folder
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp().parent
+    folder = root / name
+    with FileLock(str(root / f"{name}.lock")):
+        if not (folder / ".built").is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # one that failed halfway
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def docs_bare(tmp_path_factory) -> Path:
-    """The docs' working folder before any block ran (tests/docs_blocks.py), once a worker."""
+    """The docs' working folder before any block ran (tests/docs_blocks.py), once a run."""
     from docs_blocks import bare_folder
 
-    base = tmp_path_factory.mktemp("docs-bare")
-    bare_folder(base)
-    return base
+    return built_once(tmp_path_factory, "docs-bare", bare_folder)
 
 
 @pytest.fixture(scope="session")
@@ -68,7 +89,8 @@ def docs_started(docs_bare, tmp_path_factory) -> Path:
     """That folder after the blocks the later chains start from (docs_blocks.START)."""
     from docs_blocks import copy_folder, run_blocks, start_blocks
 
-    base = tmp_path_factory.mktemp("docs-started")
-    run_blocks(start_blocks(), copy_folder(docs_bare, base), "the chains' start "
-               "(tutorials/pretrain.md, then the CSV block of tutorials/continue.md)")
-    return base
+    def build(base: Path) -> None:
+        run_blocks(start_blocks(), copy_folder(docs_bare, base), "the chains' start "
+                   "(tutorials/pretrain.md, then the CSV block of tutorials/continue.md)")
+
+    return built_once(tmp_path_factory, "docs-started", build)

@@ -12,8 +12,10 @@ The pages are split into :data:`CHAINS`, one test file each, so that pytest-xdis
 on several workers at once. The first chain starts from the bare folder, as a reader does.
 The others start where a reader who has done the first two tutorials stands: the folder
 after `Pretrain on your own corpus`'s blocks and the block of `Continue from a released
-checkpoint` that writes ``my_train.csv`` and ``my_dev.csv`` (:data:`START`), made once per
-worker and copied for each chain.
+checkpoint` that writes ``my_train.csv`` and ``my_dev.csv`` (:data:`START`), made once for
+the whole run (conftest's ``docs_started``; the workers that need it meanwhile wait) and
+copied for each chain. The pretraining tutorial runs there, once; every other page runs in
+one chain.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ from warm_cli import warm_bin
 RUNNABLE = re.compile(r'^```(bash|python) title="runnable"\n(.*?)^```', re.S | re.M)
 ROWS = 121  # a header and 120 rows of each GLUE file
 
-# Each chain in the navigation's order; together they hold every page with runnable blocks
-# once (tests/test_docs.py checks). A page uses what its chain's earlier pages made.
+# Each chain in the navigation's order; with START's whole pages they hold every page with
+# runnable blocks once (tests/test_docs.py checks). A page uses what its chain's earlier pages
+# (and START) made. The first starts from the bare folder, the others from START's.
 CHAINS = {
-    "start": ["getting-started.md", "tutorials/pretrain.md", "tutorials/continue.md",
-              "tutorials/wsd.md", "how-to/transformers.md", "how-to/python.md"],
+    "first": ["getting-started.md"],
+    "start": ["tutorials/continue.md", "tutorials/wsd.md", "how-to/transformers.md",
+              "how-to/python.md"],
     "bodies": ["tutorials/modernbert.md", "tutorials/deberta.md", "tutorials/distributed.md",
                "how-to/hardware.md", "how-to/tracking.md"],
     "finetuning": ["tutorials/glue.md", "tutorials/custom.md", "tutorials/squad.md",
@@ -46,9 +50,9 @@ CHAINS = {
                    "tutorials/compare.md", "tutorials/detect.md"],
 }
 # Where the chains after the first start: every block of the pretraining tutorial, then the
-# block of the continuing one that writes the CSV task (page, index of the block or None).
+# block of the continuing one that writes the CSV task (page, index of the block or None;
+# that block writes the same files again when its page's chain runs it).
 START = [("tutorials/pretrain.md", None), ("tutorials/continue.md", 1)]
-
 
 def nav_pages() -> list[str]:
     """The site's pages, in the navigation's order."""
