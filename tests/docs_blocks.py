@@ -54,6 +54,7 @@ CHAINS = {
 # that block writes the same files again when its page's chain runs it).
 START = [("tutorials/pretrain.md", None), ("tutorials/continue.md", 1)]
 
+
 def nav_pages() -> list[str]:
     """The site's pages, in the navigation's order."""
     nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
