@@ -18,11 +18,10 @@ import argparse
 import dataclasses
 import statistics
 import time
-from pathlib import Path
 
 import torch
+from finetune_step import sst2_batches
 from op_count import top_level_ops
-from tokenizers import BertWordPieceTokenizer
 
 from electra.config import model_preset
 from electra.model.kernels import FAST_CPU
@@ -30,32 +29,13 @@ from electra.runtime import autocast
 from electra.tasks.sequence.head import SequenceClassifier
 from electra.train.optim import adamw, param_groups
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="4,8,32,64")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    tok = BertWordPieceTokenizer(str(SHARED / "vocab" / "bert-base-uncased-vocab.txt"),
-                                 lowercase=True)
-    tok.enable_truncation(128)
-    tok.enable_padding()
-    lines = (SHARED / "glue" / "SST-2" / "train.tsv").read_text().splitlines()[1:]
     g = torch.Generator().manual_seed(0)
-
-    def batches(size: int, n: int) -> list[tuple[torch.Tensor, ...]]:
-        pick = torch.randperm(len(lines), generator=g)[: size * n].tolist()
-        texts = [lines[i].split("\t")[0] for i in pick]
-        out = []
-        for i in range(n):
-            enc = tok.encode_batch(texts[i * size: (i + 1) * size])
-            mask = torch.tensor([e.attention_mask for e in enc])
-            keep = int(mask.sum(1).max())
-            out.append((torch.tensor([e.ids for e in enc])[:, :keep], mask[:, :keep],
-                        torch.randint(2, (size,), generator=g)))
-        return out
 
     for precision in ("bf16", "fp32"):
         torch.manual_seed(0)
@@ -72,7 +52,7 @@ def main() -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-        warm = batches(32, 3)
+        warm = sst2_batches(32, 3, g)
         for b in warm[:2]:
             step(b)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -81,7 +61,7 @@ def main() -> None:
               "ops a step (batch 32)")
         points = []
         for size in (int(x) for x in args.batches.split(",")):
-            run = batches(size, 10)
+            run = sst2_batches(size, 10, g)
             step(run[0])
             times = []
             for _ in range(args.repeats):

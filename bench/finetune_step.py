@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import statistics
 import time
 from pathlib import Path
@@ -29,25 +30,39 @@ from electra.train.optim import adamw, param_groups
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
+@functools.cache
+def _sst2() -> tuple[BertWordPieceTokenizer, list[str]]:
+    tok = BertWordPieceTokenizer(str(SHARED / "vocab" / "bert-base-uncased-vocab.txt"),
+                                 lowercase=True)
+    tok.enable_truncation(128)
+    tok.enable_padding()
+    return tok, (SHARED / "glue" / "SST-2" / "train.tsv").read_text().splitlines()[1:]
+
+
+def sst2_batches(size: int, n: int, g: torch.Generator
+                 ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """``n`` batches of ``size`` random SST-2 training sentences (drawn with ``g``; BERT's
+    vocabulary), each cut to its longest row as `electra finetune` cuts them: (ids, mask,
+    random 0/1 labels)."""
+    tok, lines = _sst2()
+    pick = torch.randperm(len(lines), generator=g)[: size * n].tolist()
+    texts = [lines[i].split("\t")[0] for i in pick]
+    batches = []
+    for i in range(n):
+        enc = tok.encode_batch(texts[i * size: (i + 1) * size])
+        mask = torch.tensor([e.attention_mask for e in enc])
+        keep = int(mask.sum(1).max())
+        batches.append((torch.tensor([e.ids for e in enc])[:, :keep], mask[:, :keep],
+                        torch.randint(2, (size,), generator=g)))
+    return batches
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--precision", default="bf16")
     args = ap.parse_args()
-    tok = BertWordPieceTokenizer(str(SHARED / "vocab" / "bert-base-uncased-vocab.txt"),
-                                 lowercase=True)
-    tok.enable_truncation(128)
-    tok.enable_padding()
-    lines = (SHARED / "glue" / "SST-2" / "train.tsv").read_text().splitlines()[1:]
-    pick = torch.randperm(len(lines), generator=torch.Generator().manual_seed(0))[:32 * 12]
-    texts = [lines[i].split("\t")[0] for i in pick.tolist()]
-    batches = []
-    for i in range(12):
-        enc = tok.encode_batch(texts[i * 32 : (i + 1) * 32])
-        mask = torch.tensor([e.attention_mask for e in enc])
-        keep = int(mask.sum(1).max())
-        batches.append((torch.tensor([e.ids for e in enc])[:, :keep], mask[:, :keep],
-                        torch.randint(2, (32,))))
+    batches = sst2_batches(32, 12, torch.Generator().manual_seed(0))
     cfg = model_preset("small", vocab_size=30522)
     sides = {}
     for unpad in (False, True):
