@@ -1,6 +1,7 @@
 """How many aten ops one pretraining step launches: the launch budget a GPU pays per step.
 
     python bench/op_count.py [--preset small] [--batch 4] [--steps 2] [--precision bf16]
+        [--kernels fast-cpu|reference]
 
 The step `electra pretrain` runs (``step_ablation.training_step``: the command's kernels and
 layout, forward, backward, clipping, AdamW), on the data of bench/step_ablation.py, warmed up
@@ -39,24 +40,28 @@ def top_level_ops(events) -> collections.Counter:
     return counts
 
 
-def count(data: str, config: str, batch: int, steps: int = 2,
-          warmup: int = 2) -> tuple[float, collections.Counter]:
+def count(data: str, config: str, batch: int, steps: int = 2, warmup: int = 2,
+          kernels: str = "fast-cpu") -> tuple[float, collections.Counter]:
     """Top-level aten ops per step of `electra pretrain`'s step on the prepared folder
     ``data`` under the TOML ``config`` text, after ``warmup`` steps (the first makes the
     optimizer's state; every step after runs the same ops): (mean, counts over ``steps``
-    steps)."""
+    steps). ``kernels``: the model's kernels by name (``electra.model.kernels.KERNELS``):
+    ``fast-cpu``, what a CPU runs, or ``reference``, a GPU's (torch's dropout, SDPA), here
+    on the CPU."""
     import torch
     from step_ablation import training_step
+
+    from electra.model.kernels import KERNELS
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "c.toml"
         path.write_text(config)
         step = training_step(data, str(path), batch)
     for _ in range(warmup):
-        step()
+        step(kernels=KERNELS[kernels])
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
-            step()
+            step(kernels=KERNELS[kernels])
     counts = top_level_ops(prof.events())
     return sum(counts.values()) / steps, counts
 
@@ -68,6 +73,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--precision", default="bf16")
     ap.add_argument("--data", help="prepared folder (default: as step_ablation.py)")
+    ap.add_argument("--kernels", default="fast-cpu", choices=["fast-cpu", "reference"],
+                    help="the model's kernels: a CPU's, or a GPU's (run here on the CPU)")
     ap.add_argument("--extra", action="append", default=[],
                     help="a [train] line, e.g. 'unpad = true'")
     args = ap.parse_args()
@@ -76,9 +83,10 @@ def main() -> None:
     tmp = tempfile.TemporaryDirectory()
     config = "\n".join([f'preset = "{args.preset}"', "[train]",
                         f'precision = "{args.precision}"', *args.extra, ""])
-    total, counts = count(args.data or default_data(tmp.name), config, args.batch, args.steps)
+    total, counts = count(args.data or default_data(tmp.name), config, args.batch, args.steps,
+                          kernels=args.kernels)
     print(f"{total:,.0f} top-level aten ops a step ({args.preset}, batch {args.batch}, "
-          f"{args.precision}, {args.steps} steps profiled)")
+          f"{args.precision}, {args.kernels} kernels, {args.steps} steps profiled)")
     for name, n in counts.most_common(15):
         print(f"  {n / args.steps:8,.0f}  {name}")
 
