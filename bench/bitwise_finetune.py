@@ -71,9 +71,9 @@ def inputs(w: Path) -> None:
     train_tokenizer([str(w / "c.txt")], 150, w / "tok")
 
 
-def cases(w: Path) -> dict[str, list[str]]:
+def cases(w: Path, precision: str = "fp32") -> dict[str, list[str]]:
     common = ["--random-init", "tiny", "--tokenizer", str(w / "tok"), "--quiet",
-              "--device", "cpu", "--set", "precision=fp32", "--set", "epochs=2",
+              "--device", "cpu", "--set", f"precision={precision}", "--set", "epochs=2",
               "--set", "batch_size=8"]
     return {
         "custom": [*common, "--task", "custom", "--train", str(w / "train.csv"),
@@ -159,11 +159,13 @@ def main() -> None:
     ap.add_argument("a", type=Path)
     ap.add_argument("b", type=Path)
     ap.add_argument("--cases", default="custom,tagging,squad,copa,two-task")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                    help="the runs' precision (bf16, fp16: autocast's path)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         w = Path(tmp)
         inputs(w)
-        table, failed = cases(w), 0
+        table, failed = cases(w, args.precision), 0
         for name in args.cases.split(","):
             for side, checkout in (("A", args.a), ("B", args.b)):
                 run(checkout.resolve(), table[name], w / side / name)

@@ -37,7 +37,7 @@ TIMES = {"time", "elapsed", "seconds", "tokens_per_s", "step_s", "data_s", "eta_
          "wall", "flops_per_s", "sec", "samples_per_s"}
 
 
-def run(checkout: Path, work: Path, text: Path, vocab: Path) -> dict:
+def run(checkout: Path, work: Path, text: Path, vocab: Path, precision: str = "fp32") -> dict:
     env = {**os.environ, "PYTHONPATH": str(checkout / "src"), "OMP_NUM_THREADS": "2"}
     cli = [sys.executable, "-m", "electra"]
     data, out = work / "data", work / "run"
@@ -47,7 +47,7 @@ def run(checkout: Path, work: Path, text: Path, vocab: Path) -> dict:
     subprocess.run([*cli, "pretrain", "--preset", "tiny", "--data", str(data), "--out",
                     str(out), "--quiet", "--device", "cpu",
                     *[a for kv in ("train.max_steps=12", "train.batch_size=16",
-                                   "train.precision=fp32", "train.log_every=3",
+                                   f"train.precision={precision}", "train.log_every=3",
                                    "train.eval_every=6", "train.save_every=6",
                                    "train.warmup_steps=4",
                                    # the slots older checkouts used at every length
@@ -94,6 +94,8 @@ def main() -> int:
     ap.add_argument("a", type=Path)
     ap.add_argument("b", type=Path)
     ap.add_argument("--tolerance", type=float, help="largest relative difference allowed")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                    help="the runs' train.precision (bf16, fp16: autocast's path)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -105,7 +107,7 @@ def main() -> int:
         got = {}
         for name, checkout in (("A", args.a), ("B", args.b)):
             (tmp / name).mkdir()
-            got[name] = run(checkout.resolve(), tmp / name, text, vocab)
+            got[name] = run(checkout.resolve(), tmp / name, text, vocab, args.precision)
         a, b = got["A"], got["B"]
         print(f"metrics lines: {len(a['metrics'])} / {len(b['metrics'])}; weight tensors: "
               f"{len(a['weights'])} / {len(b['weights'])}")

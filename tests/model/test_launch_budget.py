@@ -13,11 +13,13 @@ import sys
 from helpers import ROOT, write_corpus
 
 # Measured on this test's data (2-core AMD EPYC Zen 4; the count does not depend on the
-# CPU): 4,517 ops a step at 252066b, before the budget work; 3,566 (79%) since (clipping in
-# two multi-tensor ops, query/key/value as one parameter, dropout masks without slicing,
-# padded blocks on rows). Issue 40 asks for 60% (2,710); bench/RESULTS.md says what is left.
+# CPU): 4,517 ops a step at 252066b, before the budget work; 3,542 (78%) after clipping in
+# two multi-tensor ops, query/key/value as one parameter, dropout masks without slicing and
+# padded blocks on rows; 2,646 (59%) since the linear layers' weights are cast once a
+# micro-batch and their gradients written in one op (electra.model.cast). Issue 40's budget:
+# 60% of the count before.
 BEFORE = 4517
-BUDGET = 3600
+BUDGET = int(0.60 * BEFORE)  # 2,710
 
 
 def test_a_small_pretraining_step_stays_within_its_op_budget(tmp_path):
@@ -32,8 +34,8 @@ def test_a_small_pretraining_step_stays_within_its_op_budget(tmp_path):
     prepare(PrepareOptions(inputs=[str(tmp_path / "c.txt")], tokenizer=str(tmp_path / "tok"),
                            out=str(tmp_path / "data"), seq_len=128, quiet=True))
     # One step warms up (the optimizer's state), one is counted: every step after the first
-    # runs the same ops (3,542 a step at 1+1, 2+2 and 1+3 steps, 2-core AVX2 EPYC, 2026-12-05).
-    # The count does not depend on the batch either (3,542 at 1, 2 and 4 rows): 2 rows keep
+    # runs the same ops (2,646 a step at 1+1, 2+2 and 1+3 steps, 2-core Zen 4, 2026-12-05).
+    # The count does not depend on the batch either (2,646 at 1, 2 and 4 rows): 2 rows keep
     # the paths between rows and take half of 4's time (bf16 is emulated on an AVX2 CPU).
     total, counts = count(str(tmp_path / "data"),
                           'preset = "small"\n[train]\nprecision = "bf16"\n', batch=2,

@@ -32,6 +32,7 @@ from electra.model.bert import (
     split_qkv,
 )
 from electra.model.bodies import BODIES, Body, blocks, body_of, encoder_for, task_transform
+from electra.model.cast import Linear
 from electra.model.kernels import Kernels
 from electra.model.layers import GDES, Dropout, init_weights
 
@@ -78,8 +79,8 @@ class Discriminator(EncoderWithHead):
         self.config = cfg
         body = body_of(cfg)
         self.encoder = encoder_for(cfg, embeddings, kernels)
-        self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=body.bias)
-        self.head_out = nn.Linear(cfg.hidden_size, 1)
+        self.head_dense = Linear(cfg.hidden_size, cfg.hidden_size, bias=body.bias)
+        self.head_out = Linear(cfg.hidden_size, 1)
         self.head_norm = (nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
                           if body.rtd_context else None)
         init_weights(self, cfg.initializer_range, skip=embeddings)
@@ -108,7 +109,7 @@ class Generator(nn.Module):
                                                                          kernels)
         E = self.encoder.embeddings.word_embeddings.embedding_dim
         bias = body_of(cfg).bias
-        self.head_dense = nn.Linear(cfg.hidden_size, E, bias=bias)
+        self.head_dense = Linear(cfg.hidden_size, E, bias=bias)
         self.head_norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps, bias=bias)
         self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         init_weights(self, cfg.initializer_range, skip=encoder or embeddings)

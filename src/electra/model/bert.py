@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from electra.config import ModelConfig
+from electra.model.cast import Linear
 from electra.model.kernels import FAST_CPU, Kernels, Layout
 from electra.model.layers import GDES, Dropout, TokenTable, encode
 
@@ -56,11 +57,11 @@ class Block(nn.Module):
         self.attention_dropout = cfg.attention_dropout
         # Query, key and value as one (3H, H) parameter: one GEMM, one cast under autocast, one
         # gradient; transformers' three tensors on export and import (fuse_qkv, split_qkv).
-        self.qkv = nn.Linear(H, 3 * H)
-        self.attention_out = nn.Linear(H, H)
+        self.qkv = Linear(H, 3 * H)
+        self.attention_out = Linear(H, H)
         self.attention_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
-        self.ffn_in = nn.Linear(H, cfg.intermediate_size)
-        self.ffn_out = nn.Linear(cfg.intermediate_size, H)
+        self.ffn_in = Linear(H, cfg.intermediate_size)
+        self.ffn_out = Linear(cfg.intermediate_size, H)
         self.ffn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.hidden_dropout, kernels)
         self.probs_dropout = Dropout(cfg.attention_dropout, kernels)  # written attention
@@ -126,7 +127,7 @@ class Encoder(nn.Module):
         self.embeddings = embeddings if embeddings is not None else Embeddings(cfg, kernels)
         E = self.embeddings.word_embeddings.embedding_dim
         # The projection exists exactly when transformers' ElectraModel has `embeddings_project`.
-        self.embeddings_project = nn.Linear(E, cfg.hidden_size) if cfg.hidden_size != E else None
+        self.embeddings_project = Linear(E, cfg.hidden_size) if cfg.hidden_size != E else None
         self.layers = nn.ModuleList(Block(cfg, kernels) for _ in range(cfg.num_layers))
 
     def forward(

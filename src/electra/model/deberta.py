@@ -37,6 +37,7 @@ from torch import nn
 from electra.config import ModelConfig
 from electra.errors import UserError
 from electra.model.bert import Block
+from electra.model.cast import Linear
 from electra.model.kernels import FAST_CPU, Kernels
 from electra.model.layers import GDES, Dropout, TokenTable
 
@@ -106,11 +107,12 @@ class DebertaBlock(Block):
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
         super().__init__(cfg, kernels)
         H = cfg.hidden_size
+        self.qkv.cast_once = False  # its rows are read for the positions too (positions())
         self.terms = tuple(t for t in ("c2p", "p2c") if t in cfg.pos_att_type.split("|"))
         self.pos_key = self.pos_query = None
         if not cfg.share_att_key:  # positions through projections of their own
-            self.pos_key = nn.Linear(H, H) if "c2p" in self.terms else None
-            self.pos_query = nn.Linear(H, H) if "p2c" in self.terms else None
+            self.pos_key = Linear(H, H) if "c2p" in self.terms else None
+            self.pos_query = Linear(H, H) if "p2c" in self.terms else None
         self.rel_dropout = Dropout(cfg.hidden_dropout, kernels)
 
     def heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -165,7 +167,7 @@ class DebertaEncoder(nn.Module):
         self.embeddings = embeddings if embeddings is not None else DebertaEmbeddings(
             cfg, kernels)
         E = self.embeddings.word_embeddings.embedding_dim
-        self.embeddings_project = nn.Linear(E, cfg.hidden_size) if cfg.hidden_size != E else None
+        self.embeddings_project = Linear(E, cfg.hidden_size) if cfg.hidden_size != E else None
         self.rel_embeddings = nn.Embedding(2 * position_span(cfg)[0], cfg.hidden_size)
         self.rel_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.layers = nn.ModuleList(DebertaBlock(cfg, kernels) for _ in range(cfg.num_layers))

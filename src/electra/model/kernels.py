@@ -48,11 +48,11 @@ def lane_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     threshold = round(p * 65536) - 32768  # keep where the int16 lane >= this
     scale = 1.0 / (1.0 - round(p * 65536) / 65536)
     if x.dim() and x.shape[-1] % 4 == 0:  # the words shaped as x's rows: one view, no slice
-        words = torch.empty(*x.shape[:-1], x.shape[-1] // 4, dtype=torch.int64)
-        lanes = words.random_(-(2**63), 2**63 - 1).view(torch.int16)  # x's shape
+        words = torch.randint(-(2**63), 2**63 - 1, (*x.shape[:-1], x.shape[-1] // 4))
+        lanes = words.view(torch.int16)  # x's shape
     else:
         n = x.numel()
-        words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
+        words = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,))
         lanes = words.view(torch.int16)[:n].view(x.shape)
     keep = lanes >= threshold
     return x.mul(keep).mul_(scale)
@@ -75,7 +75,7 @@ def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if bias is not None:
         scores = scores + bias
     if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, float("-inf"))
+        scores = torch.where(attn_mask, scores, float("-inf"))
     probs = dropout(torch.softmax(scores, -1, dtype=torch.float32))
     return probs.to(v.dtype) @ v
 

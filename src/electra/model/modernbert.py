@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from electra.config import ModelConfig
+from electra.model.cast import Linear
 from electra.model.kernels import FAST_CPU, Kernels, Layout
 from electra.model.layers import GDES, Dropout, TokenTable, encode
 
@@ -86,11 +87,11 @@ class ModernBlock(nn.Module):
                              persistent=False)
         self.attn_norm = (nn.LayerNorm(H, eps=cfg.layer_norm_eps, bias=False) if index
                           else nn.Identity())  # block 0 reads the embeddings' norm
-        self.qkv = nn.Linear(H, 3 * H, bias=False)
-        self.attention_out = nn.Linear(H, H, bias=False)
+        self.qkv = Linear(H, 3 * H, bias=False)
+        self.attention_out = Linear(H, H, bias=False)
         self.mlp_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps, bias=False)
-        self.mlp_in = nn.Linear(H, 2 * cfg.intermediate_size, bias=False)
-        self.mlp_out = nn.Linear(cfg.intermediate_size, H, bias=False)
+        self.mlp_in = Linear(H, 2 * cfg.intermediate_size, bias=False)
+        self.mlp_out = Linear(cfg.intermediate_size, H, bias=False)
         self.out_dropout = Dropout(cfg.attention_dropout, kernels)
         self.mlp_dropout = Dropout(cfg.hidden_dropout, kernels)
         self.probs_dropout = Dropout(cfg.attention_dropout, kernels)  # written attention
@@ -125,7 +126,7 @@ class ModernEncoder(nn.Module):
         self.embeddings = (embeddings if embeddings is not None
                            else ModernEmbeddings(cfg, kernels))
         E = self.embeddings.word_embeddings.embedding_dim
-        self.embeddings_project = nn.Linear(E, cfg.hidden_size, bias=False) \
+        self.embeddings_project = Linear(E, cfg.hidden_size, bias=False) \
             if cfg.hidden_size != E else None
         self.layers = nn.ModuleList(ModernBlock(cfg, i, kernels) for i in range(cfg.num_layers))
         self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=False)
@@ -162,7 +163,7 @@ class ModernHead(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.dense = Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=False)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:

@@ -47,6 +47,7 @@ from electra.errors import UserError
 from electra.io.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from electra.io.files import disk_errors
 from electra.io.trackers import Tracking
+from electra.model.cast import CastOnce
 from electra.runtime import (
     Runtime,
     autocast,
@@ -224,6 +225,20 @@ class RandomStreams:
         return len(ranks)
 
 
+def cast_once(model: nn.Module, rt: Runtime, settings: Settings,
+              precision: str) -> Callable[[], contextlib.AbstractContextManager]:
+    """What each micro-batch runs under besides autocast: the linear layers' weights cast
+    once, their gradients written in one op (``electra.model.cast``), in one process, eager,
+    under a 16-bit autocast; nothing otherwise (DDP and FSDP reduce on autograd's gradient
+    hooks, which that bypasses; torch.compile fuses the casts itself)."""
+    if precision in ("bf16", "fp16") and not rt.enabled and not (
+            settings.compile or settings.cuda_graphs):
+        plan = CastOnce(model, torch.bfloat16 if precision == "bf16" else torch.float16)
+        if plan.params:
+            return plan
+    return contextlib.nullcontext
+
+
 class Trainer:
     """A model, its optimizer and schedule, and everything a resumable training run tracks.
 
@@ -270,6 +285,7 @@ class Trainer:
                 if getattr(m, "compile_unit", False):
                     m.compile(**how)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.cast_once = cast_once(self.model, rt, settings, self.precision)
         self.optimizer = make_optimizer(settings.optimizer, groups(self.model), settings.lr,
                                         settings.betas, settings.eps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule(
@@ -401,7 +417,7 @@ class Trainer:
         stats: dict[str, torch.Tensor] = {}
         for j in range(n):
             with parallel.no_sync(self.step_model, j == n - 1), autocast(
-                    rt.device, self.precision):
+                    rt.device, self.precision), self.cast_once():
                 loss, micro_stats = micro_step(self.step_model, j)
                 # DDP and FSDP average gradients over ranks; the loss is already this rank's
                 # share of the global mean, so its gradient is scaled back up.

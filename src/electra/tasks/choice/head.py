@@ -22,6 +22,7 @@ from torch import nn
 from electra.config import FinetuneConfig, ModelConfig
 from electra.errors import UserError
 from electra.model import EncoderWithHead, encoder_for, init_weights, task_transform
+from electra.model.cast import Linear
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, confusion, cross_entropy, logits
 from electra.tasks.choice.data import ChoiceExample, encode_choices, read_choices
@@ -42,9 +43,9 @@ class MultipleChoice(EncoderWithHead):
         self.encoder = encoder_for(cfg, kernels=kernels)
         self.transform = task_transform(cfg)  # ModernBERT's head; None: ELECTRA's dense
         if self.transform is None:
-            self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+            self.head_dense = Linear(cfg.hidden_size, cfg.hidden_size)
         self.head_dropout = nn.Dropout(cfg.hidden_dropout)
-        self.head_out = nn.Linear(cfg.hidden_size, 1)
+        self.head_out = Linear(cfg.hidden_size, 1)
         init_weights(self, cfg.initializer_range)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

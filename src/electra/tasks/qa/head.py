@@ -20,6 +20,7 @@ from electra.config import FinetuneConfig, ModelConfig
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
 from electra.model import EncoderWithHead, encoder_for, init_weights, task_transform
+from electra.model.cast import Linear
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, cross_entropy, logits
 from electra.tasks.qa.data import (
@@ -41,7 +42,7 @@ class QuestionAnswerer(EncoderWithHead):
         self.config = cfg
         self.encoder = encoder_for(cfg, kernels=kernels)
         self.transform = task_transform(cfg)  # ModernBERT's head; None: ELECTRA's (none)
-        self.head_out = nn.Linear(cfg.hidden_size, 2)
+        self.head_out = Linear(cfg.hidden_size, 2)
         init_weights(self, cfg.initializer_range)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

@@ -22,6 +22,7 @@ from electra.data.labels import canonical_label
 from electra.errors import UserError
 from electra.io.files import read_text
 from electra.model import EncoderWithHead, encoder_for, init_weights, task_transform
+from electra.model.cast import Linear
 from electra.model.kernels import Kernels
 from electra.tasks.base import HEADS, Head, TaskData, confusion, cross_entropy, logits
 from electra.tasks.sequence.data import (
@@ -48,9 +49,9 @@ class SequenceClassifier(EncoderWithHead):
         self.encoder = encoder_for(cfg, kernels=kernels)
         self.transform = task_transform(cfg)  # ModernBERT's head; None: ELECTRA's dense
         if self.transform is None:
-            self.head_dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+            self.head_dense = Linear(cfg.hidden_size, cfg.hidden_size)
         self.head_dropout = nn.Dropout(cfg.hidden_dropout)
-        self.head_out = nn.Linear(cfg.hidden_size, num_labels)
+        self.head_out = Linear(cfg.hidden_size, num_labels)
         init_weights(self, cfg.initializer_range)
 
     def head(self, h: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,7 @@ from electra.config import FinetuneConfig, ModelConfig
 from electra.errors import UserError
 from electra.io.files import read_text
 from electra.model import EncoderWithHead, encoder_for, init_weights, task_transform
+from electra.model.cast import Linear
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, confusion, cross_entropy, logits
 from electra.tasks.tagging.data import (
@@ -44,7 +45,7 @@ class TokenClassifier(EncoderWithHead):
         self.encoder = encoder_for(cfg, kernels=kernels)
         self.transform = task_transform(cfg)  # ModernBERT's head; None: ELECTRA's (none)
         self.head_dropout = nn.Dropout(cfg.hidden_dropout)
-        self.head_out = nn.Linear(cfg.hidden_size, num_labels)
+        self.head_out = Linear(cfg.hidden_size, num_labels)
         init_weights(self, cfg.initializer_range)
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
