@@ -110,3 +110,14 @@ def test_the_trainer_casts_once_in_one_eager_process_under_16_bit_autocast():
             (one, dataclasses.replace(plain, compile=True), "bf16"),  # compiled: fused
             (one, dataclasses.replace(plain, cuda_graphs=True), "bf16")]:
         assert cast_once(model, rt, settings, precision) is contextlib.nullcontext
+
+
+def test_a_layer_a_micro_batch_leaves_unused_gets_no_gradient():
+    """As autograd leaves it: None, so the optimizer skips it (a multi-task step trains one
+    task's head), not zeros, which AdamW's decay would move."""
+    used, unused = Linear(4, 3), Linear(4, 3)
+    plan = CastOnce(torch.nn.ModuleList([used, unused]), torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16), plan():
+        used(torch.randn(5, 4)).float().sum().backward()
+    assert used.weight.grad is not None and used.bias.grad is not None
+    assert unused.weight.grad is None and unused.bias.grad is None

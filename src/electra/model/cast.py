@@ -41,6 +41,8 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.cast is None:
             return F.linear(x, self.weight, self.bias)
+        if x.dim() != 2 and not x.is_contiguous():  # aten::linear: matmul, then the bias
+            return F.linear(x, *self.cast)
         return _Linear.apply(x, *self.cast)
 
     def weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -49,9 +51,10 @@ class Linear(nn.Linear):
 
 
 class _Linear(torch.autograd.Function):
-    """x @ W^T + b on compute-dtype W, b; x cast to their dtype. Backward as autograd's
-    addmm backward computes it (``mm_mat1_backward``, ``mm_mat2_backward``: W^T is
-    column-major, so g^T @ x; the bias gradient a sum over rows)."""
+    """x @ W^T + b on compute-dtype W, b, x (2-D, or contiguous: ``aten::linear`` folds it
+    to rows) cast to their dtype. Backward as autograd's addmm backward computes it
+    (``mm_mat1_backward``, ``mm_mat2_backward``: W^T is column-major, so g^T @ x; the bias
+    gradient a sum over rows)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, w: torch.Tensor,  # type: ignore[override]
@@ -86,6 +89,7 @@ class _Cast(torch.autograd.Function):
     def forward(ctx, plan: CastOnce, *params: torch.Tensor):  # type: ignore[override]
         torch._foreach_copy_(plan.low, list(params))
         ctx.plan = plan
+        ctx.set_materialize_grads(False)  # a layer left unused keeps no gradient (None)
         return tuple(plan.low)
 
     @staticmethod
