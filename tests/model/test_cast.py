@@ -4,6 +4,8 @@ micro-batches; and the trainer uses it only where autograd's gradient hooks are 
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from helpers import make_batch, tiny_config
@@ -93,7 +95,6 @@ def test_outside_the_plan_a_layer_is_torchs_linear():
 
 
 def test_the_trainer_casts_once_in_one_eager_process_under_16_bit_autocast():
-    import contextlib
     import dataclasses
     from types import SimpleNamespace
 
@@ -121,3 +122,28 @@ def test_a_layer_a_micro_batch_leaves_unused_gets_no_gradient():
         used(torch.randn(5, 4)).float().sum().backward()
     assert used.weight.grad is not None and used.bias.grad is not None
     assert unused.weight.grad is None and unused.bias.grad is None
+
+
+@pytest.mark.parametrize("shape, view", [
+    ((6, 4), None), ((2, 3, 4), None), ((3, 2, 4), (1, 0, 2)),  # 2-D; folded; permuted
+    ((2, 5, 4), "slice"), ((4,), None)])  # a slice (cast to a contiguous copy); 1-D
+def test_a_layer_matches_autocast_on_every_input_layout(shape, view):
+    """aten::linear folds a 2-D or contiguous input to rows for one addmm, and runs any
+    other as matmul then the bias: the layer takes the same path on the same cast input."""
+    torch.manual_seed(0)
+    layer = Linear(4, 3)
+    with torch.no_grad():
+        layer.bias.normal_()
+    outs = []
+    for cast in (False, True):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        y = x.permute(view) if isinstance(view, tuple) else x[:, 1:4] if view else x
+        layer.zero_grad(set_to_none=True)
+        plan = CastOnce(layer, torch.bfloat16) if cast else None
+        with torch.autocast("cpu", dtype=torch.bfloat16), (plan() if plan else
+                                                              contextlib.nullcontext()):
+            out = layer(y)
+            (out.float() * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+        outs.append((out, x.grad, layer.weight.grad, layer.bias.grad))
+    for a, b in zip(*outs, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)

@@ -41,9 +41,12 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.cast is None:
             return F.linear(x, self.weight, self.bias)
-        if x.dim() != 2 and not x.is_contiguous():  # aten::linear: matmul, then the bias
-            return F.linear(x, *self.cast)
-        return _Linear.apply(x, *self.cast)
+        w, b = self.cast
+        if x.dtype != w.dtype:
+            x = x.to(w.dtype)  # autocast's cast of the input
+        if x.dim() == 2 or (x.dim() > 2 and x.is_contiguous()):
+            return _Linear.apply(x, w, b)
+        return F.linear(x, w, b)  # aten::linear's other path: matmul, then the bias
 
     def weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(weight, bias) as this micro-batch computes with them."""
@@ -51,16 +54,14 @@ class Linear(nn.Linear):
 
 
 class _Linear(torch.autograd.Function):
-    """x @ W^T + b on compute-dtype W, b, x (2-D, or contiguous: ``aten::linear`` folds it
-    to rows) cast to their dtype. Backward as autograd's addmm backward computes it
-    (``mm_mat1_backward``, ``mm_mat2_backward``: W^T is column-major, so g^T @ x; the bias
-    gradient a sum over rows)."""
+    """x @ W^T + b, all in the compute dtype, x 2-D or contiguous (which ``aten::linear``
+    folds to rows). Backward as autograd's addmm backward computes it (``mm_mat1_backward``,
+    ``mm_mat2_backward``: W^T is column-major, so g^T @ x; the bias gradient a sum over
+    rows)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, w: torch.Tensor,  # type: ignore[override]
                 b: torch.Tensor | None) -> torch.Tensor:
-        if x.dtype != w.dtype:
-            x = x.to(w.dtype)
         rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
         ctx.save_for_backward(rows, w)
         ctx.shape, ctx.bias = x.shape, b is not None
