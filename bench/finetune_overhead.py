@@ -5,9 +5,10 @@ ms a step against the real tokens in it over several batch sizes.
 
 ELECTRA-Small (random init) with the sequence head, unpadded as `electra finetune` runs it,
 SST-2 training sentences (BERT's vocabulary, ../shared/data) in batches cut to their longest
-row, one AdamW step each, in bf16 autocast and in fp32. Prints the ops a step (counted as
-bench/op_count.py counts) and, per batch size, ms a step min/median over ``--repeats`` passes
-of 10 batches with the real tokens a step; then the least-squares line ms = a + b * tokens.
+row, one AdamW step each, in bf16 autocast (the weights cast once, as the trainer does) and
+in fp32. Prints the ops a step (counted as bench/op_count.py counts) and, per batch size, ms
+a step min/median over ``--repeats`` passes of 10 batches with the real tokens a step; then
+the least-squares line ms = a + b * tokens.
 Its intercept ``a`` is the part of a step that a bigger batch does not pay again (op
 dispatch, the optimizer, Python): where it is large the step is bound by its op count.
 """
@@ -15,15 +16,18 @@ dispatch, the optimizer, Python): where it is large the step is bound by its op 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from finetune_step import sst2_batches
 from op_count import top_level_ops
 
 from electra.config import model_preset
+from electra.model.cast import CastOnce
 from electra.model.kernels import FAST_CPU
 from electra.runtime import autocast
 from electra.tasks.sequence.head import SequenceClassifier
@@ -42,13 +46,16 @@ def main() -> None:
         model = SequenceClassifier(model_preset("small", vocab_size=30522), 2,
                                    dataclasses.replace(FAST_CPU, unpad=True)).train()
         opt = adamw(param_groups(model, 0.01), lr=1e-4)
+        # the linear layers' weights cast once a micro-batch, as the trainer does in bf16
+        cast = CastOnce(model, torch.bfloat16) if precision == "bf16" else contextlib.nullcontext
 
         def step(batch: tuple[torch.Tensor, ...], precision: str = precision,
-                 model: torch.nn.Module = model, opt: torch.optim.Optimizer = opt) -> None:
+                 model: torch.nn.Module = model, opt: torch.optim.Optimizer = opt,
+                 cast: Callable[[], contextlib.AbstractContextManager] = cast) -> None:
             ids, mask, y = batch
-            with autocast(torch.device("cpu"), precision):
+            with autocast(torch.device("cpu"), precision), cast():
                 loss = torch.nn.functional.cross_entropy(model(ids, mask).float(), y)
-            loss.backward()
+                loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
 
