@@ -18,7 +18,7 @@ The arithmetic is autograd's: the same casts, the same GEMM calls, the same redu
 step is bitwise the step without it (``tests/model/test_cast.py``). The gradients bypass
 ``AccumulateGrad``, whose hooks DDP and FSDP reduce on: the trainer uses it in one process,
 eager (torch.compile fuses the casts itself). A layer whose weight is also read elsewhere
-(DeBERTa's query/key rows for the position terms) sets ``cast_once = False``.
+(DeBERTa's query/key rows for the position terms) sets ``castable = False``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Linear(nn.Linear):
     :class:`CastOnce` holds them (``cast``), and as ``nn.Linear`` otherwise."""
 
     cast: tuple[torch.Tensor, torch.Tensor | None] | None = None
-    cast_once = True  # False: the weight is read elsewhere too (kept on autocast's path)
+    castable = True  # False: the weight is read elsewhere too (kept on autocast's path)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.cast is None:
@@ -47,10 +47,6 @@ class Linear(nn.Linear):
         if x.dim() == 2 or (x.dim() > 2 and x.is_contiguous()):
             return _Linear.apply(x, w, b)
         return F.linear(x, w, b)  # aten::linear's other path: matmul, then the bias
-
-    def weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(weight, bias) as this micro-batch computes with them."""
-        return self.cast or (self.weight, self.bias)
 
 
 class _Linear(torch.autograd.Function):
@@ -101,10 +97,10 @@ class _Cast(torch.autograd.Function):
 
 class CastOnce:
     """The :class:`Linear` layers of ``model`` with trainable weights, cast to ``dtype`` once
-    a micro-batch (``with cast_once():`` around its forward and backward)."""
+    a micro-batch (``with plan():`` around its forward and backward)."""
 
     def __init__(self, model: nn.Module, dtype: torch.dtype) -> None:
-        self.layers = [m for m in model.modules() if isinstance(m, Linear) and m.cast_once
+        self.layers = [m for m in model.modules() if isinstance(m, Linear) and m.castable
                        and m.weight.requires_grad
                        and (m.bias is None or m.bias.requires_grad)]
         self.params = [p for m in self.layers for p in (m.weight, m.bias) if p is not None]

@@ -107,7 +107,7 @@ class DebertaBlock(Block):
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
         super().__init__(cfg, kernels)
         H = cfg.hidden_size
-        self.qkv.cast_once = False  # its rows are read for the positions too (positions())
+        self.qkv.castable = False  # its rows are read for the positions too (positions())
         self.terms = tuple(t for t in ("c2p", "p2c") if t in cfg.pos_att_type.split("|"))
         self.pos_key = self.pos_query = None
         if not cfg.share_att_key:  # positions through projections of their own
