@@ -48,14 +48,8 @@ def grads_after(model: torch.nn.Module, dtype: torch.dtype, cast: bool,
     for j in range(micro_batches):
         ids, mask, types = make_batch([12, 9, 16], 16, seed=j)
         torch.manual_seed(100 + j)
-        with torch.autocast("cpu", dtype=dtype):
-            if plan is None:
-                logits = model(ids, mask, types)
-                logits.float().square().mean().backward()
-            else:
-                with plan():
-                    logits = model(ids, mask, types)
-                    logits.float().square().mean().backward()
+        with torch.autocast("cpu", dtype=dtype), plan() if plan else contextlib.nullcontext():
+            model(ids, mask, types).float().square().mean().backward()
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
@@ -140,8 +134,8 @@ def test_a_layer_matches_autocast_on_every_input_layout(shape, view):
         y = x.permute(view) if isinstance(view, tuple) else x[:, 1:4] if view else x
         layer.zero_grad(set_to_none=True)
         plan = CastOnce(layer, torch.bfloat16) if cast else None
-        with torch.autocast("cpu", dtype=torch.bfloat16), (plan() if plan else
-                                                              contextlib.nullcontext()):
+        with torch.autocast("cpu", dtype=torch.bfloat16), \
+                plan() if plan else contextlib.nullcontext():
             out = layer(y)
             (out.float() * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
         outs.append((out, x.grad, layer.weight.grad, layer.bias.grad))
