@@ -86,7 +86,10 @@ class Command:
     description: str | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
     interrupted: str = "nothing was written (--out is as it was); run the command again"
-    """What the last line says after Ctrl-C: how to continue."""
+    """What the last line says after Ctrl-C or a signal: how to continue (after the command
+    that continues it, when ``continues`` is not None)."""
+    continues: tuple[str, ...] | None = None
+    """The flags that continue an interrupted run (``()``: the same command again)."""
 
 
 def section_keys() -> str:
@@ -218,7 +221,7 @@ COMMANDS: dict[str, Command] = {
             arg("--stop-after", type=int, metavar="STEPS", help="stop after this many steps "
                 "with a checkpoint (for time-limited jobs; continue with --resume)"),
             _dist_timeout()),
-        interrupted="continue it with the same command and --resume",
+        interrupted="", continues=("--resume",),
         description="Pretrain an ELECTRA generator and discriminator on prepared shards. "
         "Config: --preset or --config FILE.toml, then --set section.key=value (sections: "
         "model, objective, train)."),
@@ -239,8 +242,7 @@ COMMANDS: dict[str, Command] = {
                        "from its last checkpoint (its corpus, tokenizer and shards reused)"),
                    arg("--overwrite", action="store_true", help="discard an interrupted "
                        "demo and start it over"))),
-            _quiet()), interrupted="continue it with `electra demo --resume` (the same --out "
-        "and --steps)"),
+            _quiet()), interrupted="", continues=("--resume",)),
     "finetune": Command(
         "fine-tune the discriminator on a task (GLUE, SuperGLUE, SQuAD, tagging, your "
         "files) or several at once", "electra.commands.finetune:main", (
@@ -262,8 +264,7 @@ COMMANDS: dict[str, Command] = {
             arg("--predict", choices=["test"], help="also write GLUE or SuperGLUE "
                 "submission files for the test split(s) to OUT/seed-N/predictions/"),
             _device(), _quiet(), _dist_timeout()),
-        interrupted="continue it with the same command and --resume (finished seeds are "
-        "kept)"),
+        interrupted="(finished seeds are kept)", continues=("--resume",)),
     "compare": Command(
         "pretrain objectives at equal FLOPs, fine-tune each, tabulate and plot",
         "electra.experiments.compare:main", (
@@ -303,7 +304,7 @@ COMMANDS: dict[str, Command] = {
         "model for the same training FLOPs, its discriminator is kept at fractions of the "
         "budget, and each, with random init beside them, is fine-tuned on each task and "
         "seed. Writes OUT/results.json, OUT/results.md and OUT/compare.png.",
-        interrupted="run the same command again to continue (what is done is kept)"),
+        interrupted="(what is done is kept)", continues=()),
     "evaluate": Command(
         "reload a fine-tuned model and score a split", "electra.commands.finetune:evaluate", (
             arg("--model", required=True, help="OUT/seed-N from `electra finetune`"),
@@ -408,22 +409,44 @@ def build_parser() -> argparse.ArgumentParser:
             where = groups[group[0]]
         c = where.add_parser(leaf, help=cmd.help, description=cmd.description or cmd.help)
         _add(c, cmd.args)
-        c.set_defaults(_target=cmd.target, _interrupted=cmd.interrupted, **cmd.defaults)
+        c.set_defaults(_target=cmd.target, _interrupted=cmd.interrupted,
+                       _continues=cmd.continues, **cmd.defaults)
     return p
 
 
+def interrupted_line(err: KeyboardInterrupt, note: str, continues: tuple[str, ...] | None,
+                     ) -> str:
+    """The last line after Ctrl-C or a signal: what stopped it and the exact command that
+    continues it (electra.invocation: as the user started it)."""
+    from electra import invocation
+
+    what = f"stopped by {err.args[0]}" if type(err) is not KeyboardInterrupt else "interrupted"
+    if continues is None:
+        return f"electra: {what}; {note}"
+    again = invocation.command(add=continues, drop=("--overwrite",),
+                               drop_with_value=("--decay-from",))
+    return f"electra: {what}; continue it with {again}" + (f" {note}" if note else "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from electra import invocation
+
     parser = build_parser()
     args = vars(parser.parse_args(argv))
+    invocation.record(argv)
     target = args.pop("_target", None)
     interrupted = args.pop("_interrupted", "")
+    continues = args.pop("_continues", None)
     if target is None:
         parser.print_help()
         return 0 if args.get("command") is None else 2
     kwargs = {k: v for k, v in args.items() if k != "command" and not k.endswith("_command")}
     module, function = target.split(":")
+    from electra.train.stop import handling  # light: the signal module alone
+
     try:
-        getattr(importlib.import_module(module), function)(**kwargs)
+        with handling():  # SIGTERM and SIGUSR1 end as Ctrl-C does (electra.train.stop)
+            getattr(importlib.import_module(module), function)(**kwargs)
         return 0
     except UserError as err:
         from electra.runtime import launched  # here: the runtime imports torch
@@ -433,9 +456,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             rank = f" (rank {place.rank})" if place.enabled and not place.is_main else ""
             print(f"electra: error{rank}: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"electra: interrupted; {interrupted}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C, or electra.train.stop.Stopped
+        if os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 says it
+            print(interrupted_line(err, interrupted, continues), file=sys.stderr)
+        return 128 + getattr(err, "signum", 2)
     except MemoryError:
         print("electra: error: out of memory; choose a smaller model or batch "
               "(--set train.batch_size=N, or grad_accum to keep the batch)", file=sys.stderr)

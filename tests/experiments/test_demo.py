@@ -1,4 +1,5 @@
-"""`electra demo`, the README's first command: it runs from nothing, a rerun replaces its own
+"""`electra demo`, the README's first command: it runs from nothing, a finished demo is kept
+(a rerun or --resume refuses, naming the command that works), --overwrite replaces its own
 folder with the same data (the tokenizer and shards are byte-identical), and it never writes
 into a folder it did not make."""
 
@@ -25,11 +26,18 @@ def test_the_demo_runs_reruns_identically_and_keeps_to_its_own_folder(tmp_path, 
     argv = ["demo", "--out", str(out), "--steps", "2", "--quiet", "--set",
             "train.eval_batches=2"]  # the held-out line from 2 batches (the demo: 10)
     assert main(argv) == 0
-    first = {k: digests(out / k) for k in ("tokenizer", "data")}
+    first = {k: digests(out / k) for k in ("tokenizer", "data", "run")}
     assert what_is(out) == ("demo", "demo") and (out / "run" / "discriminator").is_dir()
-    assert main(argv) == 0
-    assert {k: digests(out / k) for k in ("tokenizer", "data")} == first
     assert "held-out discriminator accuracy" in capsys.readouterr().out
+    for again in ([], ["--resume"]):  # a finished demo: refused, every file as it was
+        assert main([*argv, *again]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "holds a finished demo" in err, err
+        assert f"`electra {' '.join(argv)} --overwrite`" in err, err
+        assert {k: digests(out / k) for k in ("tokenizer", "data", "run")} == first
+    assert main([*argv, "--overwrite"]) == 0
+    assert {k: digests(out / k) for k in ("tokenizer", "data")} == {
+        k: first[k] for k in ("tokenizer", "data")}
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
@@ -59,7 +67,8 @@ def test_an_interrupted_demo_is_resumed_or_refused_never_started_over(tmp_path, 
             "train.save_every=2", "--set", "train.threads=1"]
     monkeypatch.setattr(pretrain_module, "pretrain", interrupted)
     assert main(argv) == 130
-    assert "electra demo --resume" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"electra: interrupted; continue it with `electra {' '.join(argv)} --resume`")
     monkeypatch.setattr(pretrain_module, "pretrain", real)
     ckpt = out / "run/checkpoints/step-0000002"
     before = digests(ckpt)
@@ -67,7 +76,7 @@ def test_an_interrupted_demo_is_resumed_or_refused_never_started_over(tmp_path, 
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "holds an interrupted demo" in err and "step 2" in err
-    assert "electra demo --resume" in err and digests(ckpt) == before
+    assert f"`electra {' '.join(argv)} --resume`" in err and digests(ckpt) == before
     assert main([*argv, "--resume"]) == 0
     assert "as the interrupted demo made them" in capsys.readouterr().out
     assert {k: digests(out / k) for k in ("tokenizer", "data")} == kept

@@ -402,8 +402,9 @@ def test_ctrl_c_while_a_metrics_line_is_computed_keeps_that_line(outs, tmp_path,
     monkeypatch.setattr(pretrain, "validate", interrupted)
     assert cli(*base, "--out", tmp_path / "b") == 130
     captured = capsys.readouterr()
+    again = " ".join(map(str, [*base, "--out", tmp_path / "b", "--resume"]))
     assert captured.err.strip().splitlines()[-1] == (
-        "electra: interrupted; continue it with the same command and --resume")
+        f"electra: interrupted; continue it with `electra {again}`")
     monkeypatch.setattr(pretrain, "validate", real)
     assert cli(*base, "--out", tmp_path / "b", "--resume") == 0
 
@@ -472,9 +473,9 @@ def test_ctrl_c_during_a_finetune_evaluation_keeps_that_line(outs, tmp_path, mon
 
     monkeypatch.setattr(finetune, "dev_predictions", interrupted)
     assert cli(*base, "--out", tmp_path / "b") == 130
+    again = " ".join(map(str, [*base, "--out", tmp_path / "b", "--resume"]))
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "electra: interrupted; continue it with the same command and --resume (finished "
-        "seeds are kept)")
+        f"electra: interrupted; continue it with `electra {again}` (finished seeds are kept)")
     monkeypatch.setattr(finetune, "dev_predictions", real)
     assert cli(*base, "--out", tmp_path / "b", "--resume") == 0
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import json
 import re
 import sysconfig
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from electra import invocation
 from electra.commands import pretrain as pretrain_command  # a module: tests stop its run
 from electra.config import TrainConfig, model_preset
 from electra.data.prepare import PrepareOptions, prepare
@@ -26,6 +26,7 @@ from electra.data.tokenizer import SpecialTokens, load_tokenizer, train_tokenize
 from electra.errors import UserError
 from electra.experiments.plot import plot_run
 from electra.io.checkpoint import latest_checkpoint
+from electra.io.files import write_json
 from electra.io.outputs import claim_out
 from electra.objectives.config import ObjectiveConfig, RunConfig, apply_overrides
 from electra.objectives.masking import mask_inputs
@@ -129,18 +130,40 @@ def interrupted_step(out: Path) -> int | None:
 def run_demo(out: str | Path = "runs/demo", steps: int | None = None, overwrite: bool = False,
              progress: bool = True, resume: bool = False, sets: list[str] | None = None) -> dict:
     """Build the corpus, tokenizer and shards, pretrain, then report and show an example.
-    ``out`` is a demo folder: a new one, or one the demo wrote, whose finished demo a rerun
-    replaces. An interrupted demo (its pretraining checkpointed) is continued with ``resume``
-    (corpus, tokenizer and shards reused), discarded with ``overwrite``, else refused."""
+    ``out`` is a new folder or one the demo wrote. A finished demo is kept: ``resume`` says
+    it is finished and a plain rerun is refused, as every command refuses an existing
+    ``--out``; ``overwrite`` trains it again. An interrupted demo (its pretraining
+    checkpointed) is continued with ``resume`` (corpus, tokenizer and shards reused),
+    started over with ``overwrite``, else refused."""
     cfg = demo_config(steps or DEMO_STEPS, sets)
     with claim_out(out, "demo", "demo", overwrite=True) as claim:
+        check_demo_out(Path(out), resume, overwrite)
         step = interrupted_step(Path(out))
-        if step is not None and not (resume or overwrite):
-            raise UserError(f"--out {out} holds an interrupted demo (its pretraining saved "
-                            f"step {step}); run `electra demo --resume` to continue it, or "
-                            f"`electra demo --overwrite` to start it over")
         claim.mark(Path(out))
         return _demo(Path(out), cfg, resume and step is not None, progress)
+
+
+def check_demo_out(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to replace a finished demo without ``overwrite`` (and ``resume`` of one: there
+    is nothing to continue), or to start an interrupted one over; each refusal names the
+    command that does what the user wants, as they started the demo."""
+    if overwrite:
+        return
+    fallback = ["demo", "--out", str(out)]
+    again = invocation.command(add=["--overwrite"], drop=["--resume"], fallback=fallback)
+    if (out / "summary.json").is_file():
+        model = out / "run" / "discriminator"
+        if resume:
+            raise UserError(f"--out {out} holds a finished demo (its model: {model}); "
+                            f"nothing to continue. Run {again} to train it again, or give "
+                            f"another --out")
+        raise UserError(f"--out {out} holds a finished demo (its model: {model}); run "
+                        f"{again} to replace it, or give another --out")
+    step = interrupted_step(out)
+    if step is not None and not resume:
+        cont = invocation.command(add=["--resume"], fallback=fallback)
+        raise UserError(f"--out {out} holds an interrupted demo (its pretraining saved step "
+                        f"{step}); run {cont} to continue it, or {again} to start it over")
 
 
 def _reusable(out: Path) -> bool:
@@ -152,6 +175,7 @@ def _reusable(out: Path) -> bool:
 def _demo(out: Path, cfg: RunConfig, resume: bool, progress: bool) -> dict:
     t0 = time.perf_counter()
     steps = cfg.train.max_steps
+    (out / "summary.json").unlink(missing_ok=True)  # a demo started over is not finished
     train_txt, held_txt = out / "corpus/train.txt", out / "corpus/heldout.txt"
     if resume and _reusable(out):
         print("1-3/4 corpus, tokenizer and shards: as the interrupted demo made them")
@@ -184,7 +208,7 @@ def _demo(out: Path, cfg: RunConfig, resume: bool, progress: bool) -> dict:
 
     print(f"curves: {plot_run(out / 'run')}")
     show_example(out / "run", held_txt)
-    (out / "summary.json").write_text(json.dumps({**last, "minutes": minutes}, indent=2))
+    write_json(out / "summary.json", {**last, "minutes": minutes})
     return last
 
 

@@ -57,7 +57,7 @@ from electra.runtime import (
     rank_seed,
     resolve_precision,
 )
-from electra.train import parallel
+from electra.train import parallel, stop
 from electra.train.metrics import MetricsLog
 from electra.train.optim import clip_grad_norm, make_optimizer, schedule
 
@@ -272,6 +272,7 @@ class Trainer:
         self.step = self.skips = 0
         self.counted_tokens = 0  # the tokens of the steps before the window's
         self.log_due = False  # resumed from a Ctrl-C that cut this step's metrics line short
+        self.saved_step = -1  # the step of the checkpoint this process wrote last
         state = None
         if resume is not None:
             state, _ = rt.agree(lambda: load_checkpoint(resume, model), "loading the checkpoint")
@@ -379,6 +380,7 @@ class Trainer:
                             {**self.config, "step": self.step, "tokens": tokens},
                             self.settings.keep_checkpoints,
                             move_in={"optimizer": shards} if shards else None)
+            self.saved_step = self.step
         finally:
             if shards is not None:  # moved into the checkpoint, or left by a failure
                 shutil.rmtree(shards, ignore_errors=True)
@@ -411,7 +413,15 @@ class Trainer:
         micro-batches (this rank's), with ``loss``; None when a non-finite loss made it skip
         the step."""
         s, rt = self.settings, self.rt
-        n = micro_batches or s.grad_accum
+        signum = stop.agreed(rt) if stop.installed() else None  # SIGTERM or SIGUSR1 came
+        if signum:  # every rank stops here, before the step, and saves with the others
+            raise stop.Stopped(signum, together=rt.enabled)
+        with stop.deferred():  # a signal now stops the run at the next step's start
+            return self._step(micro_step, tokens, micro_batches or s.grad_accum)
+
+    def _step(self, micro_step: MicroStep, tokens: torch.Tensor | int,
+              n: int) -> dict[str, torch.Tensor] | None:
+        s, rt = self.settings, self.rt
         if s.cuda_graphs:  # a new step: the last one's graph outputs may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
         stats: dict[str, torch.Tensor] = {}
@@ -538,18 +548,11 @@ class Trainer:
             self.bar = tqdm(total=total or self.settings.max_steps, initial=self.step,
                             unit="step", dynamic_ncols=True)
         self.window.clock = time.perf_counter()
-        try:
-            yield self
-        except KeyboardInterrupt:
-            sharded = parallel.is_sharded(self.model)
-            if self.step > 0 and self.rt.is_main and not sharded and self.out is not None:
-                self.say(f"interrupted: saving a checkpoint at step {self.step} ...")
-                self.save(interrupted=True)
-                print(f"electra: interrupted at step {self.step}; checkpoint saved, continue "
-                      f"with --resume", flush=True)
-            elif self.rt.is_main and self.out is not None:
-                print(f"electra: interrupted at step {self.step}; continue from the last "
-                      f"checkpoint with --resume", flush=True)
+        try:  # under torchrun a signal waits for the step all ranks agree on (train/stop.py)
+            with stop.deferred(self.rt.enabled and stop.installed()):
+                yield self
+        except KeyboardInterrupt as err:
+            self._interrupted(err)
             raise
         finally:
             if self.bar is not None:
@@ -558,6 +561,24 @@ class Trainer:
             if self.log_file is not None:
                 self.log_file.close()
                 self.log_file = None
+
+    def _interrupted(self, err: KeyboardInterrupt) -> None:
+        """Save the last completed step: every rank together when a signal stopped them all
+        at one step (:class:`electra.train.stop.Stopped`), else (Ctrl-C) rank 0 alone."""
+        together = isinstance(err, stop.Stopped) and err.together
+        what = f"stopped by {err.name}" if isinstance(err, stop.Stopped) else "interrupted"
+        if self.out is None:
+            return
+        saved = self.saved_step == self.step
+        can = together or (self.rt.is_main and not parallel.is_sharded(self.model))
+        if self.step > 0 and can and not saved:
+            self.say(f"{what}: saving a checkpoint at step {self.step} ...")
+            self.save(interrupted=not together)
+            saved = True
+        if self.rt.is_main:
+            how = (f"checkpoint of step {self.step} saved" if saved and self.step > 0 else
+                   "its last checkpoint is kept")
+            print(f"electra: {what} at step {self.step}; {how}", flush=True)
 
     def advance(self) -> None:
         """Move the progress bar one step."""

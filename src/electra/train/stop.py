@@ -1,0 +1,133 @@
+"""Signals that ask a run to stop, and the step at which every rank stops.
+
+Ctrl-C (SIGINT) raises ``KeyboardInterrupt`` where it lands, as Python does. SIGTERM, what
+``timeout``, ``kill``, ``docker stop``, Kubernetes and SLURM (at a job's time limit, or before
+a preemption) send, and SIGUSR1, what SLURM sends ahead of the limit when a job asks with
+``--signal=USR1@SECONDS``, raise :class:`Stopped`, a ``KeyboardInterrupt``: every command
+then does what it does on Ctrl-C (a checkpoint of the last completed step, finished parts
+kept) and exits ``128 + signal`` with the exact command that continues it.
+
+Inside a training step (:func:`deferred`) such a signal only marks the stop as asked for;
+the scaffold stops at the start of the next step (:func:`agreed`), after the last one's
+metrics line and checkpoint, so nothing is cut in half. Under torchrun every rank gets the
+signal (torchrun passes it on), though not at the same step: there the whole loop defers,
+and the ranks agree on the step to stop at with one all-reduce on the host at the start of
+each step (gloo; a CPU tensor, so it never waits for a GPU), then save together (each rank's
+random streams, a sharded optimizer's shards) as a scheduled checkpoint does.
+
+    with handling():              # the CLI, around a command
+        ...
+        with deferred():          # the training loop (the step, or the whole loop on ranks)
+            if agreed(rt):        # at the start of a step: every rank stops here
+                raise Stopped(...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+SIGNALS = ("SIGTERM", "SIGUSR1")  # those that have a handler here (SIGINT keeps Python's)
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop asked for by a signal (``signum``); ``together``: every rank stops at this
+    step and saves with the others (rather than rank 0 alone, as on Ctrl-C)."""
+
+    def __init__(self, signum: int, together: bool = False) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum, self.together = signum, together
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+_installed = False
+_pending: int | None = None  # the signal asked for, not yet acted on
+_deferring = 0
+_group: Any = None  # the host (gloo) process group the ranks agree in
+
+
+def _handle(signum: int, frame: Any) -> None:
+    global _pending
+    if _deferring:
+        _pending = _pending or signum
+        return
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def handling() -> Iterator[None]:
+    """SIGTERM and SIGUSR1 raise :class:`Stopped` (or, in :func:`deferred`, mark the stop),
+    then the handlers that were there before come back. A no-op outside the main thread."""
+    global _installed, _pending
+    if threading.current_thread() is not threading.main_thread() or _installed:
+        yield
+        return
+    sigs = [getattr(signal, s) for s in SIGNALS if hasattr(signal, s)]
+    before = {s: signal.signal(s, _handle) for s in sigs}
+    _installed, _pending = True, None
+    try:
+        yield
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+        _installed, _pending = False, None
+
+
+def installed() -> bool:
+    """Whether :func:`handling` is active (the CLI's commands; not a library call)."""
+    return _installed
+
+
+@contextlib.contextmanager
+def deferred(enabled: bool = True) -> Iterator[None]:
+    """Inside, a signal marks the stop (:func:`pending`) instead of raising."""
+    global _deferring
+    if not enabled:
+        yield
+        return
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+
+
+def pending() -> int | None:
+    """The signal that asked this process to stop, if one did."""
+    return _pending
+
+
+def ask(signum: int = signal.SIGTERM) -> None:
+    """Ask for a stop as a signal does (what :func:`_handle` does inside :func:`deferred`)."""
+    global _pending
+    _pending = _pending or signum
+
+
+def agreed(rt: Any) -> int | None:
+    """The signal every rank stops for at this step, if any rank was asked to stop (one
+    all-reduce on the host under torchrun, on every rank; the local answer in one process).
+    """
+    if not rt.enabled:
+        return _pending
+    import torch
+    import torch.distributed as dist
+
+    global _group
+    if _group is None:  # NCCL cannot reduce a CPU tensor: a gloo group beside it
+        _group = (dist.group.WORLD if dist.get_backend() == "gloo"
+                  else dist.new_group(backend="gloo"))
+    flag = torch.tensor([_pending or 0], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=_group)
+    return int(flag[0]) or None
+
+
+def forget_group() -> None:
+    """Drop the gloo group (its process group is gone: ``electra.runtime.start`` ended)."""
+    global _group
+    _group = None
