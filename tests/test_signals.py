@@ -221,3 +221,32 @@ def test_under_torchrun_every_rank_stops_at_one_step_and_resumes_exactly(letters
     res = launch(2, *args, "--out", tmp_path / "b", "--resume")
     assert res.returncode == 0, why_failed(res)
     assert_bitwise(tmp_path / "a", tmp_path / "b")
+
+
+def test_advice_names_the_command_as_the_user_started_it(monkeypatch, tmp_path):
+    """`make demo` gets `make demo ARGS="..."` back, `python -m electra` itself, a venv's
+    script off the PATH its path from here; --overwrite and --decay-from X are dropped."""
+    from electra import invocation
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".venv/bin").mkdir(parents=True)
+    script = tmp_path / ".venv/bin/electra"
+    script.write_text("")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    monkeypatch.setenv("MAKELEVEL", "1")
+    monkeypatch.setattr(sys, "argv", [str(script), "demo", "--out", "my runs/d"])
+    invocation.record(None)
+    assert invocation.command(add=["--resume"]) == \
+        """`make demo ARGS="--out 'my runs/d' --resume"`"""
+    monkeypatch.delenv("MAKELEVEL")
+    assert invocation.command(add=["--resume"]) == \
+        "`.venv/bin/electra demo --out 'my runs/d' --resume`"
+    monkeypatch.setattr(sys, "argv", ["/x/electra/__main__.py", "pretrain", "--out", "r",
+                                      "--decay-from", "a/step-1", "--overwrite"])
+    invocation.record(None)
+    assert invocation.command(add=["--resume"], drop=["--overwrite"],
+                              drop_with_value=["--decay-from"]) == \
+        "`python -m electra pretrain --out r --resume`"
+    invocation.record(["finetune", "--out", "f"])  # main(argv): as `electra`
+    assert invocation.command(add=["--resume"]) == "`electra finetune --out f --resume`"

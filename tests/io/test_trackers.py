@@ -221,3 +221,138 @@ def test_runs_inside_a_group_share_its_store_and_are_named_by_their_folders(tmp_
         Trackers(tmp_path / "alone", 0, Tracking(("mlflow",), root=tmp_path / "alone",
                                                  name="alone"), {}).close()
     assert (tmp_path / "alone/mlflow.db").is_file()
+
+
+@pytest.fixture
+def tiny_toml(tmp_path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(
+        'preset = "tiny"\n[model]\nhidden_size = 32\nembedding_size = 32\nnum_layers = 1\n'
+        'num_heads = 2\nintermediate_size = 64\nmax_position_embeddings = 64\n'
+        '[train]\nbatch_size = 8\nmax_steps = 4\nwarmup_steps = 1\nsave_every = 2\n'
+        'eval_every = 2\neval_batches = 1\nlog_every = 1\nprecision = "fp32"\n')
+    return path
+
+
+@pytest.mark.parametrize("env, log_to, words", [
+    ({"MLFLOW_TRACKING_URI": "file:///{t}/mlruns"}, "mlflow",
+     "is MLflow's file store, which MLflow 3 refuses; set MLFLOW_ALLOW_FILE_STORE=true"),
+    ({"MLFLOW_TRACKING_URI": "{t}/mlruns"}, "mlflow", "MLFLOW_ALLOW_FILE_STORE=true"),
+    ({"MLFLOW_TRACKING_URI": "sqlite:///{t}/notes.txt"}, "mlflow",
+     "notes.txt is not an SQLite database"),
+    ({"MLFLOW_TRACKING_URI": "sqlite:///{t}/no/such/mlflow.db"}, "mlflow",
+     "the folder {t}/no/such does not exist"),
+    ({"WANDB_PROJECT": "team/project"}, "wandb", "WANDB_PROJECT='team/project' is refused "
+     "by W&B"),
+    ({"WANDB_RUN_ID": "a:b"}, "wandb", "WANDB_RUN_ID='a:b' is refused by W&B"),
+], ids=["file-uri", "plain-path", "not-sqlite", "no-folder", "wandb-project", "wandb-run-id"])
+def test_a_tracker_setting_it_cannot_use_is_one_line_before_any_work(
+        letters_data, tiny_toml, tmp_path, capsys, monkeypatch, env, log_to, words):
+    """The environment names a store or project the tracker refuses: one line before any
+    work, nothing made, the named file as it was."""
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value.format(t=tmp_path))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for command in (("pretrain", "--config", tiny_toml, "--data", letters_data, "--set",
+                     f"train.log_to={log_to}"),
+                    ("finetune", "--random-init", "tiny", "--tokenizer", letters_data,
+                     "--task", "sst2", "--data", tmp_path, "--set", f"log_to={log_to}")):
+        err = cli_error(capsys, *command, "--out", tmp_path / "o")
+        assert words.format(t=tmp_path) in err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert (tmp_path / "notes.txt").read_text() == "my notes\n"
+
+
+def test_mlflow_file_store_with_its_opt_out_works(letters_data, tiny_toml, tmp_path,
+                                                  monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    assert main(["pretrain", "--config", str(tiny_toml), "--data", str(letters_data), "--out",
+                 str(tmp_path / "o"), "--quiet", "--set", "train.log_to=mlflow"]) == 0
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name("electra").experiment_id])
+    assert run.info.status == "FINISHED" and 4 in {
+        m.step for m in client.get_metric_history(run.info.run_id, "loss")}
+
+
+def test_a_broken_tracker_install_is_one_line_and_leaves_nothing(letters_data, tiny_toml,
+                                                                 tmp_path, capsys,
+                                                                 monkeypatch):
+    import importlib
+
+    real = importlib.import_module
+
+    def broken(name, *a, **k):
+        if name == "wandb":
+            raise ImportError("cannot import name 'x' from partially initialized module")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    err = cli_error(capsys, "pretrain", "--config", tiny_toml, "--data", letters_data,
+                    "--out", tmp_path / "o", "--set", "train.log_to=tensorboard,wandb")
+    assert "wandb is installed but fails to import (ImportError: cannot import name" in err
+    assert "pip install --force-reinstall wandb" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("ids, words", [
+    ("{not json", "trackers.json is not JSON"),
+    ('["mlflow"]', "trackers.json is not a JSON object of tracker names and run ids"),
+    ('{"mlflow": "0123456789abcdef0123456789abcdef"}', "names MLflow run "
+     "0123456789abcdef0123456789abcdef, which the store"),
+], ids=["not-json", "a-list", "missing-run"])
+def test_a_resume_with_trackers_json_it_cannot_use_is_one_line_and_keeps_the_run(
+        letters_data, tiny_toml, tmp_path, capsys, ids, words):
+    args = ["pretrain", "--config", tiny_toml, "--data", letters_data, "--out", tmp_path / "o",
+            "--quiet", "--set", "train.log_to=mlflow"]
+    assert main([str(a) for a in (*args, "--stop-after", "2")]) == 0
+    (tmp_path / "o/trackers.json").write_text(ids)
+    before = {p: p.read_bytes() for p in (tmp_path / "o").rglob("*")
+              if p.is_file() and p.suffix != ".db"}
+    err = cli_error(capsys, *args, "--resume")
+    assert words in err, err
+    after = {p: p.read_bytes() for p in (tmp_path / "o").rglob("*")
+             if p.is_file() and p.suffix != ".db"}
+    assert after == before
+
+
+def test_a_store_half_made_by_an_interrupted_command_is_made_again(letters_data, tiny_toml,
+                                                                   tmp_path, monkeypatch):
+    """MLflow builds OUT/mlflow.db's tables under a temporary name: a command stopped then
+    leaves mlflow.db.*.partial (never a half-made mlflow.db), and --resume makes it anew."""
+    from electra.io import trackers
+
+    out = tmp_path / "o"
+    args = ["pretrain", "--config", str(tiny_toml), "--data", str(letters_data), "--out",
+            str(out), "--quiet", "--set", "train.log_to=mlflow"]
+
+    real = trackers.os.replace
+
+    def stopped(src, *a):
+        if str(src).endswith(".partial") and "mlflow.db." in str(src):
+            raise KeyboardInterrupt
+        return real(src, *a)
+
+    with monkeypatch.context() as m:
+        m.setattr(trackers.os, "replace", stopped)
+        assert main(args) == 130
+    assert len(list(out.glob("mlflow.db.*.partial"))) == 1
+    assert not (out / "mlflow.db").exists()
+    assert main([*args, "--resume"]) == 0
+    assert not list(out.glob("mlflow.db.*.partial"))
+    client, runs = mlflow_runs(out)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    experiment = client.get_experiment_by_name("electra")
+    assert experiment.artifact_location == (out / "mlartifacts").resolve().as_uri()
+
+
+def test_wandb_dir_is_honoured(letters_data, tiny_toml, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wb"))
+    (tmp_path / "wb").mkdir()
+    assert main(["pretrain", "--config", str(tiny_toml), "--data", str(letters_data), "--out",
+                 str(tmp_path / "o"), "--quiet", "--set", "train.log_to=wandb"]) == 0
+    assert list((tmp_path / "wb").glob("wandb/offline-run-*"))
+    assert not (tmp_path / "o/wandb").exists()
