@@ -192,3 +192,29 @@ def test_every_numeric_setting_declares_its_range():
                for f in fields(cls)
                if ("int" in str(f.type) or "float" in str(f.type)) and f.name not in cls.RANGES]
     assert missing == []
+
+
+@pytest.mark.parametrize("base, sets, expect", [
+    ("tiny", ["model.body=modernbert"], ("modernbert", 0.0, 0.0, 1e-5)),
+    ("tiny", ["model.body=deberta"], ("deberta", 0.1, 0.1, 1e-7)),
+    ("tiny", ["model.body=modernbert", "model.hidden_dropout=0.2"],
+     ("modernbert", 0.2, 0.0, 1e-5)),
+    ("modernbert-small", ["model.body=bert"], ("bert", 0.1, 0.1, 1e-12)),
+    ("modernbert-small", ["model.hidden_dropout=0.1"], ("modernbert", 0.1, 0.0, 1e-5)),
+])
+def test_another_body_brings_its_own_defaults_unless_set(base, sets, expect):
+    """`--set model.body=X` on a preset of another body takes X's published dropout and
+    layer-norm epsilon (ModernBERT: 0 and 1e-5), except what the same config sets."""
+    from electra.objectives.config import load_run_config
+
+    m = load_run_config(base, None, sets).model
+    assert (m.body, m.hidden_dropout, m.attention_dropout, m.layer_norm_eps) == expect
+
+
+def test_a_config_file_switching_body_takes_its_defaults(tmp_path):
+    from electra.objectives.config import load_run_config
+
+    path = tmp_path / "c.toml"
+    path.write_text('preset = "tiny"\n[model]\nbody = "modernbert"\nlayer_norm_eps = 1e-6\n')
+    m = load_run_config(None, str(path)).model
+    assert (m.hidden_dropout, m.attention_dropout, m.layer_norm_eps) == (0.0, 0.0, 1e-6)

@@ -298,6 +298,15 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
 
+BODY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "bert": {"hidden_dropout": 0.1, "attention_dropout": 0.1, "layer_norm_eps": 1e-12},
+    "modernbert": {"hidden_dropout": 0.0, "attention_dropout": 0.0, "layer_norm_eps": 1e-5},
+    "deberta": {"hidden_dropout": 0.1, "attention_dropout": 0.1, "layer_norm_eps": 1e-7},
+}
+"""What a body brings when a config switches to it (``--set model.body=modernbert`` on a BERT
+preset): its published dropout and LayerNorm epsilon (ModernBERT: none and 1e-5; DeBERTa-V3:
+0.1 and 1e-7), unless the same config sets them."""
+
 MODEL_PRESETS: dict[str, ModelConfig] = {
     # For tests and the demo: a few minutes of CPU pretraining show it learning.
     "tiny": ModelConfig(embedding_size=128, hidden_size=128, num_layers=4, num_heads=2,

@@ -424,7 +424,11 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
         trainer.say(f"no checkpoint in {opt.out}; starting a new run")
     fpt, peak, source = _mfu_terms(cfg, data.seq_len, rt)
     if opt.progress:
-        trainer.say(f"electra: {n_params / 1e6:.1f}M parameters, {len(data):,} examples of "
+        m, g = cfg.model, cfg.model.generator_config()
+        trainer.say(f"electra: {m.body} body {m.num_layers} x {m.hidden_size} (generator "
+                    f"{g.num_layers} x {g.hidden_size}; dropout {m.hidden_dropout:g}/"
+                    f"{m.attention_dropout:g}, layer-norm eps {m.layer_norm_eps:g}), "
+                    f"{n_params / 1e6:.1f}M parameters, {len(data):,} examples of "
                     f"{data.seq_len} tokens, batch {tc.batch_size}"
                     + (f" over {rt.world_size} processes ({tc.parallel})" if rt.enabled else "")
                     + f", {resolve_precision(rt.device, tc.precision)}, {rt.device.type}"

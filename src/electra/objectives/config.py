@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from electra.config import (
+    BODY_DEFAULTS,
     MODEL_PRESETS,
     TRAIN_PRESETS,
     ModelConfig,
@@ -214,6 +215,11 @@ class RunConfig:
             if not isinstance(given, dict):
                 raise UserError(f"[{name}] must be a table of settings, got {given!r}")
             values = {**getattr(base, name).to_dict(), **given}
+            if name == "model" and given.get("body", base.model.body) != base.model.body:
+                # another body than the base's: its own defaults, unless given with it
+                body = given["body"]
+                values |= {k: v for k, v in BODY_DEFAULTS.get(body, {}).items()
+                           if k not in given}
             built[name] = config_from_dict(klass, values, f"[{name}]")
         return cls(**built)
 
