@@ -901,6 +901,19 @@ CASES = [
 SG = ("finetune", "--model", P("run"), "--quiet", "--task")
 LONG = "x" * 300
 CASES += [
+    # -- issue 58: body shapes a run would only find out about later --
+    ("config", (*PRETRAIN, "--set", "model.body=modernbert", "--set", "model.num_heads=32"),
+     "model: the discriminator's heads are 1 wide (32 / 32 heads); ModernBERT's rotary "
+     "positions turn pairs"),
+    ("config", (*PRETRAIN, "--set", "model.body=modernbert", "--set", "model.hidden_size=48",
+                "--set", "model.embedding_size=48", "--set", "model.num_heads=16"),
+     "the discriminator's heads are 3 wide"),
+    ("config", (*PRETRAIN, "--set", "model.body=deberta", "--set", "model.embedding_size=16",
+                "--set", "model.position_buckets=0"),
+     "model.embedding_size=16 differs from model.hidden_size=32: a deberta body's embeddings "
+     "are as wide as its blocks"),
+    ("config", (*PRETRAIN, "--set", "train.batch_warmup=inf:1000"),
+     "train.batch_warmup=inf:1000: give START:TOKENS"),
     # -- issue 42: the body and its settings --
     ("config", (*PRETRAIN, "--set", "model.body=gpt"),
      "model.body='gpt' is not a body; choose one of bert, modernbert"),

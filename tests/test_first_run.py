@@ -77,20 +77,20 @@ def test_a_busy_machine_trains_on_fewer_threads_and_says_so(letters_data, tmp_pa
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        assert cli(*args, "--out", tmp_path / "a") == 0
-        out = capsys.readouterr().out
+        assert cli(*args, "--out", tmp_path / "a", "--quiet") == 0  # said under --quiet too
+        out = capsys.readouterr().err  # a note: on stderr, beside the errors
         assert "this machine is busy" in out and "torch runs on 1 thread instead of 2" in out
         assert "--set train.threads=N" in out and torch.get_num_threads() == 1
         torch.set_num_threads(2)
         assert cli(*args, "--set", "train.threads=2", "--out", tmp_path / "b") == 0
         assert torch.get_num_threads() == 2
-        assert "this machine is busy" not in capsys.readouterr().out
+        assert "this machine is busy" not in capsys.readouterr().err
         monkeypatch.setattr(runtime, "idle_cores", lambda cores: 2.0)
         assert cli(*args, "--out", tmp_path / "c") == 0
         assert torch.get_num_threads() == 2
         monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
         assert cli(*args, "--out", tmp_path / "d") == 0
-        assert "this machine is busy" not in capsys.readouterr().out
+        assert "this machine is busy" not in capsys.readouterr().err
     finally:
         torch.set_num_threads(threads)
     assert Path(tmp_path / "d" / "discriminator").is_dir()

@@ -233,6 +233,8 @@ class ModelConfig:
                f"tokens >= 2 (ModernBERT's is 128)")
         if self.body == "deberta":  # its relative positions (the other bodies have none)
             self._check_positions()
+        if self.body == "modernbert":  # RoPE turns pairs of a head's dimensions
+            self._check_rope_heads()
         _check(self.generator_layers <= self.num_layers,
                f"model.generator_layers={self.generator_layers} is deeper than the "
                f"discriminator's {self.num_layers} blocks; give at most {self.num_layers} "
@@ -241,6 +243,32 @@ class ModelConfig:
                f"model.pad_token_id={self.pad_token_id} is outside the vocabulary "
                f"(size {self.vocab_size})")
         self._check_memory()
+
+    def check_exportable(self) -> None:
+        """What a pretraining run checks before it starts: a deberta or modernbert body
+        whose embeddings are narrower than its blocks trains, but transformers' classes have
+        no place for ELECTRA's projection, so ``electra export`` would refuse it hours later."""
+        if self.body in ("deberta", "modernbert"):
+            _check(self.embedding_size == self.hidden_size,
+                   f"model.embedding_size={self.embedding_size} differs from "
+                   f"model.hidden_size={self.hidden_size}: a {self.body} body's embeddings are "
+                   f"as wide as its blocks (transformers' classes have no place for ELECTRA's "
+                   f"projection, so the model could not be exported); set "
+                   f"model.embedding_size={self.hidden_size}")
+
+    def _check_rope_heads(self) -> None:
+        heads = {"discriminator": (self.hidden_size, self.num_heads)}
+        if self.generator_size != 1.0:
+            m = self.generator_size
+            g_heads = max(1, round(self.num_heads * m))
+            g_hidden = max(g_heads, round(self.hidden_size * m))
+            heads["generator"] = (g_hidden - g_hidden % g_heads, g_heads)
+        for part, (hidden, n) in heads.items():
+            _check((hidden // n) % 2 == 0,
+                   f"model: the {part}'s heads are {hidden // n} wide ({hidden} / {n} heads);"
+                   f" ModernBERT's rotary positions turn pairs of a head's dimensions, so give "
+                   f"model.hidden_size and model.num_heads (and model.generator_size) that "
+                   f"make an even head width (e.g. 64)")
 
     def _check_positions(self) -> None:
         """DeBERTa's relative-position settings: terms it knows, buckets the log scale can
@@ -379,7 +407,7 @@ def parse_batch_warmup(value: str, key: str = "train.batch_warmup") -> tuple[int
     parts = value.replace("_", "").split(":")
     try:
         start, tokens = (int(float(p)) for p in parts) if len(parts) == 2 else (0, 0)
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number, or inf
         start = tokens = 0
     if start < 1 or tokens < 1:
         raise UserError(f"{key}={value}: give START:TOKENS, the first step's batch and the "

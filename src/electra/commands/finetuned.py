@@ -4,6 +4,7 @@ report, and the fine-tuned model folders `evaluate`, `predict` and `export` read
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,8 @@ def opening(tasks: dict[str, TaskData], cfg: FinetuneConfig, source: str, seeds:
     examples, the model it starts from, the recipe, precision and device; and the note of
     :func:`electra.runtime.use_threads` (every rank applies ``cfg.threads``)."""
     busy = use_threads(cfg.threads, "threads", rt.device)
+    if busy and rt.is_main:  # a note, even under --quiet: why the run is slower
+        print(busy, file=sys.stderr, flush=True)
     if not (progress and rt.is_main):
         return
     cap = cfg.max_train_examples
@@ -158,5 +161,3 @@ def opening(tasks: dict[str, TaskData], cfg: FinetuneConfig, source: str, seeds:
           f"{cfg.batch_size}, lr {cfg.lr:g}{mixed}{probe}, "
           f"{resolve_precision(rt.device, cfg.precision)}, {rt.device.type}, seeds "
           f"{','.join(map(str, seeds))}", flush=True)
-    if busy:
-        print(busy, flush=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -389,8 +390,8 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
     (restored from the run's last checkpoint with ``--resume``)."""
     tc = opt.config.train
     busy = use_threads(tc.threads, "train.threads", rt.device)
-    if busy and opt.progress and rt.is_main:
-        print(busy, flush=True)
+    if busy and rt.is_main:  # a note, even under --quiet: why the run is slower
+        print(busy, file=sys.stderr, flush=True)
     data, val, init, cfg, loader, micro, datasets, warm = rt.agree(
         lambda: _inputs(opt, rt), "reading data and config")
     run_config = {**cfg.to_dict(), "tokenizer_sha256": data.meta["tokenizer_sha256"],
@@ -503,6 +504,8 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
     init = _load_init(opt.init, cfg.model) if opt.init else None
     model_cfg = (init[0] if init else cfg.model).replace(vocab_size=data.vocab_size,
                                                         pad_token_id=data.special.pad)
+    if not (init or opt.resume):  # a new model: one export would refuse, refused now
+        model_cfg.check_exportable()
     if init:
         if init[0].vocab_size != data.vocab_size:
             raise UserError(f"--init {opt.init}: the model's vocabulary has "
