@@ -26,7 +26,7 @@ demo: setup
 TEST_WORKERS ?= auto
 test: setup
 	$(VENV)/bin/ruff check .
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Everything but the tests marked slow (a quick check while working; `make test` is the suite).
