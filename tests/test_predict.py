@@ -56,3 +56,28 @@ def test_predictions_equal_evaluation_and_carry_probabilities(classifier, capsys
                  str(root / "lines.txt"), "--quiet"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [r["label"] for r in lines] == [r["label"] for r in records]
+
+
+def test_predict_and_evaluate_take_a_precision(classifier, capsys):
+    """The fine-tune ran in fp32; --precision bf16 runs the model in bf16 (probabilities
+    move, within bf16's rounding), and --precision fp32 gives the fine-tune's own numbers."""
+    root = classifier
+    runs = {}
+    for precision in (None, "fp32", "bf16"):
+        capsys.readouterr()
+        extra = ["--precision", precision] if precision else []
+        assert main(["predict", "--model", str(root / "ft/seed-1"), "--input",
+                     str(root / "dev.csv"), "--quiet", *extra]) == 0
+        runs[precision] = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert runs["fp32"] == runs[None]
+    p32 = np.array([list(r["probs"].values()) for r in runs["fp32"]])
+    p16 = np.array([list(r["probs"].values()) for r in runs["bf16"]])
+    assert not np.array_equal(p32, p16) and np.abs(p32 - p16).max() < 0.05
+    scores = {}
+    for precision in ("fp32", "bf16"):
+        capsys.readouterr()
+        assert main(["evaluate", "--model", str(root / "ft/seed-1"), "--task", "custom",
+                     "--dev", str(root / "dev.csv"), "--precision", precision]) == 0
+        scores[precision] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    dev = json.loads((root / "ft/results.json").read_text())["seeds"]["1"]["dev"]
+    assert scores["fp32"]["dev"]["accuracy"] == dev["accuracy"]

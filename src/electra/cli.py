@@ -108,6 +108,12 @@ def _device() -> Arg:
     return arg("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:1")
 
 
+def _precision() -> Arg:
+    return arg("--precision", choices=["auto", "fp32", "bf16", "fp16"], help="the precision "
+               "to run the model at (default: the fine-tune's, whose auto is bf16 where the "
+               "device has it); fp32 gives transformers' fp32 results")
+
+
 def _dist_timeout() -> Arg:
     return arg("--dist-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                help="under torchrun: how long a process waits for the others before stopping "
@@ -309,7 +315,8 @@ COMMANDS: dict[str, Command] = {
         "reload a fine-tuned model and score a split", "electra.commands.finetune:evaluate", (
             arg("--model", required=True, help="OUT/seed-N from `electra finetune`"),
             *_task_args(evaluate=True),
-            arg("--split", default="dev", help="dev (all dev sets), or e.g. dev_matched"))),
+            arg("--split", default="dev", help="dev (all dev sets), or e.g. dev_matched"),
+            _precision())),
     "predict": Command(
         "apply a fine-tuned model to an unlabelled file (one JSON line per input)",
         "electra.commands.predict:main", (
@@ -320,7 +327,7 @@ COMMANDS: dict[str, Command] = {
                 "context}"),
             arg("--out", help="a .jsonl file (default: standard output)"),
             arg("--batch-size", type=int, default=64, help="inputs per batch (default: 64)"),
-            _quiet())),
+            _precision(), _quiet())),
     "export": Command(
         "write transformers folders (needs transformers)", "electra.saved.hf:export_hf", (
             arg("source", help="a pretraining run folder, RUN/checkpoints/step-N, or a "

@@ -177,11 +177,12 @@ def load_tasks(names: list[str], data: str | None, train: str | None, dev: str |
 
 
 def evaluate(model: str, task: str, data: str | None = None, dev: str | None = None,
-             split: str = "dev", text_columns: str | None = None,
+             split: str = "dev", text_columns: str | None = None, precision: str | None = None,
              **reading: Any) -> dict[str, Any]:
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s); a
     collapsed model (nearly one class) is flagged as fine-tuning flags it. The text columns
-    are the model's own (saved when it was fine-tuned) unless --text-columns names others."""
+    are the model's own (saved when it was fine-tuned) unless --text-columns names others;
+    ``precision`` runs the model at another precision than the fine-tune's."""
     classifier, meta = load_classifier(model)
     if meta["task"] not in head_for_task(task).trained_on(task):
         raise UserError(f"--model {model} was fine-tuned on {meta['task']}, not {task}")
@@ -189,6 +190,8 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     task_data = load_task(task, data=data, dev=dev, split=split, text_columns=columns,
                           **reading)
     cfg = config_from_dict(FinetuneConfig, meta["finetune"], f"{model}/config.json")
+    if precision is not None:
+        cfg = dataclasses.replace(cfg, precision=precision)
     task_data = head_of(meta).for_model(task_data, meta, cfg, model)
     preds = dev_predictions(classifier, load_tokenizer(model), task_data, cfg)
     res = scores(task_data, preds)

@@ -15,6 +15,7 @@ any, are ignored. Output goes to --out (written whole, then renamed) or stdout.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -31,11 +32,11 @@ from electra.tasks.base import head_of
 
 
 def main(model: str, input: str, out: str | None = None, batch_size: int = 64,
-         progress: bool = True) -> int:
+         progress: bool = True, precision: str | None = None) -> int:
     """`electra predict`: read, predict in batches, write JSON lines; returns the count."""
     target = (check_file_out(out, "predict", [("--model", model), ("--input", input)],
                              suffix=".jsonl") if out else None)
-    records = predict(model, input, batch_size, progress)
+    records = predict(model, input, batch_size, progress, precision)
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     if target is None:
         sys.stdout.write(text)
@@ -46,15 +47,18 @@ def main(model: str, input: str, out: str | None = None, batch_size: int = 64,
 
 
 def predict(model: str | Path, input: str | Path, batch_size: int = 64,
-            progress: bool = False) -> list[dict[str, Any]]:
+            progress: bool = False, precision: str | None = None) -> list[dict[str, Any]]:
     """A fine-tuned model (``OUT/seed-S``, or ``OUT/seed-S/TASK``) applied to the inputs in
     a file (the forms above); one record per input, in order (the Python API's
-    ``electra.predict``)."""
+    ``electra.predict``). ``precision``: instead of the fine-tune's (``fp32``: transformers'
+    fp32 results; ``auto``, the default's, is bf16 where the CPU has it)."""
     if batch_size < 1:
         raise UserError(f"--batch-size {batch_size}: give a positive number")
     net, meta = folders.load(model, "classifier")
     net.eval()
     cfg = config_from_dict(FinetuneConfig, meta["finetune"], f"{model}/config.json")
+    if precision is not None:
+        cfg = dataclasses.replace(cfg, precision=precision)
     path = Path(input)
     if not path.is_file():
         raise UserError(f"--input {path}: no such file")
