@@ -101,3 +101,23 @@ def test_idle_cores_reads_proc_stat():
 
     idle = idle_cores(os.cpu_count() or 1, seconds=0.05)
     assert idle is None or 0.0 <= idle <= (os.cpu_count() or 1) + 0.01
+
+
+def test_init_says_what_it_loaded_and_what_it_built(letters_data, tmp_path, capsys):
+    """--init names what came from the folder and what the run built fresh; the first line
+    names the body, its shape, dropout and eps."""
+    args = ("pretrain", *TINY, "--set", "train.max_steps=1", "--data", letters_data)
+    assert cli(*args, "--out", tmp_path / "a", "--quiet") == 0
+    assert cli("export", tmp_path / "a", "--out", tmp_path / "hf") == 0
+    capsys.readouterr()
+    assert cli(*args, "--out", tmp_path / "b", "--init", tmp_path / "a") == 0
+    out = capsys.readouterr().out
+    assert (f"--init {tmp_path / 'a'}: loaded the discriminator (bert body 1 x 32) and the "
+            f"generator (1 x 8); nothing built fresh") in out, out
+    assert "electra: bert body 1 x 32 (generator 1 x 8; dropout 0.1/0.1, layer-norm eps " \
+        "1e-12)" in out, out
+    assert cli(*args, "--out", tmp_path / "c", "--init", tmp_path / "hf/discriminator",
+               "--set", "objective.sharing=gdes") == 0
+    out = capsys.readouterr().out
+    assert "built fresh: the generator (1 x 8); GDES's delta set to the discriminator's " \
+        "table less the generator's" in out, out

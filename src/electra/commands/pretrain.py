@@ -411,6 +411,8 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
         model.set_unigram(_unigram_counts(data))
     if init is not None and resume_from is None:
         model.start_from(init[1], init[2])  # init[2] None: the model's fresh generator
+        if opt.progress and rt.is_main:
+            print(init_line(opt.init, cfg, init[2] is not None), flush=True)
     n_params = count_parameters(model)
     trainer = make_trainer(
         model, cfg, rt, out=Path(opt.out), config=run_config, progress=opt.progress,
@@ -675,6 +677,20 @@ def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, A
                         f"discriminator ({d.hidden_size}, {d.num_heads}, "
                         f"{d.intermediate_size})")
     return cfg, disc, gen, tokenizer
+
+
+def init_line(folder: str, cfg: RunConfig, generator_loaded: bool) -> str:
+    """What ``--init`` took from the folder and what the run built fresh, in one line."""
+    m, g = cfg.model, cfg.model.generator_config()
+    gen = f"the generator ({g.num_layers} x {g.hidden_size})"
+    took = [f"the discriminator ({m.body} body {m.num_layers} x {m.hidden_size})"]
+    if generator_loaded:
+        took.append(gen)
+    line = f"--init {folder}: loaded {' and '.join(took)}"
+    line += "; nothing built fresh" if generator_loaded else f"; built fresh: {gen}"
+    if cfg.sharing == "gdes":
+        line += "; GDES's delta set to the discriminator's table less the generator's"
+    return line
 
 
 def _lone_transformers_model(folder: Path) -> bool:
