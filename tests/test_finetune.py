@@ -425,6 +425,14 @@ def test_resume_takes_the_same_model_folder_however_it_is_written(task, monkeypa
     monkeypatch.chdir(task)
     capsys.readouterr()
     assert "other settings" in cli_error(capsys, *args, "--model", "run1", "--resume")
+    # a multi-task --resume onto this single-task fine-tune: refused before it writes
+    saved = (task / "ft.partial/finetune.json").read_bytes()
+    copa = Path(__file__).parent / "fixtures/superglue/COPA"
+    multi = ["finetune", "--task", "custom,copa", "--data", f",{copa}", "--train",
+             "train.csv,", "--dev", "dev.csv,", "--quiet", "--set", "epochs=1", "--out", "ft"]
+    err = cli_error(capsys, *multi, "--model", "run0", "--resume")
+    assert "it fine-tunes one task, this command several tasks" in err, err
+    assert (task / "ft.partial/finetune.json").read_bytes() == saved
     assert main([*args, "--model", "./run0", "--resume"]) == 0
     assert (task / "ft/results.json").is_file()
 

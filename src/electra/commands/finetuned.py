@@ -58,6 +58,10 @@ def staging(out: Path, settings: dict[str, Any], claim: Claim, resume: bool) -> 
         if saved.get("model_real") == settings["model_real"]:
             free.add("model")  # the same folder, named another way (run0, ./run0, /abs/run0)
         diffs = config_diffs(saved, settings, free)
+        kinds = [("one task" if "task" in d else "several tasks" if "tasks" in d else "?")
+                 for d in (saved, settings)]
+        if kinds[0] != kinds[1]:  # a single-task fine-tune and a multi-task one
+            diffs.insert(0, f"it fine-tunes {kinds[0]}, this command {kinds[1]}")
         if diffs:
             raise UserError(f"--resume: {tmp} was started with other settings "
                             f"({'; '.join(diffs[:3])}); resume with the same settings or "
