@@ -22,34 +22,11 @@ import pytest
 import torch
 from helpers import launch, why_failed, write_sentiment
 from safetensors.torch import load_file
+from train.test_parallel import CONFIG
 
 from electra.cli import main
 from electra.train import stop
 from electra.train.metrics import TIMING_KEYS, iter_metrics
-
-TOML = """
-preset = "tiny"
-[model]
-embedding_size = 32
-hidden_size = 32
-num_layers = 2
-num_heads = 2
-intermediate_size = 64
-max_position_embeddings = 64
-hidden_dropout = {dropout}
-attention_dropout = {dropout}
-[train]
-lr = 1e-3
-batch_size = 8
-warmup_steps = 3
-max_steps = 10
-log_every = 1
-eval_every = 5
-eval_batches = 2
-save_every = 1000
-precision = "fp32"
-seed = 3
-"""
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +34,9 @@ def configs(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("signals")
     made = {}
     for name, dropout in (("dropout", 0.1), ("plain", 0.0)):  # plain: ranks compute as one
-        made[name] = folder / f"{name}.toml"
-        made[name].write_text(TOML.format(dropout=dropout))
+        made[name] = folder / f"{name}.toml"  # torchrun's tests' run, saving only when asked
+        made[name].write_text(CONFIG.replace("save_every = 5", "save_every = 1000").replace(
+            "dropout = 0.0", f"dropout = {dropout}"))
     return made
 
 
@@ -88,6 +66,25 @@ def signal_at(monkeypatch, owner, name: str, n: int, signum: int) -> None:
         return real(*a, **k)
 
     monkeypatch.setattr(owner, name, sends)
+
+
+def term_script(folder: Path, when: str, to: str) -> Path:
+    """A script that runs `electra ARGS` and sends SIGTERM to ``to`` (a pid expression) at
+    the forward where ``when`` holds (``calls[0]``: the forwards so far)."""
+    path = folder / "term.py"
+    path.write_text(
+        "import os, signal, sys\n"
+        "from electra.objectives import pretraining\n"
+        "from electra.cli import main\n"
+        "real, calls = pretraining.electra_forward, [0]\n"
+        "def forward(*a, **k):\n"
+        "    calls[0] += 1\n"
+        f"    if {when}:\n"
+        f"        os.kill({to}, signal.SIGTERM)\n"
+        "    return real(*a, **k)\n"
+        "pretraining.electra_forward = forward\n"
+        "sys.exit(main(sys.argv[1:]))\n")
+    return path
 
 
 @pytest.mark.parametrize(("where", "signum"), [("step", signal.SIGTERM),
@@ -133,19 +130,7 @@ def test_sigterm_from_outside_a_process_ends_it_resumable(letters_data, configs,
     inside its 3rd step: exit 143 and a command that continues it."""
     import subprocess
 
-    helper = tmp_path / "term.py"
-    helper.write_text(
-        "import os, signal, sys\n"
-        "from electra.objectives import pretraining\n"
-        "from electra.cli import main\n"
-        "real, calls = pretraining.electra_forward, [0]\n"
-        "def forward(*a, **k):\n"
-        "    calls[0] += 1\n"
-        "    if calls[0] == 3:\n"
-        "        os.kill(os.getpid(), signal.SIGTERM)\n"
-        "    return real(*a, **k)\n"
-        "pretraining.electra_forward = forward\n"
-        "sys.exit(main(sys.argv[1:]))\n")
+    helper = term_script(tmp_path, "calls[0] == 3", "os.getpid()")
     args = ["pretrain", "--config", str(configs["plain"]), "--data", str(letters_data),
             "--out", str(tmp_path / "r"), "--quiet"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -192,19 +177,8 @@ def test_under_torchrun_every_rank_stops_at_one_step_and_resumes_exactly(letters
     """Rank 1 sends torchrun SIGTERM from inside its 3rd step; torchrun passes it to both
     ranks, which get it at different moments, agree on a step, save together (both ranks'
     random streams) and exit; the run continued under torchrun equals an uninterrupted one."""
-    helper = tmp_path / "term.py"
-    helper.write_text(
-        "import os, signal, sys\n"
-        "from electra.objectives import pretraining\n"
-        "from electra.cli import main\n"
-        "real, calls = pretraining.electra_forward, [0]\n"
-        "def forward(*a, **k):\n"
-        "    calls[0] += 1\n"
-        "    if os.environ['RANK'] == '1' and calls[0] == 3:\n"
-        "        os.kill(os.getppid(), signal.SIGTERM)\n"
-        "    return real(*a, **k)\n"
-        "pretraining.electra_forward = forward\n"
-        "sys.exit(main(sys.argv[1:]))\n")
+    helper = term_script(tmp_path, "os.environ['RANK'] == '1' and calls[0] == 3",
+                         "os.getppid()")
     args = ["pretrain", "--config", configs["plain"], "--data", letters_data, "--quiet"]
     res = launch(2, *args, "--out", tmp_path / "a")
     assert res.returncode == 0, why_failed(res)

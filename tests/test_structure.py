@@ -21,7 +21,8 @@ LOOPS = {"electra.commands.pretrain": {"electra.experiments.demo", "electra.expe
 CLI_IMPORTS = {"electra", "electra.config", "electra.errors", "electra.io.files",
                "electra.objectives.registry", "electra.objectives.config",
                "electra.tasks.registry",
-               "electra.data.examples", "electra.runtime"}
+               "electra.data.examples", "electra.runtime",
+               "electra.invocation", "electra.train.stop"}  # stdlib alone: the advice, signals
 
 
 def module_name(path: Path) -> str:
@@ -117,7 +118,7 @@ LAYERS = [
     {"electra.data"},  # text, tokenizers, shards, task readers
     {"electra.config"},  # the configuration machinery and the objective-free sections
     {"electra.io"},  # files, outputs, checkpoints
-    {"electra.registry", "electra.errors", "electra"},
+    {"electra.registry", "electra.errors", "electra.invocation", "electra"},
 ]
 
 

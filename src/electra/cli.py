@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from electra import __version__
+from electra import __version__, invocation
 from electra.config import (
     DEFAULT_TIMEOUT_S,
     MODEL_PRESETS,
@@ -27,6 +27,7 @@ from electra.config import (
 )
 from electra.errors import UserError
 from electra.objectives.config import ObjectiveConfig
+from electra.train.stop import handling  # the standard library's signal module alone
 
 
 class Later:
@@ -425,8 +426,6 @@ def interrupted_line(err: KeyboardInterrupt, note: str, continues: tuple[str, ..
                      ) -> str:
     """The last line after Ctrl-C or a signal: what stopped it and the exact command that
     continues it (electra.invocation: as the user started it)."""
-    from electra import invocation
-
     what = f"stopped by {err.args[0]}" if type(err) is not KeyboardInterrupt else "interrupted"
     if continues is None:
         return f"electra: {what}; {note}"
@@ -436,8 +435,6 @@ def interrupted_line(err: KeyboardInterrupt, note: str, continues: tuple[str, ..
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from electra import invocation
-
     parser = build_parser()
     args = vars(parser.parse_args(argv))
     invocation.record(argv)
@@ -449,8 +446,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if args.get("command") is None else 2
     kwargs = {k: v for k, v in args.items() if k != "command" and not k.endswith("_command")}
     module, function = target.split(":")
-    from electra.train.stop import handling  # light: the signal module alone
-
     try:
         with handling():  # SIGTERM and SIGUSR1 end as Ctrl-C does (electra.train.stop)
             getattr(importlib.import_module(module), function)(**kwargs)

@@ -468,8 +468,5 @@ def start(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S,
         yield Runtime(place.rank, place.world_size, place.local_rank, dev,
                       grouped=place.grouped)
     finally:
-        from electra.train import stop  # its gloo group goes with the process group
-
-        stop.forget_group()
         if joined and dist.is_initialized():
             dist.destroy_process_group()

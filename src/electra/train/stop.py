@@ -50,6 +50,7 @@ _installed = False
 _pending: int | None = None  # the signal asked for, not yet acted on
 _deferring = 0
 _group: Any = None  # the host (gloo) process group the ranks agree in
+_world: Any = None  # the process group it was made beside (a new one: a new group)
 
 
 def _handle(signum: int, frame: Any) -> None:
@@ -118,16 +119,11 @@ def agreed(rt: Any) -> int | None:
     import torch
     import torch.distributed as dist
 
-    global _group
-    if _group is None:  # NCCL cannot reduce a CPU tensor: a gloo group beside it
+    global _group, _world
+    if _world is not dist.group.WORLD:  # NCCL cannot reduce a CPU tensor: gloo beside it
         _group = (dist.group.WORLD if dist.get_backend() == "gloo"
                   else dist.new_group(backend="gloo"))
+        _world = dist.group.WORLD
     flag = torch.tensor([_pending or 0], dtype=torch.int64)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=_group)
     return int(flag[0]) or None
-
-
-def forget_group() -> None:
-    """Drop the gloo group (its process group is gone: ``electra.runtime.start`` ended)."""
-    global _group
-    _group = None
