@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -184,7 +185,8 @@ def test_under_torchrun_every_rank_stops_at_one_step_and_resumes_exactly(letters
     assert res.returncode == 0, why_failed(res)
     res = launch(2, *args, "--out", tmp_path / "b", prefix=[str(helper)])
     assert res.returncode != 0
-    assert "Traceback (most recent call last):\n  File \"" not in res.stdout
+    assert re.search(r'File "[^"]*src/electra/', res.stderr) is None  # no trace of ours
+    # (torchrun prints its own, for the SignalException it raised on SIGTERM)
     saved = sorted(p.name for p in (tmp_path / "b/checkpoints").iterdir())
     assert len(saved) == 1, (saved, why_failed(res))
     step = int(saved[0].split("-")[1])

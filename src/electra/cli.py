@@ -27,7 +27,7 @@ from electra.config import (
 )
 from electra.errors import UserError
 from electra.objectives.config import ObjectiveConfig
-from electra.train.stop import handling  # the standard library's signal module alone
+from electra.train.stop import Stopped, handling  # the standard library's signal module alone
 
 
 class Later:
@@ -426,7 +426,7 @@ def interrupted_line(err: KeyboardInterrupt, note: str, continues: tuple[str, ..
                      ) -> str:
     """The last line after Ctrl-C or a signal: what stopped it and the exact command that
     continues it (electra.invocation: as the user started it)."""
-    what = f"stopped by {err.args[0]}" if type(err) is not KeyboardInterrupt else "interrupted"
+    what = f"stopped by {err.name}" if isinstance(err, Stopped) else "interrupted"
     if continues is None:
         return f"electra: {what}; {note}"
     again = invocation.command(add=continues, drop=("--overwrite",),

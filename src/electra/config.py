@@ -350,14 +350,12 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     # one sized like the published ~17M encoders (7 x 256); no dropout, as published.
     "modernbert-small": ModelConfig(body="modernbert", embedding_size=256, hidden_size=256,
                                     num_layers=7, num_heads=4, intermediate_size=384,
-                                    max_position_embeddings=8192, hidden_dropout=0.0,
-                                    attention_dropout=0.0, layer_norm_eps=1e-5,
-                                    generator_size=0.25),
+                                    max_position_embeddings=8192, generator_size=0.25,
+                                    **BODY_DEFAULTS["modernbert"]),
     "modernbert-base": ModelConfig(body="modernbert", embedding_size=768, hidden_size=768,
                                    num_layers=22, num_heads=12, intermediate_size=1152,
-                                   max_position_embeddings=8192, hidden_dropout=0.0,
-                                   attention_dropout=0.0, layer_norm_eps=1e-5,
-                                   generator_size=1 / 3),
+                                   max_position_embeddings=8192, generator_size=1 / 3,
+                                   **BODY_DEFAULTS["modernbert"]),
 }
 # ModernBERT's recipe on those bodies: 30% masking, the trapezoidal schedule (wsd with a
 # 1-sqrt decay); the objective's part is electra.objectives.config.OBJECTIVE_PRESETS.
@@ -371,7 +369,7 @@ for _name, (_layers, _width, _heads) in {"xsmall": (12, 384, 6), "small": (6, 76
     MODEL_PRESETS[f"debertav3-{_name}"] = ModelConfig(
         body="deberta", embedding_size=_width, hidden_size=_width, num_layers=_layers,
         num_heads=_heads, intermediate_size=4 * _width, max_position_embeddings=512,
-        layer_norm_eps=1e-7, generator_size=1.0, generator_layers=_layers // 2)
+        generator_size=1.0, generator_layers=_layers // 2, **BODY_DEFAULTS["deberta"])
 
 
 def model_preset(name: str, **overrides: Any) -> ModelConfig:

@@ -137,18 +137,19 @@ def run_demo(out: str | Path = "runs/demo", steps: int | None = None, overwrite:
     started over with ``overwrite``, else refused."""
     cfg = demo_config(steps or DEMO_STEPS, sets)
     with claim_out(out, "demo", "demo", overwrite=True) as claim:
-        check_demo_out(Path(out), resume, overwrite)
-        step = interrupted_step(Path(out))
+        step = check_demo_out(Path(out), resume, overwrite)
         claim.mark(Path(out))
         return _demo(Path(out), cfg, resume and step is not None, progress)
 
 
-def check_demo_out(out: Path, resume: bool, overwrite: bool) -> None:
+def check_demo_out(out: Path, resume: bool, overwrite: bool) -> int | None:
     """Refuse to replace a finished demo without ``overwrite`` (and ``resume`` of one: there
     is nothing to continue), or to start an interrupted one over; each refusal names the
-    command that does what the user wants, as they started the demo."""
+    command that does what the user wants, as they started the demo. Returns the step of the
+    interrupted demo's last checkpoint (None: there is none)."""
+    step = interrupted_step(out)
     if overwrite:
-        return
+        return step
     fallback = ["demo", "--out", str(out)]
     again = invocation.command(add=["--overwrite"], drop=["--resume"], fallback=fallback)
     if (out / "summary.json").is_file():
@@ -159,11 +160,11 @@ def check_demo_out(out: Path, resume: bool, overwrite: bool) -> None:
                             f"another --out")
         raise UserError(f"--out {out} holds a finished demo (its model: {model}); run "
                         f"{again} to replace it, or give another --out")
-    step = interrupted_step(out)
     if step is not None and not resume:
         cont = invocation.command(add=["--resume"], fallback=fallback)
         raise UserError(f"--out {out} holds an interrupted demo (its pretraining saved step "
                         f"{step}); run {cont} to continue it, or {again} to start it over")
+    return step
 
 
 def _reusable(out: Path) -> bool:

@@ -116,6 +116,7 @@ def _check_mlflow(key: str) -> None:
     elif scheme == "sqlite":
         path = Path(uri.split(":///", 1)[-1]) if ":///" in uri else None
         if path is not None and path.exists():
+            head = b""
             with contextlib.suppress(OSError), open(path, "rb") as f:
                 head = f.read(16)
             if not path.is_file() or (head and head != b"SQLite format 3\x00"):

@@ -104,12 +104,6 @@ def pending() -> int | None:
     return _pending
 
 
-def ask(signum: int = signal.SIGTERM) -> None:
-    """Ask for a stop as a signal does (what :func:`_handle` does inside :func:`deferred`)."""
-    global _pending
-    _pending = _pending or signum
-
-
 def agreed(rt: Any) -> int | None:
     """The signal every rank stops for at this step, if any rank was asked to stop (one
     all-reduce on the host under torchrun, on every rank; the local answer in one process).

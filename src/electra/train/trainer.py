@@ -576,7 +576,8 @@ class Trainer:
             self.save(interrupted=not together)
             saved = True
         if self.rt.is_main:
-            how = (f"checkpoint of step {self.step} saved" if saved and self.step > 0 else
+            how = ("no step was completed" if self.step == 0 else
+                   f"checkpoint of step {self.step} saved" if saved else
                    "its last checkpoint is kept")
             print(f"electra: {what} at step {self.step}; {how}", flush=True)
 
