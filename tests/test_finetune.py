@@ -151,6 +151,11 @@ def test_a_modern_body_fine_tunes_on_glue_files(tmp_path, body):
     assert details["step"] == 2
     saved = json.loads((tmp_path / "ft/seed-1/config.json").read_text())
     assert saved["model"]["body"] == body
+    # The card names the rows trained on, not the file's size, and the hub's dataset id.
+    card = (tmp_path / "ft/seed-1/README.md").read_text()
+    train = len((glue / "train.tsv").read_text(encoding="utf-8-sig").splitlines()) - 1
+    assert f"sst2: 64 of {train:,} training examples (a fixed random subset" in card
+    assert "datasets:\n- \"nyu-mll/glue\"" in card
 
 
 def test_finetune_from_a_pretrained_discriminator(task):
@@ -503,8 +508,14 @@ def test_a_collapsed_classifier_is_flagged_with_its_class(task, monkeypatch, cap
     assert "electra: warning: seed 1: dev: every prediction is 'neg'" in capsys.readouterr().err
     md = (task / "collapsed/results.md").read_text()
     assert "seed 1 (!)" in md and "every prediction is 'neg'" in md
+    # Its model card says so too, under the hub's own reader (issue 58).
+    hub = pytest.importorskip("huggingface_hub")
+    card = hub.ModelCard.load(task / "collapsed/seed-1/README.md")
+    assert "## Warnings" in card.text and "every prediction is 'neg'" in card.text
+    assert card.data.eval_results[0].metric_value == results["seeds"]["1"]["dev"]["accuracy"]
     monkeypatch.undo()
     healthy = run_custom(task, "healthy", "epochs=4", "lr=1e-3", seeds="1,2")
+    assert "## Warnings" not in (task / "healthy/seed-1/README.md").read_text()
     assert healthy["median"]["dev"]["accuracy"] >= 0.95
     assert all(d["warnings"] == [] for d in healthy["details"].values())
     c = healthy["details"]["1"]["confusion"]["dev"]

@@ -66,6 +66,10 @@ def test_cards_from_a_downloaded_model_to_an_exported_fine_tune(tmp_path):
     text = (tmp_path / "cont/discriminator/README.md").read_text()
     assert f"| tokens | {last['tokens']:,} (real" in text  # the run's own count
     assert "| steps | 3 steps of 4 examples; adamw, linear schedule" in text
+    prepared = json.loads((tmp_path / "data/meta.json").read_text())
+    assert (f"| data | c.txt ({prepared['documents']:,} documents, "
+            f"{prepared['bytes'] / 1e6:.1f} MB): ") in text  # what it was made from, no paths
+    assert str(tmp_path) not in text
     meta, results = card(tmp_path / "cont/generator")
     assert meta.pipeline_tag == "fill-mask" and results == {"accuracy": last["val_gen_acc"]}
 

@@ -351,7 +351,8 @@ def _finish_seed(run: _Run, models: dict[str, nn.Module], selections: Selections
         data, sel, cfg = run.tasks[t], selections.of[t], run.cfgs[t]
         preds = kept_predictions(model, sel, run.tok, data, cfg)
         per_task[t] = {"dev": scores(data, preds), **report(data, preds, sel)}
-        card = classifier_card(model, data, cfg, run.model, per_task[t]["dev"], seed)
+        card = classifier_card(model, data, cfg, run.model, per_task[t]["dev"], seed,
+                               per_task[t]["warnings"])
         save_classifier(model.cpu(), run.folder(folder, t), data, cfg, run.tok, card)
         data.head.write_test(model, run.tok, data, cfg, run.folder(folder, t) / "predictions")
     shutil.rmtree(folder / "checkpoints", ignore_errors=True)

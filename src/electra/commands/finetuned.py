@@ -5,6 +5,7 @@ report, and the fine-tuned model folders `evaluate`, `predict` and `export` read
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from electra.io.outputs import Claim
 from electra.model import count_parameters
 from electra.runtime import Runtime, resolve_precision, use_threads
 from electra.saved import cards, folders
-from electra.tasks.base import TaskData
+from electra.tasks.base import TaskData, examples_used
 
 
 def report(data: TaskData, preds: dict[str, tuple[np.ndarray, np.ndarray]],
@@ -96,14 +97,16 @@ def save_classifier(model: nn.Module, folder: Path, data: TaskData,
 
 
 def classifier_card(model: nn.Module, data: TaskData, cfg: FinetuneConfig, source: str,
-                    dev: dict[str, dict[str, float]], seed: int) -> dict[str, Any]:
+                    dev: dict[str, dict[str, float]], seed: int,
+                    warnings: Sequence[str] = ()) -> dict[str, Any]:
     """A fine-tuned model's card (electra.saved.cards): the model it started from, the
-    recipe, its seed's dev scores as results.json has them."""
+    recipe (the examples it drew), its seed's dev scores as results.json has them, and the
+    warnings the run printed for it (one class predicted, a loss that never fell)."""
     head, hub = data.head, data.head.hub_dataset(data.name)
     named = Path(source).name if Path(source).exists() else source  # no local paths
     rows = [("from", named),
             ("model", cards.size_line(model.config, count_parameters(model))),  # type: ignore[arg-type]
-            ("task", f"{data.name}: {len(data.train):,} training examples"),
+            ("task", f"{data.name}: {examples_used(data, cfg)}"),
             ("recipe", f"{cfg.epochs} epoch(s) of {cfg.batch_size} examples, {cfg.optimizer}, "
                        f"peak rate {cfg.lr:g}, layer-wise decay {cfg.layer_decay:g}, "
                        f"{cfg.max_length} tokens, seed {seed}"),
@@ -116,6 +119,7 @@ def classifier_card(model: nn.Module, data: TaskData, cfg: FinetuneConfig, sourc
             "what": f"An encoder fine-tuned on {data.name} by `electra finetune` (the "
                     f"{head.name} head), from {named}.",
             "trained": rows, "command": cards.command_line(), "results": results,
+            "warnings": list(warnings),
             "tags": [model.config.body, data.name]}  # type: ignore[union-attr]
     return cards.with_lineage(card, cards.source_lineage(source), cfg.license)
 
@@ -155,8 +159,7 @@ def opening(tasks: dict[str, TaskData], cfg: FinetuneConfig, source: str, seeds:
         print(busy, file=sys.stderr, flush=True)
     if not (progress and rt.is_main):
         return
-    cap = cfg.max_train_examples
-    what = "; ".join(f"{name}: {min(len(d.train), cap or len(d.train)):,} training examples, "
+    what = "; ".join(f"{name}: {examples_used(d, cfg)}, "
                      f"{sum(len(v) for v in d.dev.values()):,} dev" for name, d in tasks.items())
     mixed = (f", tasks drawn by size^{cfg.task_sampling_alpha:g}" if len(tasks) > 1 else "")
     probe = ", encoder frozen (a probe)" if cfg.freeze == "encoder" else ""

@@ -266,19 +266,33 @@ CARD_RESULTS = {
     "val_mlm_acc": ("discriminator", "accuracy", "fill-mask", "masked language modelling")}
 
 
+def corpus_name(meta: dict[str, Any], folder: str, sized: bool = True) -> str:
+    """What a prepared folder was made from, as a card names it (no local paths): its inputs'
+    file names (a hub dataset's id), with their documents and size: ``corpus.txt (120,000
+    documents, 53.1 MB)``, without them unless ``sized``; the folder's name where its
+    data.json has no inputs."""
+    names = [n[len("hub:"):] if n.startswith("hub:") else Path(n).name
+             for n in meta.get("inputs") or {}]
+    if not names:
+        return folder
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    size = [f"{meta['documents']:,} documents" if meta.get("documents") else "",
+            f"{meta['bytes'] / 1e6:.1f} MB" if meta.get("bytes") else ""]
+    return shown + (f" ({', '.join(x for x in size if x)})" if sized and any(size) else "")
+
+
 def pretraining_card(opt: PretrainOptions, p: Pretraining, kind: str,
                      module: torch.nn.Module) -> dict[str, Any]:
     """What the model card of a finished run's ``kind`` folder says (electra.saved.cards):
     the objective, body, data, steps, tokens and FLOPs, the command, its held-out figures."""
     cfg, tc, t = p.cfg, p.cfg.train, p.trainer
-    o, data = cfg.objective, p.data.folder.name
+    o, data = cfg.objective, corpus_name(p.data.meta, p.data.folder.name)
     tokens = t.tokens
     rows = [("objective", f"{o.kind}: {o.mask_prob:.0%} of tokens chosen, discriminator "
                           f"weight {o.disc_weight:g}, sharing {cfg.sharing}"),
             ("model", cards.size_line(module.config, count_parameters(module))),  # type: ignore[arg-type]
-            ("data", f"{', '.join(Path(n).name for n in opt.data.split(',') if n.strip())}: "
-                     f"rows of {' then '.join(map(str, p.phases))} tokens" if tc.phases else
-             f"{data}: {len(p.data):,} examples of {p.data.seq_len} tokens"),
+            ("data", f"{data}, in rows of {' then '.join(map(str, p.phases))} tokens"
+             if tc.phases else f"{data}: {len(p.data):,} examples of {p.data.seq_len} tokens"),
             ("steps", f"{t.step:,} steps of {tc.batch_size} examples; {tc.optimizer}, "
                       f"{tc.schedule} schedule, peak rate {tc.lr:g}, {tc.warmup_steps:,} "
                       f"warmup steps"),
@@ -289,7 +303,8 @@ def pretraining_card(opt: PretrainOptions, p: Pretraining, kind: str,
     if p.flops_per_token and not tc.phases:
         rows.insert(5, ("training FLOPs", f"{p.flops_per_token * tokens:.3g} (generator and "
                                           f"discriminator, forward and backward)"))
-    results = [cards.result(task, data, metric, t.last[key], task_type=hub_task,
+    named = corpus_name(p.data.meta, p.data.folder.name, sized=False)
+    results = [cards.result(task, named, metric, t.last[key], task_type=hub_task,
                             split="held-out")
                for key, (part, metric, hub_task, task) in CARD_RESULTS.items()
                if part == kind and key in t.last]

@@ -87,6 +87,10 @@ def render(card: dict[str, Any], name: str, library: str, pipeline: str = "",
                   *(f"| {k} | {v} |" for k, v in rows), ""]
         if card.get("command"):
             lines += ["```bash", card["command"], "```", ""]
+    if card.get("warnings"):
+        lines += ["## Warnings", "", "The run that made this model flagged it; its scores "
+                  "below say little of what it learned:", "",
+                  *(f"- {w}" for w in card["warnings"]), ""]
     if results:
         lines += ["## Results", "", "| task | data | metric | value | seed |",
                   "|---|---|---|---|---|",

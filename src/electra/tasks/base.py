@@ -191,6 +191,17 @@ class Head(abc.ABC):
         return {"id2label": {i: name for name, i in ids.items()}, "label2id": dict(ids)}
 
 
+def examples_used(data: TaskData, cfg: FinetuneConfig) -> str:
+    """The training examples a fine-tune of ``data`` draws, as its first line and its model
+    card say them: ``3,200 training examples``, or ``400 of 3,200 training examples (a fixed
+    random subset, max_train_examples)``."""
+    total = len(data.train)
+    if 0 < cfg.max_train_examples < total:
+        return (f"{cfg.max_train_examples:,} of {total:,} training examples (a fixed random "
+                f"subset, max_train_examples)")
+    return f"{total:,} training examples"
+
+
 def head_of(meta: dict[str, Any]) -> Head:
     """The head of a fine-tuned model's config.json (no "head": sequence classification)."""
     return HEADS[meta.get("head", "sequence")]
