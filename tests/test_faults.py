@@ -194,6 +194,7 @@ def world(tmp_path_factory) -> Iterator[Path]:
     (w / "badcase/tokenizer_config.json").write_text('{"do_lower_case": tr')
     add_issue_23_fixtures(w)
     add_issue_39_fixtures(w)
+    add_issue_58_fixtures(w)
     # issue 42: rows of ModernBERT's 8,192 tokens (short documents: mostly padding)
     assert cli("prepare", "--input", w / "c.txt", "--tokenizer", w / "tok", "--seq-len", 8192,
                "--out", w / "data8k") == 0
@@ -320,6 +321,28 @@ def add_issue_39_fixtures(w: Path) -> None:
     shutil.copytree(w / "run", w / "run_class", ignore=shutil.ignore_patterns("checkpoints"))
     saved = json.loads((w / "run_class/config.json").read_text())
     (w / "run_class/config.json").write_text(json.dumps({**saved, "__class__": "os.system"}))
+
+
+def add_issue_58_fixtures(w: Path) -> None:
+    """Round 3: transformers folders of a ModernBERT discriminator and a DeBERTa generator
+    (random weights, the world's vocabulary), exported as electra writes them."""
+    import torch
+
+    from electra.config import model_preset
+    from electra.data.tokenizer import load_tokenizer
+    from electra.objectives.pretraining import ElectraPretrainingModel
+    from electra.saved import folders
+
+    tok = load_tokenizer(w / "tok")
+    for body in ("modernbert", "deberta"):
+        torch.manual_seed(0)
+        model = ElectraPretrainingModel(model_preset(
+            "tiny", body=body, vocab_size=tok.get_vocab_size(), hidden_size=32,
+            embedding_size=32, num_heads=2, intermediate_size=64, num_layers=2,
+            generator_size=1.0, generator_layers=1))
+        for kind in ("discriminator", "generator"):
+            folders.save(getattr(model, kind), kind, w / f"{body}_run" / kind, tok)
+        assert cli("export", w / f"{body}_run", "--out", w / f"{body}_hf") == 0
 
 
 def P(*args):  # a path inside the world, resolved when the case runs
@@ -914,6 +937,11 @@ CASES += [
      "are as wide as its blocks"),
     ("config", (*PRETRAIN, "--set", "train.batch_warmup=inf:1000"),
      "train.batch_warmup=inf:1000: give START:TOKENS"),
+    ("model", ("import", P("modernbert_hf", "discriminator"), "--generator",
+               P("deberta_hf", "generator"), "--out", P("imp58")),
+     "deberta_hf/generator holds a deberta body and {w}/modernbert_hf/discriminator a "
+     "modernbert one; a run's generator and discriminator share one body: give a modernbert "
+     "generator, or none"),
     # -- issue 42: the body and its settings --
     ("config", (*PRETRAIN, "--set", "model.body=gpt"),
      "model.body='gpt' is not a body; choose one of bert, modernbert"),

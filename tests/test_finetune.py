@@ -202,6 +202,26 @@ def test_any_model_folder_is_a_starting_point(task):
     assert not torch.equal(weights["random"]["encoder.layers.0.qkv.weight"],
                            weights["run"]["encoder.layers.0.qkv.weight"])
 
+    # Each source's first lines say what it loaded, what it left out and what it builds.
+    from electra.commands.finetune import model_source
+    from electra.config import FinetuneConfig
+    from electra.tasks.registry import load_task
+
+    read = load_task("custom", train=str(task / "train.csv"), dev=str(task / "dev.csv"))
+    data = {"custom": read.head.prepare(read, FinetuneConfig())}
+    shape = "(bert body, 4 x 128); built fresh: a sequence head for custom (2 labels)"
+    assert model_source(str(task / "run")).line(data) == (
+        f"--model {task / 'run'}: loaded the encoder of its discriminator (its replaced-token "
+        f"head left out) {shape}")
+    assert model_source(str(task / "hf/discriminator")).line(data) == (
+        f"--model {task / 'hf/discriminator'}: loaded the encoder of a transformers "
+        f"ElectraForPreTraining folder (its head left out) {shape}")
+    assert model_source(str(task / "ft-run/seed-1")).line(data) == (
+        f"--model {task / 'ft-run/seed-1'}: loaded the encoder of a model fine-tuned on "
+        f"custom (its sequence head left out) {shape}")
+    assert model_source(random_init=str(task / "run")).line(data).startswith(
+        "--random-init: every weight built fresh (bert body, 4 x 128; a sequence head")
+
 
 def test_bad_input(task, capsys):
     def err(*args) -> str:

@@ -58,9 +58,13 @@ def test_finetune_opens_with_what_it_trains_on(letters_data, tmp_path, capsys):
                "--task", "custom", "--train", tmp_path / "train.csv", "--dev",
                tmp_path / "dev.csv", "--set", "epochs=1", "--set", "precision=fp32",
                "--set", "max_train_examples=30", "--out", tmp_path / "ft") == 0
-    first = next(line for line in capsys.readouterr().out.splitlines() if line.strip())
-    assert first == ("electra: fine-tuning custom: 30 training examples, 20 dev; from "
-                     "random-init; 1 epoch, batch 32, lr 0.0003, fp32, cpu, seeds 1"), first
+    first, second = [line for line in capsys.readouterr().out.splitlines() if line.strip()][:2]
+    assert first == ("electra: fine-tuning custom: 30 of 40 training examples (a fixed random "
+                     "subset, max_train_examples), 20 dev; from random-init; 1 epoch, batch "
+                     "32, lr 0.0003, fp32, cpu, seeds 1"), first
+    assert second == ("electra: --random-init: every weight built fresh (bert body, 4 x 128; a "
+                      f"sequence head for custom (2 labels)); the tokenizer from "
+                      f"{letters_data / 'tokenizer.json'}"), second
 
 
 def test_a_busy_machine_trains_on_fewer_threads_and_says_so(letters_data, tmp_path, capsys,
@@ -112,8 +116,8 @@ def test_init_says_what_it_loaded_and_what_it_built(letters_data, tmp_path, caps
     capsys.readouterr()
     assert cli(*args, "--out", tmp_path / "b", "--init", tmp_path / "a") == 0
     out = capsys.readouterr().out
-    assert (f"--init {tmp_path / 'a'}: loaded the discriminator (bert body 1 x 32) and the "
-            f"generator (1 x 8); nothing built fresh") in out, out
+    assert (f"--init {tmp_path / 'a'}: loaded the discriminator (bert body 1 x 32, with its "
+            f"replaced-token head) and the generator (1 x 8); nothing built fresh") in out, out
     assert "electra: bert body 1 x 32 (generator 1 x 8; dropout 0.1/0.1, layer-norm eps " \
         "1e-12)" in out, out
     assert cli(*args, "--out", tmp_path / "c", "--init", tmp_path / "hf/discriminator",
@@ -121,3 +125,19 @@ def test_init_says_what_it_loaded_and_what_it_built(letters_data, tmp_path, caps
     out = capsys.readouterr().out
     assert "built fresh: the generator (1 x 8); GDES's delta set to the discriminator's " \
         "table less the generator's" in out, out
+
+    # A ModernBERT saved as ModernBertModel has no RTD head: the line says it is built fresh.
+    from safetensors.torch import load_file, save_file
+
+    modern = (*args, "--set", "model.body=modernbert", "--set", "model.local_attention=16")
+    assert cli(*modern, "--out", tmp_path / "m", "--quiet") == 0
+    assert cli("export", tmp_path / "m", "--out", tmp_path / "mhf") == 0
+    weights = tmp_path / "mhf/discriminator/model.safetensors"
+    save_file({k: v for k, v in load_file(weights).items()
+               if not k.startswith("discriminator_predictions.")}, weights)
+    capsys.readouterr()
+    assert cli(*modern, "--out", tmp_path / "n", "--init", tmp_path / "mhf/discriminator") == 0
+    out = capsys.readouterr().out
+    assert (f"--init {tmp_path / 'mhf/discriminator'}: loaded the discriminator (modernbert "
+            f"body 1 x 32, its encoder); built fresh: its replaced-token head and the "
+            f"generator (1 x 8)") in out, out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
 from itertools import pairwise
 from pathlib import Path
 
@@ -607,6 +608,14 @@ def test_a_decay_branched_from_a_stable_checkpoint_equals_that_length_planned(da
         err = cli_error(capsys, "pretrain", "--data", data, "--out", tmp_path / "x",
                         "--decay-from", point, *sets)
         assert words in err and not (tmp_path / "x").exists()
+    # The checkpoint copied into another run's folder: that run's metrics are not its history.
+    shutil.copytree(checkpoint, tmp_path / "linear/checkpoints/copied")
+    capsys.readouterr()
+    assert main(["pretrain", "--data", str(data), "--out", str(tmp_path / "copy"),
+                 "--decay-from", str(tmp_path / "linear/checkpoints/copied"), "--quiet"]) == 0
+    assert "is not the run that wrote it (a copied checkpoint?)" in capsys.readouterr().err
+    c = without_timing(list(iter_metrics(tmp_path / "copy")))
+    assert [r["step"] for r in c] == list(range(9, 13)) and c == a[8:]
 
 
 def test_max_tokens_sets_the_run_length(data, tmp_path):

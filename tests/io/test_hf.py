@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -56,11 +57,15 @@ def load_pretrained_tokenizer_ids(run: Path, text: str) -> list[int]:
     return load_tokenizer(run / "discriminator").encode(text).ids
 
 
-def test_export_then_import_is_bitwise(tmp_path):
+def test_export_then_import_is_bitwise(tmp_path, capsys):
     run, _ = make_run(tmp_path, "tiny")
     main(["export", str(run), "--out", str(tmp_path / "hf")])
+    capsys.readouterr()
     assert main(["import", str(tmp_path / "hf/discriminator"), "--generator",
                  str(tmp_path / "hf/generator"), "--out", str(tmp_path / "back")]) == 0
+    assert (f"import {tmp_path / 'hf/discriminator'}: loaded the discriminator (bert body 4 x "
+            f"128, with its replaced-token head) and the generator (4 x 32, from "
+            f"{tmp_path / 'hf/generator'}); nothing built fresh") in capsys.readouterr().out
     for kind in ("discriminator", "generator"):
         a = load_file(run / kind / "model.safetensors")
         b = load_file(tmp_path / "back" / kind / "model.safetensors")
@@ -296,7 +301,12 @@ def test_any_modernbert_class_imports_to_continue_pretraining_with_rtd(tmp_path,
     hf = transformers.ModernBertForSequenceClassification(cfg).eval()
     hf.save_pretrained(tmp_path / "mb")
     (tmp_path / "mb/tokenizer.json").write_text(tok.to_str())
+    os.mkfifo(tmp_path / "mb/README.md")  # a named pipe where the card goes: never read
+    capsys.readouterr()
     assert main(["import", str(tmp_path / "mb"), "--out", str(tmp_path / "imp")]) == 0
+    assert (f"import {tmp_path / 'mb'}: loaded the discriminator (modernbert body 3 x 64, its "
+            f"encoder); built fresh: its replaced-token head and the generator (3 x 16, "
+            f"sharing the discriminator's embeddings)") in capsys.readouterr().out
     disc, _ = folders.load(tmp_path / "imp", "discriminator")
     ids, mask, _ = make_batch([50, 33], 50, vocab_size=tok.get_vocab_size())
     real = mask.bool()

@@ -193,7 +193,11 @@ def test_a_released_v3_folder_imports_and_continues_pretraining_with_rtd(
     tok = load_tokenizer(spm_dir / "spm.model")
     vocab, pad = tok.get_vocab_size(), SpecialTokens.of(tok).pad
     folder, mlm, state = released_folder(tmp_path, spm_dir, vocab, pad)
+    capsys.readouterr()
     assert main(["import", str(folder), "--out", str(tmp_path / "imp")]) == 0
+    assert (f"import {folder}: loaded the discriminator (deberta body 2 x 64, with its "
+            f"replaced-token head) and the generator (1 x 64, from pytorch_model.generator.bin"
+            f"); nothing built fresh") in capsys.readouterr().out
     disc, _ = folders.load(tmp_path / "imp", "discriminator")
     gen, _ = folders.load(tmp_path / "imp", "generator")
     assert (disc.config.num_layers, gen.config.num_layers) == (2, 1)

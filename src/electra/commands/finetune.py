@@ -100,7 +100,22 @@ def model_source(model: str | None = None, random_init: str | None = None,
     opened = open_model(model, part)
     module = opened[part]
     return ModelSource(opened.tokenizer, module.config, opened.tokenizer, str(model),  # type: ignore[arg-type]
-                       module.encoder.state_dict())  # type: ignore[union-attr]
+                       module.encoder.state_dict(), _loaded(Path(model), meta))  # type: ignore[union-attr]
+
+
+def _loaded(folder: Path, meta: Any) -> str:
+    """What ``--model FOLDER`` takes its encoder from, and what of it is left behind."""
+    meta = meta if isinstance(meta, dict) else {}
+    if (folder / "manifest.json").is_file():
+        return (f"the encoder of checkpoint {folder.name}'s discriminator (its replaced-token "
+                f"head and the generator left out)")
+    if "model_type" in meta:
+        kind = (meta.get("architectures") or [meta["model_type"]])[0]
+        return f"the encoder of a transformers {kind} folder (its head left out)"
+    if meta.get("kind") == "classifier":
+        return (f"the encoder of a model fine-tuned on {meta.get('task', 'a task')} (its "
+                f"{head_of(meta).name} head left out)")
+    return "the encoder of its discriminator (its replaced-token head left out)"
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -251,7 +266,7 @@ def _finetune(source: ModelSource, tasks: dict[str, TaskData], out: Path, cfg: F
                 load_tokenizer(source.tokenizer))
 
     run = _Run(*rt.agree(check, "checking the fine-tuning inputs"), source.name)
-    opening(run.tasks, run.cfg, source.name, seeds, rt, progress)
+    opening(run.tasks, run.cfg, source.name, source.line(run.tasks), seeds, rt, progress)
     tmp, done, ckpt = rt.on_main(lambda: begin(out, run.settings(seeds), claim, resume, seeds),
                                  "preparing the output folder")
     with disk_errors(tmp, f"free disk space and rerun the same command with --resume ({tmp} "

@@ -149,10 +149,11 @@ def begin(out: Path, settings: dict[str, Any], claim: Claim, resume: bool,
     return tmp, done, latest_checkpoint(tmp / f"seed-{todo[0]}/checkpoints") if todo else None
 
 
-def opening(tasks: dict[str, TaskData], cfg: FinetuneConfig, source: str, seeds: list[int],
-            rt: Runtime, progress: bool) -> None:
+def opening(tasks: dict[str, TaskData], cfg: FinetuneConfig, source: str, loaded: str,
+            seeds: list[int], rt: Runtime, progress: bool) -> None:
     """A fine-tune's first lines (rank 0, unless --quiet): each task's training and dev
-    examples, the model it starts from, the recipe, precision and device; and the note of
+    examples, the model it starts from, the recipe, precision and device; what it loaded and
+    what it builds fresh (``loaded``: ``ModelSource.line``); and the note of
     :func:`electra.runtime.use_threads` (every rank applies ``cfg.threads``)."""
     busy = use_threads(cfg.threads, "threads", rt.device)
     if busy and rt.is_main:  # a note, even under --quiet: why the run is slower
@@ -168,3 +169,4 @@ def opening(tasks: dict[str, TaskData], cfg: FinetuneConfig, source: str, seeds:
           f"{cfg.batch_size}, lr {cfg.lr:g}{mixed}{probe}, "
           f"{resolve_precision(rt.device, cfg.precision)}, {rt.device.type}, seeds "
           f"{','.join(map(str, seeds))}", flush=True)
+    print(f"electra: {loaded}", flush=True)

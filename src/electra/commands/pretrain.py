@@ -427,7 +427,7 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
     if init is not None and resume_from is None:
         model.start_from(init[1], init[2])  # init[2] None: the model's fresh generator
         if opt.progress and rt.is_main:
-            print(init_line(opt.init, cfg, init[2] is not None), flush=True)
+            print(init_line(opt.init, cfg, init[2] is not None, init[4]), flush=True)
     n_params = count_parameters(model)
     trainer = make_trainer(
         model, cfg, rt, out=Path(opt.out), config=run_config, progress=opt.progress,
@@ -656,11 +656,13 @@ def _unigram_counts(data: ShardDataset) -> torch.Tensor:
     return torch.from_numpy(counts)
 
 
-def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, Any, Path]:
-    """(model config, discriminator, generator, tokenizer folder) to start from (a run, an
-    imported run, a run's checkpoint, or a transformers folder: a generator is built, at the
-    run's ``generator_size`` and ``generator_layers`` (the folder's own depth rule where the
-    run's is deeper than the model), where it holds none); dropout from the run config."""
+def _load_init(folder: str, run_model: ModelConfig
+               ) -> tuple[ModelConfig, Any, Any, Path, bool]:
+    """(model config, discriminator, generator, tokenizer folder, whether the RTD head was
+    built fresh) to start from (a run, an imported run, a run's checkpoint, or a transformers
+    folder: a generator is built, at the run's ``generator_size`` and ``generator_layers``
+    (the folder's own depth rule where the run's is deeper than the model), where it holds
+    none; the RTD head where the folder has none); dropout from the run config."""
     opened = open_model(folder, "discriminator", "--init")
     disc, tokenizer = opened["discriminator"], opened.tokenizer
     d = disc.config
@@ -675,7 +677,8 @@ def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, A
                                             else d.generator_layers),
                           hidden_dropout=run_model.hidden_dropout,
                           attention_dropout=run_model.attention_dropout,
-                          share_embeddings=run_model.share_embeddings), disc, None, tokenizer)
+                          share_embeddings=run_model.share_embeddings), disc, None, tokenizer,
+                opened.head_fresh)
     gen = open_model(folder, "generator", "--init")["generator"]
     g = gen.config
     cfg = d.replace(generator_size=g.hidden_size / d.hidden_size,
@@ -691,18 +694,22 @@ def _load_init(folder: str, run_model: ModelConfig) -> tuple[ModelConfig, Any, A
                         f"heads, FFN {g.intermediate_size}) is not a width multiple of the "
                         f"discriminator ({d.hidden_size}, {d.num_heads}, "
                         f"{d.intermediate_size})")
-    return cfg, disc, gen, tokenizer
+    return cfg, disc, gen, tokenizer, opened.head_fresh
 
 
-def init_line(folder: str, cfg: RunConfig, generator_loaded: bool) -> str:
+def init_line(folder: str, cfg: RunConfig, generator_loaded: bool,
+              head_fresh: bool = False) -> str:
     """What ``--init`` took from the folder and what the run built fresh, in one line."""
     m, g = cfg.model, cfg.model.generator_config()
     gen = f"the generator ({g.num_layers} x {g.hidden_size})"
-    took = [f"the discriminator ({m.body} body {m.num_layers} x {m.hidden_size})"]
+    disc = f"the discriminator ({m.body} body {m.num_layers} x {m.hidden_size}"
+    took = [disc + (", its encoder)" if head_fresh else ", with its replaced-token head)")]
+    fresh = (["its replaced-token head"] if head_fresh else []) + (
+        [] if generator_loaded else [gen])
     if generator_loaded:
         took.append(gen)
     line = f"--init {folder}: loaded {' and '.join(took)}"
-    line += "; nothing built fresh" if generator_loaded else f"; built fresh: {gen}"
+    line += f"; built fresh: {' and '.join(fresh)}" if fresh else "; nothing built fresh"
     if cfg.sharing == "gdes":
         line += "; GDES's delta set to the discriminator's table less the generator's"
     return line
@@ -717,6 +724,21 @@ def _lone_transformers_model(folder: Path) -> bool:
             and not (folder / GENERATOR_WEIGHTS).is_file())  # a released V3 generator
 
 
+def _in_its_run(checkpoint: Path, theirs: dict[str, Any], free: set[str]) -> bool:
+    """Whether ``checkpoint`` sits in the run that wrote it (``RUN/checkpoints/step-N``, with
+    RUN's config.json its settings, bar what --resume may change), so RUN's metrics are its
+    history; a checkpoint copied into another folder is not."""
+    run = checkpoint.parent.parent
+    if checkpoint.parent.name != "checkpoints" or not (run / "config.json").is_file():
+        return False
+    try:
+        mine = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(mine, dict) and not config_diffs(
+        {k: v for k, v in theirs.items() if k not in ("step", "tokens")}, mine, free)
+
+
 def _branch(checkpoint: Path, run_config: dict[str, Any], out: Path) -> Path:
     """--decay-from: the checkpoint is the data's and the run's (its settings but the decay's
     length), and its run's metrics lines up to it start this run's."""
@@ -729,7 +751,12 @@ def _branch(checkpoint: Path, run_config: dict[str, Any], out: Path) -> Path:
                         f"checkpoint's ({'; '.join(diffs[:3])}); use the run's --data and "
                         f"change only what --resume allows")
     lines = checkpoint.parent.parent / "metrics.jsonl"
-    if lines.is_file():
+    if lines.is_file() and not _in_its_run(checkpoint, theirs, free):
+        print(f"electra: note: --decay-from {checkpoint}: the run folder around it is not the "
+              f"run that wrote it (a copied checkpoint?), so its metrics.jsonl is not taken "
+              f"as this branch's history; this run's metrics start at step "
+              f"{theirs['step'] + 1}", file=sys.stderr, flush=True)
+    elif lines.is_file():
         kept = [r for r in iter_metrics(lines.parent) if r["step"] <= theirs["step"]]
         part = out / "metrics.jsonl.tmp"
         part.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")

@@ -158,10 +158,12 @@ def source_lineage(path: str | Path | None) -> dict[str, Any]:
 
 
 def _license(folder: Path) -> str | None:
-    """The ``license:`` of a README's YAML front matter (a scalar), if there is one."""
+    """The ``license:`` of a README's YAML front matter (a scalar), if there is one; only a
+    regular file is read (a named pipe would block the command)."""
+    readme = folder / "README.md"
     try:
-        text = (folder / "README.md").read_text(encoding="utf-8")
-    except OSError:
+        text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    except (OSError, UnicodeDecodeError):
         return None
     front = text.split("---")[1] if text.startswith("---") and text.count("---") >= 2 else ""
     found = re.search(r"^license:\s*[\"']?([\w.+-]+)", front, flags=re.M)

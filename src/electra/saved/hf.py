@@ -169,13 +169,18 @@ def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None 
     disc_dir, out = Path(hf_dir), Path(out)
     inputs = [("the transformers folder", disc_dir), ("--generator", generator)]
     with claim_out(out, "run", "import", overwrite=overwrite, inputs=inputs) as claim:
-        d_cfg, d_state = read_hf_folder(disc_dir, "discriminator")
+        d_cfg, d_state, head_fresh = read_hf_folder(disc_dir, "discriminator")
         disc = Discriminator(d_cfg)
         folders.fit(disc, d_state, disc_dir)
         if generator is None and (disc_dir / GENERATOR_WEIGHTS).is_file():
             generator = disc_dir  # a released DeBERTa-V3 folder: its generator beside it
         if generator is not None:
-            g_cfg, g_state = read_hf_folder(Path(generator), "generator")
+            g_cfg, g_state, _ = read_hf_folder(Path(generator), "generator")
+            if g_cfg.body != d_cfg.body:
+                raise UserError(f"--generator {generator} holds a {g_cfg.body} body and "
+                                f"{disc_dir} a {d_cfg.body} one; a run's generator and "
+                                f"discriminator share one body: give a {d_cfg.body} "
+                                f"generator, or none (a fresh one is built)")
             if (g_cfg.vocab_size, g_cfg.embedding_size) != (d_cfg.vocab_size,
                                                              d_cfg.embedding_size):
                 raise UserError(f"generator {generator} has vocabulary {g_cfg.vocab_size} "
@@ -207,7 +212,24 @@ def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None 
                                                               count_parameters(module)))],
                         "command": cards.command_line(), **inherited}
                 folders.write(tmp / part, module, part, tok, card=card)
-    print(f"wrote {out}/discriminator and {out}/generator"
-          + ("" if generator else " (a fresh generator, sharing the discriminator's "
-                                  "embeddings)"))
+    print(import_line(disc_dir, disc, gen, generator, head_fresh))
+    print(f"wrote {out}/discriminator and {out}/generator")
     return out
+
+
+def import_line(disc_dir: Path, disc: torch.nn.Module, gen: torch.nn.Module,
+                generator: str | Path | None, head_fresh: bool) -> str:
+    """What ``electra import`` loaded and what it built fresh, in one line."""
+    d, g = disc.config, gen.config
+    took = [f"the discriminator ({d.body} body {d.num_layers} x {d.hidden_size}"  # type: ignore[union-attr]
+            + (", its encoder)" if head_fresh else ", with its replaced-token head)")]
+    shape = f"the generator ({g.num_layers} x {g.hidden_size}"  # type: ignore[union-attr]
+    fresh = ["its replaced-token head"] if head_fresh else []
+    if generator is None:
+        fresh.append(f"{shape}, sharing the discriminator's embeddings)")
+    elif Path(generator) == disc_dir:
+        took.append(f"{shape}, from {GENERATOR_WEIGHTS})")
+    else:
+        took.append(f"{shape}, from {generator})")
+    return (f"import {disc_dir}: loaded {' and '.join(took)}; "
+            + (f"built fresh: {' and '.join(fresh)}" if fresh else "nothing built fresh"))

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -515,7 +515,17 @@ def need_transformers() -> None:
 MODEL_TYPES = ("electra", "modernbert", "deberta-v2")  # the transformers folders electra reads
 
 
-def read_hf_folder(folder: Path, part: str) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+class HFPart(NamedTuple):
+    """A transformers folder read as our ``part``: its config, our weights, and whether a
+    discriminator's replaced-token head was built fresh (a folder without one: a
+    ModernBertModel, a released DeBERTa-V3 discriminator saved as DebertaV2Model)."""
+
+    config: ModelConfig
+    state: dict[str, torch.Tensor]
+    head_fresh: bool = False
+
+
+def read_hf_folder(folder: Path, part: str) -> HFPart:
     """The config and our weights of a transformers ``part`` folder (discriminator or
     generator): ELECTRA's classes, any ModernBERT class (:func:`read_modernbert`) or any
     DebertaV2 class (:func:`read_deberta`);
@@ -533,10 +543,12 @@ def read_hf_folder(folder: Path, part: str) -> tuple[ModelConfig, dict[str, torc
     if weights is None:
         raise UserError(f"{folder}: no model.safetensors or pytorch_model.bin")
     state = folders.read_weights(weights)
+    fresh = part == "discriminator" and not any(
+        k.startswith(("discriminator_predictions.", "mask_predictions.")) for k in state)
     if got == "modernbert":
-        return read_modernbert(folder, hf, state, part)
+        return HFPart(*read_modernbert(folder, hf, state, part), fresh)
     if got == "deberta-v2":
-        return read_deberta(folder, hf, state, part)
+        return HFPart(*read_deberta(folder, hf, state, part), fresh)
     found = sorted({k.split(".")[0] for k in state})
     head = "discriminator_predictions" if part == "discriminator" else "generator_predictions"
     if not any(k.startswith(head) for k in state):
@@ -547,7 +559,7 @@ def read_hf_folder(folder: Path, part: str) -> tuple[ModelConfig, dict[str, torc
                                    if not k.endswith("position_ids")}, part)
     except KeyError as err:
         raise UserError(f"{folder}: unexpected weight {err}; not an ELECTRA {part}") from None
-    return from_hf_config(hf, str(cfg_path)), ours
+    return HFPart(from_hf_config(hf, str(cfg_path)), ours)
 
 
 def read_modernbert(folder: Path, hf: dict[str, Any], state: dict[str, torch.Tensor],

@@ -40,6 +40,7 @@ class Opened:
     parts: dict[str, nn.Module]
     tokenizer: Path
     meta: dict[str, Any] = field(default_factory=dict)
+    head_fresh: bool = False  # a transformers folder without the RTD head: built fresh
 
     def __getitem__(self, part: str) -> nn.Module:
         return self.parts[part]
@@ -60,10 +61,10 @@ def open_model(path: str | Path, part: str | None = None, flag: str = "--model")
     if isinstance(meta, dict) and "model_type" in meta:  # a transformers folder
 
         kind = part or "discriminator"
-        cfg, state = read_hf_folder(src, kind)  # refuses other heads
+        cfg, state, head_fresh = read_hf_folder(src, kind)  # refuses other heads
         module = Discriminator(cfg) if kind == "discriminator" else Generator(cfg)
         folders.fit(module, state, src)
-        return Opened({kind: module}, src)
+        return Opened({kind: module}, src, head_fresh=head_fresh)
     if part is not None:  # one model: a run's part, or the part's own folder
         module, meta = folders.load(src, part, flag)
         return Opened({part: module}, folders.resolve(src, part, flag), meta)

@@ -46,6 +46,21 @@ class ModelSource:
     tokenizer: Path
     name: str  # for results.json: the --model given, or "random-init"
     encoder: dict[str, Any] | None = None  # the encoder's weights (read and checked once)
+    loaded: str = ""  # what the encoder was taken from, for the first lines (model_line)
+
+    def line(self, tasks: dict[str, TaskData]) -> str:
+        """What the fine-tune loaded and what it builds fresh, in one line: ``--model RUN:
+        loaded the encoder of its discriminator (bert body, 12 x 256; ...); built fresh: a
+        sequence head for sst2 (2 labels)``."""
+        c = self.config
+        shape = f"{c.body} body, {c.num_layers} x {c.hidden_size}"
+        heads = ", ".join(f"a {d.head.name} head for {name}"
+                          + (f" ({len(d.labels)} labels)" if d.labels else "")
+                          for name, d in tasks.items())
+        if self.init is None:
+            return (f"--random-init: every weight built fresh ({shape}; {heads}); the "
+                    f"tokenizer from {self.tokenizer}")
+        return f"--model {self.name}: loaded {self.loaded} ({shape}); built fresh: {heads}"
 
 
 class EpochBatches:
