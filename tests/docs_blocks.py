@@ -97,6 +97,10 @@ def run_blocks(blocks: list[str], workdir: Path, what: str) -> None:
     assert done.returncode == 0, (f"{what}: exit {done.returncode}\n--- script\n{script}\n"
                                   f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n"
                                   f"{done.stderr[-4000:]}")
+    # A reader runs the pages from the checkout, where only runs/ is ignored by git: what a
+    # page writes goes there (tests/ holds the SuperGLUE fixtures the pages read).
+    stray = sorted(p.name for p in workdir.iterdir() if p.name not in ("runs", "tests"))
+    assert stray == [], f"{what} wrote {stray} outside runs/"
 
 
 def _head(src: Path, dst: Path, rows: int = ROWS) -> None:

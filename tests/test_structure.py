@@ -332,3 +332,19 @@ def test_every_function_level_import_says_why():
                         and not lines[node.lineno - 2].strip().startswith("#")):
                     silent.append(f"{module_name(path)}:{node.lineno}")
     assert silent == []
+
+
+def test_every_command_is_a_python_function():
+    """Each command has a function in the Python API (docs/how-to/python.md's table): the
+    command's own, or its module's that returns what the command prints (predict, detect,
+    plot); not the benchmark's, a developer's tool."""
+    import electra
+    from electra.cli import COMMANDS
+
+    api = {module for module, _ in electra._LAZY.values()}
+    missing = [name for name, cmd in COMMANDS.items()
+               if cmd.target.split(":")[0] not in api and name != "bench"]
+    assert missing == []
+    text = (SRC.parent / "docs/how-to/python.md").read_text()
+    assert [n for n in electra.__all__ if callable(getattr(electra, n)) and n[0].islower()
+            and f"electra.{n}(" not in text] == []

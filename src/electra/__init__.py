@@ -9,6 +9,12 @@ raised as :class:`UserError`), and the parts to build models from.
     electra.finetune(task=..., out=..., model=RUN)       results (a dict); models on disk
     electra.evaluate(model=..., task=...)                a fine-tuned model's dev scores
     electra.predict(model, input)                        one record per input (a list)
+    electra.detect(model, texts)                         p(replaced) of each token
+    electra.export(source, out)                          transformers folders
+    electra.import_(folder, out)                         a transformers model as a run
+    electra.compare(data=..., out=..., budget=...)       the equal-compute comparison
+    electra.demo(out="runs/demo")                        the demo (its summary, a dict)
+    electra.plot(run)                                    the run's curves.png (its path)
 
 Importing the package is cheap (no torch): the names below load on first use, so the CLI
 and data-preparation workers start fast.
@@ -40,6 +46,12 @@ _LAZY = {  # name -> (module, its attribute)
     "finetune": ("electra.commands.finetune", "main"),
     "evaluate": ("electra.commands.finetune", "evaluate"),
     "predict": ("electra.commands.predict", "predict"),
+    "detect": ("electra.commands.detect", "detect"),
+    "export": ("electra.saved.hf", "export_hf"),
+    "import_": ("electra.saved.hf", "import_hf"),  # `import` is Python's keyword (PEP 8's _)
+    "compare": ("electra.experiments.compare", "main"),
+    "demo": ("electra.experiments.demo", "run_demo"),
+    "plot": ("electra.experiments.plot", "plot_run"),
 }
 __all__ = sorted(_LAZY)
 

@@ -116,6 +116,16 @@ def _read_texts(path: str) -> list[str]:
     return [line for line in lines if line.strip()]
 
 
+def detect(model: str | Path, texts: list[str]) -> list[dict[str, Any]]:
+    """Each text scored by a discriminator (a run, its discriminator/, a checkpoint, a
+    transformers folder): its tokens, their character offsets and the probability each was
+    replaced (the Python API's ``electra.detect``; :func:`score`'s records)."""
+    if isinstance(texts, str):
+        raise UserError("detect takes a list of texts; give [text] for one")
+    disc, tok = load_detector(model)
+    return score(disc, tok, list(texts))
+
+
 def main(model: str, text: list[str] | None = None, input: str | None = None,
          html_out: str | None = None, json_lines: bool = False,
          threshold: float = 0.5) -> None:
@@ -128,8 +138,7 @@ def main(model: str, text: list[str] | None = None, input: str | None = None,
     if html_out is not None:
         inputs = [("--model", model), ("--input", input)]
         out = check_file_out(html_out, "detect", inputs, "--html", suffix=".html")
-    disc, tok = load_detector(model)
-    results = score(disc, tok, texts)
+    results = detect(model, texts)
     if html_out is not None:
         page = _html(results, model)
         write_file(out, lambda part: part.write_text(page, encoding="utf-8"), "detect",

@@ -206,6 +206,8 @@ def _pretrain(opt: PretrainOptions, rt: Runtime, claim: Claim) -> dict[str, Any]
         record.update(p.mfu(record["tokens_per_s"]))
         if p.warm is not None:  # the last step's batch (the loader counts the batches)
             record["batch_size"] = p.warm(p.loader.state_dict()["batches"] - 1)
+        if tc.phases:  # the length phase the step trained at
+            record["seq_len"] = p.current
         trainer.log(record, show=("loss", "disc_acc", "tokens_per_s", "val_disc_auc",
                                   "probe_dev_accuracy"))
 
