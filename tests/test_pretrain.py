@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import cli_error, no_syncs, small_model, write_corpus
+from helpers import cli_error, host_reads, no_syncs, small_model, write_corpus
 from safetensors.torch import load_file
 
 from electra.cli import main
@@ -174,6 +174,56 @@ def test_the_sync_free_step_reads_nothing_on_the_host_and_trains_bitwise_as_befo
     for kind in ("discriminator", "generator"):
         a = load_file(tmp_path / "free" / kind / "model.safetensors")
         b = load_file(tmp_path / "host" / kind / "model.safetensors")
+        assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def packed_letters(letters_data, tmp_path_factory) -> Path:
+    """The letters corpus packed (``prepare --pack``): rows of several sequences."""
+    root = tmp_path_factory.mktemp("packed")
+    prepare(PrepareOptions(inputs=[str(letters_data.parent / "c.txt")], tokenizer=str(
+        letters_data.parent / "tok"), out=str(root / "data"), seq_len=32, val_fraction=0.2,
+        pack=True, quiet=True))
+    return root / "data"
+
+
+@pytest.mark.parametrize("rows", ["padded", "packed"])
+def test_the_gpu_paths_unpadded_step_reads_nothing_and_equals_the_device_layouts(
+        data, packed_letters, tmp_path, monkeypatch, sync_free, rows):
+    """A GPU's step (torch's kernels, fused AdamW) with ``train.unpad`` on rows with padding
+    and on packed rows: each micro-batch's layout comes from the host with the rows, so no
+    step reads the device (the layout read it twice a micro-batch, once per encoder); the run
+    (its metrics lines, validation included, and weights) equals the one whose encoders
+    compute the layouts on the device."""
+    import electra.commands.pretrain as command
+    from electra.model.kernels import REFERENCE
+    from electra.runtime import Runtime
+
+    folder = data if rows == "padded" else packed_letters
+    cfg = config(grad_accum=2, eval_every=6, unpad=True)
+    real_step, checked_steps = command.train_step, []
+
+    def checked(*args, **kw):
+        with host_reads(monkeypatch) as reads:  # item, tolist, ..., nonzero
+            out = real_step(*args, **kw)
+        checked_steps.append(reads)
+        return out
+
+    def go(name: str) -> None:
+        pretrain(PretrainOptions(data=str(folder), out=str(tmp_path / name), config=cfg,
+                                 progress=False), Runtime(chosen_kernels=REFERENCE))
+
+    monkeypatch.setattr(command, "train_step", checked)
+    go("host")
+    assert checked_steps == [[]] * 12
+    monkeypatch.setattr(command, "train_step", real_step)
+    monkeypatch.setattr(command, "host_layouts", lambda *a: None)  # the encoders' own
+    go("device")
+    assert (without_timing(list(iter_metrics(tmp_path / "host")))
+            == without_timing(list(iter_metrics(tmp_path / "device"))))
+    for kind in ("discriminator", "generator"):
+        a = load_file(tmp_path / "host" / kind / "model.safetensors")
+        b = load_file(tmp_path / "device" / kind / "model.safetensors")
         assert all(torch.equal(a[k], b[k]) for k in a)
 
 

@@ -198,3 +198,38 @@ def test_a_row_whose_first_position_is_padding_gets_the_whole_computation(real_b
         a = model(ids, left, types)
         model.reads_first = False
         torch.testing.assert_close(a, model(ids, left, types), rtol=0, atol=0)
+
+
+def test_a_layout_computed_on_the_host_equals_the_devices_and_reads_nothing(monkeypatch):
+    """HostLayout (the loader's rows, on the host) holds what Unpadded reads off the device,
+    for padded rows (left-padded, empty, full ones too) and packed rows; the kernels' layout
+    from it reads no tensor on the host."""
+    from helpers import no_syncs
+    from test_packing import packed_rows
+
+    from electra.model.kernels import HostLayout
+
+    g = torch.Generator().manual_seed(0)
+    masks = [torch.rand(5, 9, generator=g) < 0.6 for _ in range(20)]
+    masks += [torch.ones(3, 7, dtype=torch.bool), torch.tensor([[0, 1, 1], [0, 0, 0]]) > 0]
+    for m in masks:
+        host, device = HostLayout.of(m.long()), Unpadded.of(m)
+        assert torch.equal(host.index, device.index)
+        assert torch.equal(host.cu_seqlens, device.cu_seqlens)
+        assert (host.max_len, host.starts_real, host.shape) == (
+            device.max_len, device.starts_real, device.shape)
+        with no_syncs(monkeypatch):
+            layout = FAST_CPU.layout(m, m.shape, host=host)
+        if m.all():  # no padding: attention without a mask, as from the device's
+            assert layout == Padded(None, m.shape) and FAST_CPU.layout(m, m.shape) == layout
+        else:
+            assert isinstance(layout, Unpadded) and layout.index is host.index
+    groups = packed_rows(50)[2]
+    groups[0, -3:] = 0  # padding after the last sequence
+    host = HostLayout.of(groups > 0, groups)
+    device = FAST_CPU.layout(groups > 0, sequence_ids=groups)
+    for name in ("index", "cu_seqlens", "at"):
+        assert torch.equal(getattr(host, name), getattr(device, name)), name
+    assert host.max_len == device.max_len and not host.starts_real
+    with no_syncs(monkeypatch):
+        FAST_CPU.layout(groups > 0, sequence_ids=groups, host=host)

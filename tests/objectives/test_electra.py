@@ -124,7 +124,7 @@ def test_generator_always_original_gives_no_replaced_labels():
         config = model.generator.config
 
         def forward(self, masked_ids, token_type_ids, attention_mask, positions, padded=False,
-                    sequence_ids=None):
+                    sequence_ids=None, layout=None):
             target = torch.gather(ids, 1, positions)
             return F.one_hot(target, self.config.vocab_size).float() * 1e4
 

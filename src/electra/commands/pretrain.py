@@ -24,7 +24,7 @@ import dataclasses
 import json
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ from electra.io.files import disk_errors, read_json, write_json
 from electra.io.outputs import Claim, claim_out
 from electra.io.trackers import Tracking, check_reachable, parse_log_to
 from electra.model import body_of, count_parameters
-from electra.model.kernels import kept_attention_bytes
+from electra.model.kernels import HostLayout, kept_attention_bytes
 from electra.objectives.config import (
     RunConfig,
     decay_branch_config,
@@ -331,8 +331,9 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
     The step the benches time."""
     rt, obj_cfg = trainer.rt, cfg.objective
     full = rows_without_padding(batch["attention_mask"])  # before the batch goes over
-    mine = Batch.of({k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}, full)
     rows = len(batch["input_ids"])  # batch_size / processes, fewer in a batch warmup
+    hosts = host_layouts(batch, micro, rt) if cfg.train.unpad else None  # no device reads
+    mine = Batch.of({k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}, full)
     norm, noise = step_draws(mine, rows * rt.world_size, cfg.model.vocab_size, special,
                              cfg.objective, trainer.streams["masking"], rt)
     stage = begin_step(trainer.model, obj_cfg, trainer.step)
@@ -340,12 +341,22 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
 
     def micro_step(model: torch.nn.Module, j: int) -> tuple[torch.Tensor, dict[str, Any]]:
         rows = slice(j * micro, (j + 1) * micro)
-        out = model(mine.rows(rows), Draws(noise.rows(rows.start, rows.stop), norm,
-                                           trainer.streams["gumbel"], temperature, stage))
+        part = mine.rows(rows) if hosts is None else replace(mine.rows(rows), host=hosts[j])
+        out = model(part, Draws(noise.rows(rows.start, rows.stop), norm,
+                                trainer.streams["gumbel"], temperature, stage))
         return out.loss, {**{k: v.detach().double() for k, v in out.losses.items()},
                           **out.counts}
 
     return trainer.train_step(micro_step, tokens=norm.tokens, micro_batches=rows // micro)
+
+
+def host_layouts(batch: dict[str, torch.Tensor], micro: int, rt: Runtime) -> list[Any]:
+    """Each micro-batch's layout, computed on the host from the loader's rows and moved
+    beside them (``electra.model.kernels.HostLayout``): what unpadding (``train.unpad``)
+    would otherwise read off the device in every forward."""
+    mask, groups = batch["attention_mask"], batch.get("sequence_ids")
+    return [HostLayout.of(mask[j : j + micro], None if groups is None else groups[j : j + micro])
+            .to(rt.device, pin=rt.pins_memory) for j in range(0, len(mask), micro)]
 
 
 @torch.no_grad()
@@ -374,14 +385,17 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig,
     scores, labels = [], []
     for i in range(n):
         first = i * G + rt.rank * per_rank
-        batch = Batch.of({k: v.to(rt.device) for k, v in
-                          data.batch(np.arange(first, first + per_rank)).items()})
+        host = data.batch(np.arange(first, first + per_rank))
+        batch = Batch.of({k: v.to(rt.device) for k, v in host.items()})
         norm, noise = step_draws(batch, G, cfg.model.vocab_size, data.special,
                                  cfg.objective, rng, rt)
+        hosts = host_layouts(host, micro, rt) if tc.unpad else None
         for j in range(0, per_rank, micro):
             rows = slice(j, min(j + micro, per_rank))
+            part = batch.rows(rows) if hosts is None else replace(batch.rows(rows),
+                                                                  host=hosts[j // micro])
             with autocast(rt.device, tc.precision):
-                out = model(batch.rows(rows), Draws(noise.rows(rows.start, rows.stop), norm, rng,
+                out = model(part, Draws(noise.rows(rows.start, rows.stop), norm, rng,
                                                     cfg.objective.final_temperature, stage))
             if out.disc_logits is not None:
                 real = batch.attention_mask[rows].bool()

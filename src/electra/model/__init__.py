@@ -33,7 +33,7 @@ from electra.model.bert import (
 )
 from electra.model.bodies import BODIES, Body, blocks, body_of, encoder_for, task_transform
 from electra.model.cast import Linear
-from electra.model.kernels import Kernels
+from electra.model.kernels import Kernels, Layout
 from electra.model.layers import GDES, Dropout, init_weights
 
 __all__ = ["BODIES", "GDES", "QKV", "Block", "Body", "Discriminator", "Dropout", "Embeddings",
@@ -57,12 +57,13 @@ class EncoderWithHead(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         sequence_ids: torch.Tensor | None = None,
+        layout: Layout | None = None,
     ) -> torch.Tensor:
         """The head's output; ``attention_mask`` (B, T) is 1/True on real tokens;
-        ``sequence_ids`` (B, T): packed rows (the encoder's)."""
+        ``sequence_ids`` (B, T): packed rows; ``layout``: the batch's (the encoder's)."""
         return self.head(self.encoder(input_ids, attention_mask, token_type_ids,
                                       first_only=self.reads_first,
-                                      sequence_ids=sequence_ids))
+                                      sequence_ids=sequence_ids, layout=layout))
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -122,11 +123,14 @@ class Generator(nn.Module):
         positions: torch.Tensor | None = None,
         padded: bool = False,
         sequence_ids: torch.Tensor | None = None,
+        layout: Layout | None = None,
     ) -> torch.Tensor:
         """Logits (B, P, V) at ``positions`` (B, P), or (B, T, V) when ``positions`` is None;
-        ``padded``: V padded as :meth:`logits` says; ``sequence_ids``: packed rows."""
+        ``padded``: V padded as :meth:`logits` says; ``sequence_ids``: packed rows;
+        ``layout``: the batch's (the encoder's)."""
         return self.logits(self.encoder(input_ids, attention_mask, token_type_ids,
-                                        sequence_ids=sequence_ids), positions, padded)
+                                        sequence_ids=sequence_ids, layout=layout),
+                           positions, padded)
 
     def logits(self, h: torch.Tensor, positions: torch.Tensor | None = None,
                padded: bool = False) -> torch.Tensor:

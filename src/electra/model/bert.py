@@ -137,11 +137,12 @@ class Encoder(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         first_only: bool = False,
         sequence_ids: torch.Tensor | None = None,
+        layout: Layout | None = None,
     ) -> torch.Tensor:
         """Hidden states (B, T, H). ``attention_mask`` (B, T) is 1/True on real tokens; with
         unpadding kernels (``electra.model.kernels``) the padding's states are zeros.
         ``sequence_ids`` (B, T): packed rows, each token attending within its own sequence
-        (``Kernels.layout``).
+        (``Kernels.layout``). ``layout``: the batch's, made once by the caller (else here).
 
         ``first_only``: the caller reads each row's first position alone ([CLS]), so the last
         block computes only that position after its fused Q/K/V projection (attention, the
@@ -151,7 +152,7 @@ class Encoder(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         return encode(self, input_ids, attention_mask, token_type_ids, first_only,
-                      sequence_ids=sequence_ids)
+                      sequence_ids=sequence_ids, layout=layout)
 
 
 def bert_macs_per_token(cfg: ModelConfig, seq_len: int) -> int:

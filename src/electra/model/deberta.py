@@ -38,7 +38,7 @@ from electra.config import ModelConfig
 from electra.errors import UserError
 from electra.model.bert import Block
 from electra.model.cast import Linear
-from electra.model.kernels import FAST_CPU, Kernels
+from electra.model.kernels import FAST_CPU, Kernels, Layout
 from electra.model.layers import GDES, Dropout, TokenTable
 
 
@@ -174,9 +174,11 @@ class DebertaEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, first_only: bool = False,
-                sequence_ids: torch.Tensor | None = None) -> torch.Tensor:
+                sequence_ids: torch.Tensor | None = None,
+                layout: Layout | None = None) -> torch.Tensor:
         """Hidden states (B, T, H) of padded rows (B, 1, H with ``first_only``): segments
-        are not read (DeBERTa-V3 has none); packed rows are refused."""
+        are not read (DeBERTa-V3 has none); packed rows are refused; ``layout`` is not read
+        (the body computes every position, its relative positions need the whole row)."""
         if sequence_ids is not None:
             raise UserError("model.body=deberta reads one sequence a row; prepare the data "
                             "without --pack")

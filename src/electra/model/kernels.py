@@ -361,6 +361,67 @@ class Unpadded(Layout):
 
 
 @dataclass(frozen=True)
+class HostLayout:
+    """What :class:`Unpadded` reads off the device, computed on the host from a batch's host
+    tensors (before they go over), so that a step reads nothing back: the real tokens'
+    positions in the flattened (B·T) batch, where each sequence starts among them, the
+    longest sequence, whether every row starts with a real token, and in packed rows each
+    token's place in its sequence. The same values :meth:`Unpadded.of` and
+    :meth:`Unpadded.packed` compute on the device (tests/model/test_unpadding.py).
+    :meth:`to` moves the tensors (asynchronously from pinned memory); the numbers stay on the
+    host."""
+
+    index: torch.Tensor  # (N,) int64
+    cu_seqlens: torch.Tensor  # (S + 1,) int32: S sequences (B, or the packed ones)
+    max_len: int
+    shape: tuple[int, int]
+    starts_real: bool
+    at: torch.Tensor | None = None  # packed rows: (N,) int64
+
+    @staticmethod
+    def of(attention_mask: torch.Tensor, sequence_ids: torch.Tensor | None = None
+           ) -> HostLayout:
+        """The layout of host (B, T) rows: ``attention_mask`` (1/True on real tokens), or
+        ``sequence_ids`` (packed rows: 1, 2, ... a row, 0 at padding; the mask is theirs)."""
+        import numpy as np
+
+        groups = None if sequence_ids is None else sequence_ids.numpy()
+        real = (groups > 0) if groups is not None else attention_mask.numpy().astype(bool)
+        B, T = real.shape
+        index = np.flatnonzero(real.reshape(-1))
+        if groups is None:
+            lengths = real.sum(1)
+            cu = np.concatenate([[0], lengths.cumsum()])
+            at = None
+        else:
+            flat, row = groups.reshape(-1)[index], index // T
+            new = np.ones(len(flat), dtype=bool)
+            new[1:] = (flat[1:] != flat[:-1]) | (row[1:] != row[:-1])
+            starts = np.flatnonzero(new)
+            cu = np.concatenate([starts, [len(flat)]])
+            lengths = np.diff(cu)
+            i = np.arange(T)[None, :].repeat(B, 0)
+            first = np.ones_like(groups, dtype=bool)
+            first[:, 1:] = groups[:, 1:] != groups[:, :-1]
+            at = torch.from_numpy((i - np.maximum.accumulate(np.where(first, i, 0), 1))
+                                  .reshape(-1)[index].astype(np.int64))
+        return HostLayout(torch.from_numpy(index.astype(np.int64)),
+                          torch.from_numpy(cu.astype(np.int32)),
+                          int(lengths.max()) if len(lengths) else 0, (B, T),
+                          groups is None and bool(real[:, 0].all()), at)
+
+    def to(self, device: torch.device, pin: bool = False) -> HostLayout:
+        """The tensors on ``device`` (from pinned memory where ``pin``: the copies overlap)."""
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            if t is None:
+                return None
+            return (t.pin_memory() if pin else t).to(device, non_blocking=pin)
+
+        return dataclasses.replace(self, index=move(self.index), cu_seqlens=move(
+            self.cu_seqlens), at=move(self.at))
+
+
+@dataclass(frozen=True)
 class Kernels:
     """How the model drops out and attends. ``written_attention``: attention with dropout in
     training runs :func:`written_attention` with the block's own dropout (else SDPA).
@@ -377,15 +438,20 @@ class Kernels:
 
     def layout(self, attention_mask: torch.Tensor | None,
                shape: tuple[int, int] | None = None,
-               sequence_ids: torch.Tensor | None = None) -> Layout:
+               sequence_ids: torch.Tensor | None = None,
+               host: HostLayout | None = None) -> Layout:
         """The layout of a batch with this (B, T) mask (1/True on real tokens; None: no
         padding); ``shape`` (B, T): a padded layout runs the blocks on rows (:class:`Padded`).
         ``sequence_ids`` (B, T): packed rows (1, 2, ... for each sequence side by side in a
         row, 0 at padding; the mask is then theirs), each token attending within its own
-        sequence and placed in it from 0."""
+        sequence and placed in it from 0. ``host``: the same batch's :class:`HostLayout`
+        (on this device): unpadding then reads nothing back from the device."""
         if sequence_ids is not None:
             at = sequence_positions(sequence_ids)
             padded = Padded(sequence_mask(sequence_ids), None, at, sequence_ids)
+            if self.unpad and host is not None:
+                return Unpadded(host.index, host.cu_seqlens, host.max_len, host.shape, padded,
+                                False, host.at)
             if self.unpad:
                 return Unpadded.packed(sequence_ids, padded)
             return dataclasses.replace(padded, shape=shape)
@@ -394,6 +460,11 @@ class Kernels:
         mask = attention_mask.bool()
         if not self.unpad:
             return Padded(mask[:, None, None, :], shape)
+        if host is not None:  # read on the host: no sync
+            if len(host.index) == mask.numel():
+                return Padded(None, shape)
+            return Unpadded(host.index, host.cu_seqlens, host.max_len, host.shape,
+                            Padded(mask[:, None, None, :]), host.starts_real)
         unpadded = Unpadded.of(mask)  # the layout's one read of the device
         if len(unpadded.index) == mask.numel():  # no padding: attention without a mask
             return Padded(None, shape)  # (FlashAttention on a GPU)

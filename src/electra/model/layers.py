@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from electra.config import ModelConfig
-from electra.model.kernels import FAST_CPU, Kernels
+from electra.model.kernels import FAST_CPU, Kernels, Layout
 
 
 class Dropout(nn.Module):
@@ -97,14 +97,16 @@ class GDES:
 def encode(encoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
            token_type_ids: torch.Tensor | None, first_only: bool,
            end: nn.Module | None = None,
-           sequence_ids: torch.Tensor | None = None) -> torch.Tensor:
+           sequence_ids: torch.Tensor | None = None,
+           layout: Layout | None = None) -> torch.Tensor:
     """What every body's encoder runs: the kernels' layout of the batch (packed rows where
     ``sequence_ids`` are given: ``Kernels.layout``), the embeddings (at each token's
     position in its sequence; and their E -> H projection), the blocks (the last only at each
     row's first position under ``first_only``, where the layout allows it), ``end`` (a final
     norm), the repadding. Hidden states (B, T, H), zeros at padding when unpadded;
     (B, 1, H) under ``first_only``."""
-    layout = encoder.kernels.layout(attention_mask, input_ids.shape, sequence_ids)
+    if layout is None:  # else the caller's, made once for the batch (electra_forward)
+        layout = encoder.kernels.layout(attention_mask, input_ids.shape, sequence_ids)
     first = first_only and len(encoder.layers) > 0 and layout.reads_first()
     x = layout.tokens(encoder.embeddings(input_ids, token_type_ids, layout.row_positions()))
     if encoder.embeddings_project is not None:

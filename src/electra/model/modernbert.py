@@ -134,12 +134,13 @@ class ModernEncoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None,
                 first_only: bool = False,
-                sequence_ids: torch.Tensor | None = None) -> torch.Tensor:
+                sequence_ids: torch.Tensor | None = None,
+                layout: Layout | None = None) -> torch.Tensor:
         """Hidden states (B, T, H) after the final norm (zeros at padding when unpadded);
-        ``first_only`` and ``sequence_ids`` as the BERT body's: (B, 1, H), each row's
-        first position; packed rows."""
+        ``first_only``, ``sequence_ids`` and ``layout`` as the BERT body's: (B, 1, H), each
+        row's first position; packed rows; the caller's layout."""
         return encode(self, input_ids, attention_mask, token_type_ids, first_only,
-                      self.final_norm, sequence_ids)
+                      self.final_norm, sequence_ids, layout)
 
 
 def modern_macs_per_token(cfg: ModelConfig, seq_len: int) -> int:

@@ -32,7 +32,8 @@ class AllTokensMLM(Objective):
         corrupted, labels = corrupt_with(step, sampled)
         mask = step.attention_mask
         h = model.discriminator.encoder(corrupted, mask, step.token_type_ids,
-                                        sequence_ids=step.sequence_ids)  # (B, T, H)
+                                        sequence_ids=step.sequence_ids,
+                                        layout=step.layout)  # (B, T, H)
         disc_logits = model.discriminator.head(h)  # (B, T): "replaced", D_i = sigmoid(-it)
         loss, correct = copy_mlm_loss(model.main_mlm.logits(h, padded=True), disc_logits,
                                       step.input_ids, corrupted, mask, step.tokens)

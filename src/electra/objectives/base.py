@@ -33,6 +33,7 @@ class Step:
     temperature: float = 1.0
     stage: int | None = None  # two-stage training: 1 (generator alone), 2 (generator frozen)
     counts: dict[str, torch.Tensor] = field(default_factory=dict)
+    layout: Any = None  # the encoders' Layout of the batch, made once (else each its own)
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -154,7 +155,8 @@ def generate(model: Any, step: Step) -> tuple[Term, torch.Tensor]:
     with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
         gen_logits = model.generator(masked.input_ids, step.attends, step.token_type_ids,
                                      masked.positions, padded=True,
-                                     sequence_ids=step.sequence_ids)  # (B, P, V padded)
+                                     sequence_ids=step.sequence_ids,
+                                     layout=step.layout)  # (B, P, V padded)
         loss, probs, zmax, target_logit = mlm_loss(gen_logits, masked.targets, masked.weights,
                                                    step.chosen)
     cfg, T, V = step.cfg, step.temperature, model.generator.config.vocab_size
@@ -186,7 +188,7 @@ def full_mlm(model: Any, step: Step, inputs: torch.Tensor) -> Term:
     ``inputs``, with its accuracy (``mlm_acc``)."""
     masked = step.masked
     logits = model.main_mlm(inputs, step.attends, step.token_type_ids, masked.positions,
-                            padded=True, sequence_ids=step.sequence_ids)
+                            padded=True, sequence_ids=step.sequence_ids, layout=step.layout)
     loss, _, zmax, target_logit = mlm_loss(logits, masked.targets, masked.weights, step.chosen)
     return Term(loss, {"mlm_acc": mlm_accuracy(target_logit, zmax, masked.weights)})
 
@@ -198,7 +200,7 @@ def detect(model: Any, step: Step, corrupted: torch.Tensor, labels: torch.Tensor
     non-pad tokens) with ``denominator`` (default: the step's token count), and its logits
     (B, T)."""
     disc_logits = model.discriminator(corrupted, step.attends, step.token_type_ids,
-                                      step.sequence_ids)
+                                      step.sequence_ids, layout=step.layout)
     loss = discriminator_loss(disc_logits, labels, step.attention_mask if over is None else over,
                               step.tokens if over is None else denominator)
     return Term(loss), disc_logits

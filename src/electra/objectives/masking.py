@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -92,7 +92,10 @@ class Batch:
     """Token rows an objective trains on: the (B, T) ids and attention mask, the segment ids,
     the word starts (unit ``word``), which rows have no padding as read on the host (``full``,
     before the rows went to a device; None where unknown), and in packed rows each token's
-    sequence (``sequence_ids``: 1, 2, ... side by side, 0 at padding; None: one a row)."""
+    sequence (``sequence_ids``: 1, 2, ... side by side, 0 at padding; None: one a row), and
+    the rows' layout computed on the host (``host``: ``electra.model.kernels.HostLayout``, on
+    the rows' device; None: the encoders compute it, reading the device where they unpad).
+    :meth:`rows` drops ``host`` (a micro-batch's is its own)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -100,6 +103,7 @@ class Batch:
     word_starts: torch.Tensor | None = None
     full: np.ndarray | None = None
     sequence_ids: torch.Tensor | None = None
+    host: Any = None
 
     @staticmethod
     def of(tensors: dict[str, torch.Tensor], full: np.ndarray | None = None) -> Batch:

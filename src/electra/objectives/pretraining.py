@@ -148,9 +148,14 @@ def electra_forward(model: ElectraPretrainingModel, batch: Batch, draws: Draws |
         noise = Noise.draw(*ids.shape, model.config.vocab_size, cfg, draws.rng, ids.device)
     masked = mask_inputs(ids, mask, special, model.config.vocab_size, cfg, noise=noise,
                          word_starts=batch.word_starts)
+    layout = None
+    if batch.host is not None:  # the layout the rows' host tensors gave: made once, no sync
+        layout = model.discriminator.encoder.kernels.layout(
+            None if batch.pad_free else mask, ids.shape, batch.sequence_ids, batch.host)
     step = Step(batch, masked, noise, cfg, draws.norm, draws.rng,
                 cfg.temperature if draws.temperature is None else draws.temperature,
-                draws.stage, counts={"masked_frac": pair(masked.weights.sum(), mask.sum())})
+                draws.stage, counts={"masked_frac": pair(masked.weights.sum(), mask.sum())},
+                layout=layout)
     return model.method.forward(model, step)
 
 
