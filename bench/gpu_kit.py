@@ -10,9 +10,9 @@ out-of-memory in one keeps every other), and appends one JSON line to ``RESULTS/
 time left would not fit it, each says so in its line. Work goes to ``/tmp/electra-kit``
 (``KIT_WORK``), never to RESULTS. The data travels inside the repo: ``bench/data`` holds a
 few thousand SST-2 rows (``SST-2/``), BERT's vocabulary, and the demo's corpus (Python's own
-documentation) packed with that vocabulary at 128 and 512 tokens (``demo-128/``,
-``demo-512/``); ``make gpu-data`` writes it from ../shared/data, which the GPU machine has
-not. Needs transformers for the peer steps.
+documentation) prepared with that vocabulary at 128 and 512 tokens (``demo-128/``,
+``demo-512/``; packed, ``--pack``: ``pack-128/``, ``pack-512/``); ``make gpu-data`` writes it
+from ../shared/data, which the GPU machine has not. Needs transformers for the peer steps.
 
 What "our step" is: ``electra.commands.pretrain.train_step`` on a model built with the kernels
 `electra pretrain` builds it with (``train.unpad`` as the command's default), on batches of
@@ -20,6 +20,12 @@ the demo's shards in the loader's order (their real padding). Tokens/s and MFU c
 tokens. The stages, in the order they run (the last ones are dropped first when time runs
 short):
 - ``env``: device, torch, the measured bf16 matmul peak and the device's spec peak.
+- ``scale_<model>_<T>`` (Base at 512, the headline, then Base and Small at 128): our step as
+  users run it, on the demo's corpus packed (``pack-T``) at the preset's batch, each variant
+  at the largest micro-batch that fits (the rest by accumulation): the command's defaults,
+  then each lever (``train.unpad``, ``train.cuda_graphs``, ``train.compile``), then
+  transformers' step; three timed windows each (median, min, max real tokens/s), MFU, the
+  GPU's busy fraction under the profiler, each over the defaults.
 - ``fp32``: one batch of the ELECTRA objective on the CPU and the GPU from the same weights
   and draws (TF32 off): every loss within 1e-4, the same samples.
 - ``step_<model>_<B>x<T>``: our step against transformers' ``ElectraForMaskedLM`` +
@@ -201,12 +207,13 @@ def batch(B: int, T: int, seed: int, dev: torch.device) -> dict:
             "token_type_ids": types.to(dev)}
 
 
-def shard_batches(B: int, T: int, n: int) -> list[dict]:
-    """``n`` batches of the demo's shards at length ``T`` (``bench/data/demo-T``), in the
-    loader's seeded order: what `electra pretrain` reads, with the shards' real padding."""
+def shard_batches(B: int, T: int, n: int, packed: bool = False) -> list[dict]:
+    """``n`` batches of the demo's shards at length ``T`` (``bench/data/demo-T``; ``packed``:
+    ``pack-T``, prepared with ``--pack``: rows of several documents), in the loader's seeded
+    order: what `electra pretrain` reads, with the shards' real padding."""
     from electra.data.loader import BatchLoader, ShardDataset
 
-    loader = BatchLoader(ShardDataset(DATA / f"demo-{T}"), B, seed=0)
+    loader = BatchLoader(ShardDataset(DATA / f"{'pack' if packed else 'demo'}-{T}"), B, seed=0)
     return [next(loader) for _ in range(n)]  # on the host, as the command's loader hands
     # them over: train_step copies them to the device (and sees which rows have padding)
 
@@ -218,12 +225,13 @@ def real_tokens(batches: list[dict]) -> float:
 
 def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = False,
               dropout: float = 0.1, kernels: Any = None, cuda_graphs: bool = False,
-              unpad: bool | None = None) -> tuple[Callable[[dict], torch.Tensor], int]:
+              unpad: bool | None = None, micro: int | None = None
+              ) -> tuple[Callable[[dict], torch.Tensor], int]:
     """Our pretraining step (the command's: ``electra.commands.pretrain.train_step`` on a model with
     the kernels `electra pretrain` builds it with), from seed 0: (step(batch) -> loss, its
     training FLOPs at full length). ``kernels``: other than the command's; ``unpad``,
     ``compile``, ``cuda_graphs``: ``train.unpad`` (None: its default), ``train.compile``,
-    ``train.cuda_graphs``."""
+    ``train.cuda_graphs``; ``micro``: rows a forward (``train.grad_accum`` = B / micro)."""
     from electra.commands.pretrain import make_trainer, train_step
     from electra.config import TrainConfig
     from electra.objectives.config import RunConfig
@@ -234,9 +242,11 @@ def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = Fa
     cfg = model_preset(preset, vocab_size=VOCAB, hidden_dropout=dropout,
                        attention_dropout=dropout, max_position_embeddings=max(512, T))
     obj = ObjectiveConfig(max_predictions=int(0.155 * T))
+    micro = micro or B
     run = RunConfig(model=cfg, objective=obj, train=TrainConfig(
-        batch_size=B, precision=PRECISION, warmup_steps=0, compile=compile,
-        cuda_graphs=cuda_graphs, **({} if unpad is None else {"unpad": unpad})))
+        batch_size=B, grad_accum=B // micro, precision=PRECISION, warmup_steps=0,
+        compile=compile, cuda_graphs=cuda_graphs,
+        **({} if unpad is None else {"unpad": unpad})))
     torch.manual_seed(0)
     rt = Runtime(device=dev)
     command = rt.model_kernels(run.train.unpad if unpad is None else unpad)  # the command's
@@ -244,13 +254,16 @@ def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = Fa
     trainer = make_trainer(model, run, rt)
 
     def step(b: dict) -> torch.Tensor:
-        return train_step(trainer, b, run, SPECIAL, B)["loss"]  # on the device: read later
+        return train_step(trainer, b, run, SPECIAL, micro)["loss"]  # on the device: read later
 
     return step, step_flops_per_sequence(cfg, obj, T) * B
 
 
-def hf_step(preset: str, B: int, T: int, dev: torch.device) -> Callable[[dict], float]:
-    """transformers' ELECTRA pretraining step, as a transformers-based script writes it."""
+def hf_step(preset: str, B: int, T: int, dev: torch.device,
+            micro: int | None = None) -> Callable[[dict], float]:
+    """transformers' ELECTRA pretraining step, as a transformers-based script writes it, over
+    micro-batches of ``micro`` rows (gradients accumulated; packed rows attend across their
+    sequences, as transformers reads a row)."""
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
     from electra.objectives.masking import mask_inputs
@@ -273,6 +286,19 @@ def hf_step(preset: str, B: int, T: int, dev: torch.device) -> Callable[[dict], 
     rng = torch.Generator(dev).manual_seed(1)
 
     def step(b: dict) -> torch.Tensor:
+        rows = micro or len(b["input_ids"])
+        parts = len(b["input_ids"]) // rows
+        total = None
+        for j in range(parts):
+            loss = part({k: v[j * rows:(j + 1) * rows] for k, v in b.items()}) / parts
+            loss.backward()
+            total = loss.detach() if total is None else total + loss.detach()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return total
+
+    def part(b: dict) -> torch.Tensor:
         ids, am, tt = (b[k].to(dev, non_blocking=True)
                        for k in ("input_ids", "attention_mask", "token_type_ids"))
         with autocast(dev, PRECISION):
@@ -290,12 +316,7 @@ def hf_step(preset: str, B: int, T: int, dev: torch.device) -> Callable[[dict], 
                                         torch.where(m.weights, sampled, m.targets))
             d_out = disc(input_ids=corrupted, attention_mask=am, token_type_ids=tt,
                          labels=(corrupted != ids).long())
-            loss = g_out.loss + obj.disc_weight * d_out.loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
+            return g_out.loss + obj.disc_weight * d_out.loss
 
     return step
 
@@ -356,6 +377,160 @@ def compare_steps(preset: str, B: int, T: int, dev: torch.device, peak: dict) ->
     out |= measure("hf", lambda: hf_step(preset, B, T, dev), batches, dev, warmup, flops, peak)
     if "ours_tokens_per_s" in out and "hf_tokens_per_s" in out:
         out["ours_over_hf"] = round(out["ours_tokens_per_s"] / out["hf_tokens_per_s"], 2)
+    return out
+
+
+def is_oom(err: BaseException) -> bool:
+    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
+
+
+def free(dev: torch.device) -> None:
+    import gc
+
+    gc.collect()
+    torch._dynamo.reset()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def fitted(make: Callable[[int], Callable[[dict], object]], B: int, first: dict,
+           dev: torch.device, start: int | None = None) -> tuple[int, Callable, list[int]]:
+    """The largest micro-batch (``start`` or B, then halving) whose step runs on ``first``:
+    (micro, the step built with it, having run once: a warmup, the micro-batches that ran out
+    of memory). ``KIT_MAX_MICRO`` caps it (the rehearsal's way onto the accumulation)."""
+    cap = int(os.environ.get("KIT_MAX_MICRO", "0")) or B
+    micro, failed = min(start or B, cap), []
+    while micro >= 1:
+        if B % micro == 0:
+            try:
+                step = make(micro)
+                step(first)
+                sync(dev)
+                return micro, step, failed
+            except Exception as err:  # out of memory: a smaller micro-batch; else a failure
+                if not is_oom(err):
+                    raise
+                failed.append(micro)
+                step = None  # type: ignore[assignment]
+                free(dev)
+        micro //= 2
+    raise RuntimeError(f"no micro-batch of {B} rows fits")
+
+
+def busy_fraction(step: Callable[[dict], object], batches: list[dict],
+                  dev: torch.device) -> float | None:
+    """The GPU's busy time over the wall time of ``batches``' steps, under torch.profiler
+    (None on a CPU: the rehearsal has no device timeline)."""
+    if dev.type != "cuda":
+        return None
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(dev)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for b in batches:
+            step(b)
+        sync(dev)
+        wall = time.perf_counter() - t0
+    busy = sum(getattr(k, "self_device_time_total", 0) for k in prof.key_averages()
+               if k.device_type == DeviceType.CUDA) / 1e6
+    return round(busy / wall, 3) if wall else None
+
+
+def windows_measure(name: str, make: Callable[[int], Callable[[dict], object]], B: int,
+                    batches: list[dict], dev: torch.device, warmup: int, per: int,
+                    flops: float, peak: dict, start: int | None = None) -> dict:
+    """One variant at the largest micro-batch that fits: after ``warmup`` steps, three
+    windows of ``per`` steps timed in this process (real tokens/s: median, min, max), MFU of
+    the median against the spec and the measured peak, then one window under the profiler
+    (the GPU's busy fraction). ``name_``-prefixed; an error kept as ``name_error``."""
+    out: dict = {}
+    try:
+        t0 = time.perf_counter()
+        micro, step, failed = fitted(make, B, batches[0], dev, start)
+        out[f"{name}_micro"] = micro
+        if failed:
+            out[f"{name}_out_of_memory_at"] = failed
+        for b in batches[1:warmup]:
+            step(b)
+        rates, loss = [], None
+        for w in range(3):
+            part = batches[warmup + w * per: warmup + (w + 1) * per]
+            sync(dev)
+            t = time.perf_counter()
+            for b in part:
+                loss = step(b)
+            sync(dev)
+            rates.append(real_tokens(part) * len(part) / (time.perf_counter() - t))
+        rates.sort()
+        out |= {f"{name}_tokens_per_s": round(rates[1]), f"{name}_tokens_per_s_min": round(
+            rates[0]), f"{name}_tokens_per_s_max": round(rates[2]),
+                f"{name}_last_loss": round(float(loss), 4)}  # type: ignore[arg-type]
+        done = flops * rates[1] / batches[0]["attention_mask"].numel()
+        out[f"{name}_mfu_measured_peak"] = round(done / peak["measured"], 3)
+        if peak.get("spec"):
+            out[f"{name}_mfu_spec"] = round(done / peak["spec"], 3)
+        out[f"{name}_gpu_busy"] = busy_fraction(step, batches[warmup + 3 * per:], dev)
+        out[f"{name}_total_s"] = round(time.perf_counter() - t0, 1)
+    except Exception as err:  # the kit records every failure and goes on
+        out[f"{name}_error"] = f"{type(err).__name__}: {err}"[:300]
+    finally:
+        free(dev)
+    return out
+
+
+# A scale stage's variants, in the order they run (the last are dropped first when its time
+# runs short): the command's defaults first, then each lever, then transformers' step.
+LEVERS = {"default": {}, "unpad": {"unpad": True}, "graphs": {"compile": True,
+                                                              "cuda_graphs": True},
+          "compile": {"compile": True}}
+
+
+def scale_stage(kit: Kit, preset: str, T: int, variants: tuple[str, ...]) -> dict:
+    """Our step as users run ``preset`` at ``T`` tokens: on the demo's corpus packed
+    (``prepare --pack``), at the preset's batch (``train.batch_size``), each variant at the
+    largest micro-batch that fits and the rest by accumulation; ``variants``: names of
+    :data:`LEVERS` and ``hf`` (transformers' ELECTRA step, bf16, the same rows). Each:
+    real tokens/s over three windows, MFU, the GPU's busy fraction; and over the default."""
+    from electra.config import TRAIN_PRESETS
+    from electra.objectives.flops import step_flops_per_sequence
+
+    B = 8 if SMOKE else TRAIN_PRESETS[preset]["batch_size"]
+    warmup, per = (2, 1) if SMOKE else (3, 3)
+    batches = shard_batches(B, T, warmup + 4 * per, packed=True)
+    cfg = model_preset(preset, vocab_size=VOCAB, max_position_embeddings=max(512, T))
+    flops = step_flops_per_sequence(cfg, ObjectiveConfig(max_predictions=int(0.155 * T)),
+                                    T) * B
+    out: dict = {"model": preset, "batch": B, "seq_len": T, "packed": True,
+                 "pad_fraction": round(1 - real_tokens(batches) / (B * T), 3),
+                 "sequences_per_row": round(sum(float(b["sequence_ids"].max(1).values.sum())
+                                                for b in batches) / (B * len(batches)), 2)}
+    start = None
+    for name in variants:
+        if kit.left() < (15 if SMOKE else 40):
+            out[f"{name}_skipped"] = f"{kit.left():.0f} s left"
+            continue
+        if name == "hf":
+            def make(micro: int) -> Callable[[dict], object]:
+                return hf_step(preset, B, T, kit.dev, micro)
+        else:
+            def make(micro: int, kw: dict = LEVERS[name]) -> Callable[[dict], object]:
+                return ours_step(preset, B, T, kit.dev, micro=micro, **kw)[0]
+        out |= windows_measure(name, make, B, batches, kit.dev, warmup, per, flops,
+                               kit.peak(), start if name != "hf" else None)
+        if name == "default":
+            start = out.get("default_micro")
+    base = out.get("default_tokens_per_s")
+    for name in variants[1:]:
+        if base and out.get(f"{name}_tokens_per_s"):
+            out[f"{name}_over_default"] = round(out[f"{name}_tokens_per_s"] / base, 2)
+    best = max((out[f"{n}_tokens_per_s"], n) for n in variants if n != "hf"
+               and f"{n}_tokens_per_s" in out) if base else None
+    if best:
+        out["best"] = best[1]
+        if out.get("hf_tokens_per_s"):
+            out["best_over_hf"] = round(best[0] / out["hf_tokens_per_s"], 2)
     return out
 
 
@@ -547,8 +722,9 @@ def electra(*args: str, log: Path, env: dict | None = None, torchrun: bool = Fal
 
 def make_data(data: Path) -> None:
     """``make gpu-data``'s shards: the demo's corpus (Python's own documentation; SMOKE: the
-    SST-2 rows) packed with BERT's vocabulary at 128 and 512 tokens (SMOKE: 32 and 64) into
-    ``data/demo-T`` (replaced), beside the SST-2 rows and vocab.txt already there."""
+    SST-2 rows) prepared with BERT's vocabulary at 128 and 512 tokens (SMOKE: 32 and 64) into
+    ``data/demo-T``, and packed (``--pack``: rows of several documents) into ``data/pack-T``
+    (replaced), beside the SST-2 rows and vocab.txt already there."""
     corpus = WORK / "corpus"
     shutil.rmtree(corpus, ignore_errors=True)
     corpus.mkdir(parents=True)
@@ -559,9 +735,11 @@ def make_data(data: Path) -> None:
 
         write_corpus(corpus)
     for T in SEQ_LENS:
-        electra("prepare", "--input", str(corpus / "train.txt"), "--tokenizer",
-                str(data / "vocab.txt"), "--out", str(data / f"demo-{T}"), "--seq-len", str(T),
-                "--val-fraction", "0.05", "--overwrite", log=WORK / f"prepare-{T}.log")
+        for name, pack in (("demo", []), ("pack", ["--pack"])):
+            electra("prepare", "--input", str(corpus / "train.txt"), "--tokenizer",
+                    str(data / "vocab.txt"), "--out", str(data / f"{name}-{T}"), "--seq-len",
+                    str(T), "--val-fraction", "0.05", "--overwrite", *pack,
+                    log=WORK / f"prepare-{name}-{T}.log")
 
 
 def nccl_stage() -> dict:
@@ -605,6 +783,13 @@ def compare_stage(seconds_left: float) -> dict:
 
 
 SEQ_LENS = (32, 64) if SMOKE else (128, 512)
+ALL = ("default", "unpad", "graphs", "compile", "hf")
+# What users run, first: Base at 512 (the headline) and 128, Small at 128, each at its preset's
+# batch on packed rows (SMOKE: the tiny model), every lever measured at Base.
+SCALES = ([("tiny", 64, ALL), ("tiny", 32, ("default", "unpad", "hf")),
+           ("small", 32, ("default", "hf"))] if SMOKE else
+          [("base", 512, ALL), ("base", 128, ("default", "unpad", "graphs", "hf")),
+           ("small", 128, ("default", "unpad", "graphs", "hf"))])
 SIZES = ([("tiny", 4, 32), ("tiny", 4, 64)] if SMOKE else
          [("small", 128, 128), ("base", 128, 128), ("base", 32, 512)])
 
@@ -617,9 +802,13 @@ def stages() -> dict[str, tuple[float, float, Callable[[Kit], dict]]]:
           fn: Callable[[Kit], dict]) -> tuple[float, float, Callable[[Kit], dict]]:
         return (*(smoke if SMOKE else seconds), fn)
 
-    out = {"env": f((20, 40), (5, 60), lambda k: env(k.dev)),
-           "fp32": f((20, 40), (5, 60),
-                     lambda k: check_fp32(k.dev, "tiny" if SMOKE else "small", 8, 128))}
+    out = {"env": f((20, 40), (5, 60), lambda k: env(k.dev))}
+    for (preset, T, variants), seconds in zip(SCALES, ((90, 200), (60, 120), (40, 80)),
+                                              strict=True):
+        out[f"scale_{preset}_{T}"] = f(seconds, (15, 120), lambda k, p=preset, t=T, v=variants:
+                                       scale_stage(k, p, t, v))
+    out["fp32"] = f((20, 40), (5, 60),
+                    lambda k: check_fp32(k.dev, "tiny" if SMOKE else "small", 8, 128))
     for preset, B, T in SIZES:
         out[f"step_{preset}_{B}x{T}"] = f((30, 60), (10, 90), lambda k, p=preset, b=B, t=T:
                                         compare_steps(p, b, t, k.dev, k.peak()))

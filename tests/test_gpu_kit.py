@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, shared_data
 
-STAGES = ["env", "fp32", "step_tiny_4x32", "step_tiny_4x64", "finetune", "layouts", "compile",
-          "nccl", "vocab", "graphs", "launches", "compare"]
+STAGES = ["env", "scale_tiny_64", "scale_tiny_32", "scale_small_32", "fp32", "step_tiny_4x32",
+          "step_tiny_4x64", "finetune", "layouts", "compile", "nccl", "vocab", "graphs",
+          "launches", "compare"]
 
 
 def kit(*args: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -41,7 +42,8 @@ def data(tmp_path_factory) -> tuple[Path, dict]:
         env.pop("OMP_NUM_THREADS", None)
     done = kit("data", str(data), env=env)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert all((data / f"demo-{t}" / "meta.json").is_file() for t in (32, 64))
+    assert all((data / f"{name}-{t}" / "meta.json").is_file() for t in (32, 64)
+               for name in ("demo", "pack"))
     return data, env
 
 
@@ -51,7 +53,10 @@ def test_the_one_command_runs_every_stage_and_keeps_each_line(data, tmp_path):
     results = tmp_path / "results"
     # A work folder that does not exist yet, as on a GPU machine where `make gpu-data` did
     # not run (the first H200 run lost its nccl and compare stages to that).
-    env = {**env, "KIT_SECONDS": "400", "KIT_WORK": str(tmp_path / "fresh" / "work")}
+    # KIT_MAX_MICRO: the scale stages' batch of 8 in micro-batches of 4, as a Base batch that
+    # does not fit at once trains on a GPU.
+    env = {**env, "KIT_SECONDS": "500", "KIT_WORK": str(tmp_path / "fresh" / "work"),
+           "KIT_MAX_MICRO": "4"}
     done = kit("all", str(results), env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [json.loads(x) for x in (results / "kit.jsonl").read_text().splitlines()]
@@ -60,6 +65,18 @@ def test_the_one_command_runs_every_stage_and_keeps_each_line(data, tmp_path):
         assert r["ok"] is True and not any(k.endswith("_error") for k in r), r
     assert [p.name for p in results.iterdir()] == ["kit.jsonl"]  # the work went elsewhere
     by = {r["stage"]: r for r in lines}
+    # The headline: every lever and transformers' step on packed rows, three windows each.
+    head = by["scale_tiny_64"]
+    assert head["packed"] and head["sequences_per_row"] > 1 and head["batch"] == 8
+    for name in ("default", "unpad", "graphs", "compile", "hf"):
+        assert head[f"{name}_micro"] == 4, name  # the rest of the batch by accumulation
+        assert (head[f"{name}_tokens_per_s_min"] <= head[f"{name}_tokens_per_s"]
+                <= head[f"{name}_tokens_per_s_max"]), name
+    assert head["best"] in ("default", "unpad", "graphs", "compile") and head["best_over_hf"] > 0
+    # The same weights and rows: the levers train to the same losses (unpadding in bf16
+    # rounds otherwise); transformers' rows attend across their packed sequences.
+    assert head["graphs_last_loss"] == pytest.approx(head["default_last_loss"], abs=1e-3)
+    assert head["unpad_last_loss"] == pytest.approx(head["default_last_loss"], rel=1e-2)
     assert by["fp32"]["fp32_ok"] and by["step_tiny_4x32"]["ours_over_hf"] > 0
     assert 0 < by["step_tiny_4x32"]["pad_fraction"] < 1  # the shards' own padding
     assert by["finetune"]["pad_fraction"] > 0.5  # SST-2 batches of 32 are mostly padding
@@ -79,18 +96,20 @@ def test_the_one_command_runs_every_stage_and_keeps_each_line(data, tmp_path):
 
 @pytest.mark.slow
 def test_a_stage_that_crashes_or_hangs_keeps_the_others(data, tmp_path):
-    """env aborts its process, fp32 never ends: each gets a line saying so, and what does
-    not fit in the time left is skipped with a line."""
+    """env aborts its process, the headline never ends: each gets a line saying so, and
+    what does not fit in the time left is skipped with a line."""
     _, env = data
     results = tmp_path / "results"
-    done = kit("all", str(results), env={**env, "KIT_SECONDS": "12",
-                                         "KIT_FAULT": "env:crash,fp32:hang"}, timeout=120)
+    done = kit("all", str(results), env={**env, "KIT_SECONDS": "20",
+                                         "KIT_FAULT": "env:crash,scale_tiny_64:hang"},
+               timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [json.loads(x) for x in (results / "kit.jsonl").read_text().splitlines()]
     assert [r["stage"] for r in lines] == STAGES
     by = {r["stage"]: r for r in lines}
     assert by["env"]["ok"] is False and by["env"]["error"].startswith("exited -6")
-    assert by["fp32"]["ok"] is False and "stopped at its limit" in by["fp32"]["timed_out"]
+    assert by["scale_tiny_64"]["ok"] is False and "stopped at its limit" in by[
+        "scale_tiny_64"]["timed_out"]
     assert all(r["ok"] is None and "s left, needs" in r["skipped"] for r in lines[2:])
 
 

@@ -677,3 +677,19 @@ def test_max_tokens_sets_the_run_length(data, tmp_path):
     assert records[-1]["step"] == 5
     assert json.loads((tmp_path / "a/config.json").read_text())["train"]["max_steps"] == 5
     assert records[-1]["lr"] == 0.0  # linear decay to 0 at the fifth step
+
+
+def test_the_first_line_names_what_the_step_runs_on(packed_letters, tmp_path, capsys):
+    """Packed rows, unpadding, compiled blocks or CUDA graphs, the micro-batches: said on the
+    first line wherever one is not the CPU's default (docs/how-to/hardware.md)."""
+    from electra.commands.pretrain import step_levers
+    from electra.runtime import Runtime
+
+    cpu = Runtime()
+    assert step_levers(TrainConfig(), False, cpu) == ""
+    assert step_levers(TrainConfig(compile=True), False, cpu) == (
+        " (padded rows, every position computed, compiled blocks)")
+    pretrain(PretrainOptions(data=str(packed_letters), out=str(tmp_path / "r"), config=config(
+        max_steps=1, unpad=True, grad_accum=2)))
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "fp32, cpu (packed rows, unpadded, 2 micro-batches a step)" in first, first

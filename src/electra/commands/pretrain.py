@@ -466,12 +466,27 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
                     f"{data.seq_len} tokens, batch {tc.batch_size}"
                     + (f" over {rt.world_size} processes ({tc.parallel})" if rt.enabled else "")
                     + f", {resolve_precision(rt.device, tc.precision)}, {rt.device.type}"
+                    + step_levers(tc, any(d.packed for d in datasets.values()), rt)
                     + (f", resuming at step {trainer.step}" if trainer.step else "")
                     + (f"; MFU against {peak / rt.world_size / 1e12:,.1f} TFLOP/s a device "
                        f"({source})" if peak else ""))
     phases, current = _phases(opt, cfg, datasets, Phase(cfg, val, fpt), trainer.step, rt)
     return Pretraining(data, val, cfg, micro, trainer, loader, probe, fpt, peak,
                        warm if tc.batch_warmup else None, phases, current)
+
+
+def step_levers(tc: TrainConfig, packed: bool, rt: Runtime) -> str:
+    """What a GPU step runs on, for the first line (docs/how-to/hardware.md has each lever's
+    measurement): the rows (packed or padded), unpadded or not, compiled blocks, CUDA graphs,
+    the micro-batches; empty on a CPU at the defaults."""
+    levers = [("packed" if packed else "padded") + " rows",
+              "unpadded" if tc.unpad else "every position computed",
+              *(["CUDA graphs"] if tc.cuda_graphs else ["compiled blocks"] if tc.compile
+                else []),
+              *([f"{tc.grad_accum} micro-batches a step"] if tc.grad_accum > 1 else [])]
+    if rt.device.type == "cpu" and not (tc.unpad or tc.compile or packed):
+        return ""
+    return f" ({', '.join(levers)})"
 
 
 def _phases(opt: PretrainOptions, cfg: RunConfig, datasets: dict[int, ShardDataset],
