@@ -46,7 +46,7 @@ def _range(cls: type, name: str, kind: str) -> str:
 
 
 def config_reference() -> str:
-    from electra.config import FinetuneConfig, ModelConfig, TrainConfig, field_docs
+    from electra.config import FinetuneConfig, ModelConfig, TrainConfig, config_keys, field_docs
     from electra.objectives.config import ObjectiveConfig
 
     out = []
@@ -61,7 +61,8 @@ def config_reference() -> str:
         out += [f"## {title}", "", (cls.__doc__ or "").strip().splitlines()[0], "",
                 f"Set with {how}.", "",
                 "| key | type | default | range | what it does |", "|---|---|---|---|---|"]
-        for f in dataclasses.fields(cls):
+        by_name = {f.name: f for f in dataclasses.fields(cls)}
+        for f in (by_name[k] for k in config_keys(cls)):
             kind = str(f.type).replace("|", "or").replace(" or None", ", unset")
             key = f"{section}.{f.name}" if section else f.name
             doc = docs.get(f.name, "").replace("|", "\\|")

@@ -924,6 +924,15 @@ CASES = [
 SG = ("finetune", "--model", P("run"), "--quiet", "--task")
 LONG = "x" * 300
 CASES += [
+    # -- issue 60: fine-tuning takes the loop settings pretraining has --
+    ("config", (*FINETUNE, "--set", "schedule=step"),
+     "schedule must be one of linear, cosine, wsd, got 'step'"),
+    ("config", (*FINETUNE, "--set", "decay_shape=1-sqrt"),
+     "decay_shape=1-sqrt shapes a wsd decay; set schedule=wsd, or leave decay_shape=linear"),
+    ("config", (*FINETUNE, "--set", "adam_beta2=1.5"),
+     "adam_beta2 must be in [0, 1), got 1.5"),
+    ("config", (*FINETUNE, "--set", "schedule=wsd", "--set", "decay_fraction=0"),
+     "decay_fraction must be in (0, 1], got 0.0"),
     # -- issue 58: body shapes a run would only find out about later --
     ("config", (*PRETRAIN, "--set", "model.body=modernbert", "--set", "model.num_heads=32"),
      "model: the discriminator's heads are 1 wide (32 / 32 heads); ModernBERT's rotary "

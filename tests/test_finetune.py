@@ -694,3 +694,41 @@ def test_a_glue_finetune_imports_neither_scikit_learn_nor_scipy(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "0 []"
     dev = json.loads((tmp_path / "ft/results.json").read_text())["median"]["dev"]
     assert set(dev) == {"f1", "accuracy"}
+
+
+def test_fine_tuning_takes_every_schedule_and_optimizer_setting_pretraining_has(task, capsys):
+    """One set of loop settings (LoopConfig): `--set schedule=cosine` or `wsd` with its decay
+    shape shapes the fine-tune's rate as it shapes pretraining's (each metrics line's rate
+    against the linear run's: the schedules' ratio at that step), AdamW's betas and epsilon
+    reach the optimizer, and a decay longer than the run decays over what there is (a note)."""
+    from electra.config import FinetuneConfig, TrainConfig
+    from electra.train.optim import schedule
+    from electra.train.trainer import Settings
+
+    def rates(out: str, *sets: str) -> list[float]:
+        run_custom(task, out, "epochs=2", "batch_size=16", "max_train_examples=96", "eval_every=2",
+                   "precision=fp32", *sets)
+        lines = (task / out / "seed-1/metrics.jsonl").read_text().splitlines()
+        return [(r["step"], r["lr"]) for r in map(json.loads, lines)]
+
+    linear = rates("linear")
+    total = linear[-1][0]  # 2 epochs of 6 steps, a line every 2
+    assert [step for step, _ in linear] == [2, 4, 6, 8, 10, 12]
+    warmup = int(0.1 * total)
+    for sets, shape in ((("schedule=cosine",), schedule("cosine", warmup, total)),
+                        (("schedule=wsd", "decay_fraction=0.5", "decay_shape=1-sqrt"),
+                         schedule("wsd", warmup, total, 0.5, decay_shape="1-sqrt"))):
+        got = rates(sets[0].split("=")[1], *sets)
+        line = schedule("linear", warmup, total)
+        for (step, lr), (_, base) in zip(got, linear, strict=True):
+            if base:
+                assert lr / base == pytest.approx(shape(step) / line(step), rel=1e-9), sets
+    settings = Settings.of(FinetuneConfig(adam_beta1=0.8, adam_eps=1e-8, schedule="wsd"),
+                           1e-4, 10, 1)
+    assert (settings.betas, settings.eps, settings.schedule, settings.prefix) == (
+        (0.8, 0.999), 1e-8, "wsd", "")
+    assert Settings.of(TrainConfig(), 1e-4, 10, 1).prefix == "train."
+    capsys.readouterr()
+    rates("long", "schedule=wsd", "decay_steps=1000")
+    assert "decay_steps=1000 is more than the 11 steps after the warmup (2 epoch(s) of 6 " \
+        "steps): the rate decays over those" in capsys.readouterr().err

@@ -36,7 +36,7 @@ def config_from_dict(cls: type[T], values: dict[str, Any], where: str = "") -> T
         values: field name -> value.
         where: how the user names this section (e.g. ``"[model]"``), used in messages.
     """
-    valid = [f.name for f in fields(cls)]
+    valid = config_keys(cls)
     unknown = sorted(set(values) - set(valid))
     if unknown:
         section = f" in {where}" if where else ""
@@ -439,29 +439,100 @@ def parse_phases(value: str, key: str = "train.phases") -> tuple[tuple[int, floa
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """The pretraining loop: optimisation, precision, logging and checkpoints."""
+LOOP_RANGES: dict[str, str | tuple[str, ...]] = {
+    "batch_size": ">= 1", "grad_accum": ">= 1", "schedule": ("linear", "cosine", "wsd"),
+    "decay_fraction": "(0, 1]", "decay_steps": ">= 0", "decay_shape": ("linear", "1-sqrt"),
+    "optimizer": OPTIMIZERS, "weight_decay": ">= 0", "adam_beta1": "[0, 1)",
+    "adam_beta2": "[0, 1)", "adam_eps": "> 0", "grad_clip": ">= 0", "precision": PRECISIONS,
+    "max_nonfinite_skips": ">= 0", "threads": "[0, 4096]"}
 
-    SECTION: ClassVar[str] = "train"
-    RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {
-        "lr": "> 0", "batch_size": ">= 1", "grad_accum": ">= 1", "warmup_steps": ">= 0",
-        "max_steps": ">= 1", "weight_decay": ">= 0", "adam_beta1": "[0, 1)",
-        "adam_beta2": "[0, 1)", "adam_eps": "> 0", "grad_clip": ">= 0",
-        "precision": PRECISIONS, "seed": f"[0, {MAX_SEED}]", "log_every": ">= 1",
-        "eval_every": ">= 0", "eval_batches": ">= 1", "save_every": ">= 1",
-        "keep_checkpoints": ">= 1", "max_nonfinite_skips": ">= 0", "threads": "[0, 4096]",
-        "parallel": ("ddp", "fsdp"), "probe_every": ">= 0", "probe_max_examples": ">= 1",
-        "probe_epochs": "[1, 1000]", "schedule": ("linear", "cosine", "wsd"),
-        "decay_fraction": "(0, 1]", "decay_steps": ">= 0", "peak_tflops": ">= 0",
-        "max_tokens": ">= 0", "optimizer": OPTIMIZERS,
-        "decay_shape": ("linear", "1-sqrt")}
-    lr: float = 5e-4
-    """Peak learning rate (ELECTRA-Small 5e-4, Base 2e-4, Large 2e-4)."""
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """The settings both training loops share, under the same keys (pretraining's in
+    ``[train]``, fine-tuning's without a section): the batch, the schedule after the warmup,
+    the optimizer, precision, the skips, threads, trackers, the cards' license, compile. The
+    trainer reads them from here (``electra.train.trainer.Settings.of``)."""
+
+    SECTION: ClassVar[str] = ""
     batch_size: int = 128
     """Examples per optimizer step, over all processes and accumulation steps."""
     grad_accum: int = 1
     """Micro-batches per optimizer step; must divide batch_size."""
+    schedule: str = "linear"
+    """After the warmup: linear (decay to 0 at the last step, ELECTRA's) | cosine (half a
+    cosine to 0) | wsd (warmup-stable-decay: the peak rate, then a decay to 0, decay_shape's,
+    over the last decay_fraction of the steps; ModernBERT's trapezoid)."""
+    decay_fraction: float = 0.1
+    """wsd: the fraction of the steps, at the end, over which the rate decays to 0."""
+    decay_steps: int = 0
+    """wsd: the steps, at the end, over which the rate decays to 0 (0: decay_fraction's).
+    `electra pretrain --decay-from CHECKPOINT` sets it and max_steps for its branch."""
+    decay_shape: str = "linear"
+    """wsd: how the rate falls over the decay: linear, or 1-sqrt (1 - sqrt of the decay's
+    fraction done: ModernBERT's, most of the drop at its start)."""
+    optimizer: str = "adamw"
+    """adamw (torch's, fused) | stableadamw (ModernBERT's) | lamb (large batches); the two
+    need `pip install 'electra[optim]'`. adam_beta1, adam_beta2, adam_eps and weight_decay
+    apply to each (fine-tuning's layer-wise rates too)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (none on LayerNorm weights and biases)."""
+    adam_beta1: float = 0.9
+    """AdamW's first-moment decay (the original's 0.9)."""
+    adam_beta2: float = 0.999
+    """AdamW's second-moment decay (the original's 0.999)."""
+    adam_eps: float = 1e-6
+    """AdamW's epsilon (the original's 1e-6)."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 turns clipping off)."""
+    precision: str = "auto"
+    """auto | bf16 | fp16 (with a gradient scaler) | fp32 autocast; weights and optimizer stay
+    fp32; sampling always fp32. auto: bf16 where the device multiplies it natively (AMX or
+    AVX512-BF16 CPUs, most GPUs), else fp32 on a CPU and fp16 on a GPU."""
+    max_nonfinite_skips: int = 0
+    """Batches with a non-finite loss to skip before stopping (0: stop at the first)."""
+    threads: int = 0
+    """CPU threads for torch (0: all cores); fewer help on a machine other jobs share."""
+    log_to: str = "tensorboard"
+    """Where metrics lines go besides metrics.jsonl: any of tensorboard, mlflow, wandb,
+    comma-separated (empty: none; a fine-tune: a run of its own per seed, grouped by --out's
+    name); mlflow and wandb need `pip install 'electra[track]'`."""
+    license: str = ""
+    """The license the final models' cards (README.md) name: the hub's id (apache-2.0, mit,
+    cc-by-4.0...); empty: the starting model's (--init, --model), if its card names one."""
+    compile: bool = False
+    """torch.compile each transformer block (the first steps compile it; a GPU's win, off by
+    default)."""
+
+    def check_loop(self) -> None:
+        """The shared settings' checks with their advice, before the ranges' plain ones
+        (``LOOP_RANGES``)."""
+        key = f"{self.SECTION}." if self.SECTION else ""
+        _check_adam(self.adam_beta1, self.adam_beta2, self.adam_eps, key)
+        _check(self.grad_accum < 1 or self.batch_size % self.grad_accum == 0,
+               f"{key}batch_size={self.batch_size} is not divisible by "
+               f"{key}grad_accum={self.grad_accum}; choose an accumulation that divides it")
+        parse_log_to(self.log_to, f"{key}log_to")
+        check_optimizer(self.optimizer, f"{key}optimizer")
+        _check(self.decay_shape == "linear" or self.schedule == "wsd",
+               f"{key}decay_shape={self.decay_shape} shapes a wsd decay; set "
+               f"{key}schedule=wsd, or leave {key}decay_shape=linear")
+
+
+@dataclass(frozen=True)
+class TrainConfig(LoopConfig):
+    """The pretraining loop: optimisation, precision, logging and checkpoints."""
+
+    SECTION: ClassVar[str] = "train"
+    RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {
+        **LOOP_RANGES, "lr": "> 0", "warmup_steps": ">= 0", "max_steps": ">= 1",
+        "seed": f"[0, {MAX_SEED}]", "log_every": ">= 1", "eval_every": ">= 0",
+        "eval_batches": ">= 1", "save_every": ">= 1", "keep_checkpoints": ">= 1",
+        "parallel": ("ddp", "fsdp"), "probe_every": ">= 0", "probe_max_examples": ">= 1",
+        "probe_epochs": "[1, 1000]", "peak_tflops": ">= 0", "max_tokens": ">= 0"}
+    lr: float = 5e-4
+    """Peak learning rate (ELECTRA-Small 5e-4, Base 2e-4, Large 2e-4)."""
+    batch_size: int = 128
     warmup_steps: int = 10_000
     """Linear warmup from 0 to lr, then the schedule's decay."""
     max_steps: int = 1_000_000
@@ -478,36 +549,6 @@ class TrainConfig:
     """> 0: the run's length in token positions instead (batch_size rows of the data's
     seq_len a step, padding included: nearly all real with `prepare --pack`); max_steps
     becomes the steps that take, rounded up, and the schedule follows it."""
-    schedule: str = "linear"
-    """After the warmup: linear (decay to 0 at max_steps, ELECTRA's) | cosine (half a cosine
-    to 0) | wsd (warmup-stable-decay: the peak rate, then a decay to 0, decay_shape's, over
-    the last decay_fraction of the steps; ModernBERT's trapezoid)."""
-    decay_fraction: float = 0.1
-    """wsd: the fraction of max_steps, at the end, over which the rate decays to 0."""
-    decay_steps: int = 0
-    """wsd: the steps, at the end, over which the rate decays to 0 (0: decay_fraction's).
-    `electra pretrain --decay-from CHECKPOINT` sets it and max_steps for its branch."""
-    decay_shape: str = "linear"
-    """wsd: how the rate falls over the decay: linear, or 1-sqrt (1 - sqrt of the decay's
-    fraction done: ModernBERT's, most of the drop at its start)."""
-    optimizer: str = "adamw"
-    """adamw (torch's, fused) | stableadamw (ModernBERT's) | lamb (large batches); the two
-    need `pip install 'electra[optim]'`. adam_beta1, adam_beta2, adam_eps and weight_decay
-    apply to each."""
-    weight_decay: float = 0.01
-    """AdamW weight decay (none on LayerNorm weights and biases)."""
-    adam_beta1: float = 0.9
-    """AdamW's first-moment decay (the original's 0.9)."""
-    adam_beta2: float = 0.999
-    """AdamW's second-moment decay (the original's 0.999)."""
-    adam_eps: float = 1e-6
-    """AdamW's epsilon (the original's 1e-6)."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this (0 turns clipping off)."""
-    precision: str = "auto"
-    """auto | bf16 | fp16 | fp32 autocast; weights and optimizer stay fp32; sampling always
-    fp32. auto: bf16 where the device multiplies it natively (AMX or AVX512-BF16 CPUs, most
-    GPUs), else fp32 on a CPU and fp16 on a GPU."""
     seed: int = 0
     """Seeds initialisation, data order, masking, sampling and dropout."""
     log_every: int = 10
@@ -520,17 +561,10 @@ class TrainConfig:
     """The device's peak (TFLOP/s) that each metrics line's mfu divides by; 0: a GPU's
     datasheet figure, or a matrix multiply measured at the start on a CPU (or a GPU not in
     electra.runtime.GPU_PEAKS)."""
-    log_to: str = "tensorboard"
-    """Where metrics lines go besides metrics.jsonl: any of tensorboard, mlflow, wandb,
-    comma-separated (empty: none); mlflow and wandb need `pip install 'electra[track]'`."""
     save_every: int = 1000
     """Steps between checkpoints (one is always written at the end)."""
     keep_checkpoints: int = 3
     """How many recent checkpoints to keep."""
-    max_nonfinite_skips: int = 0
-    """Batches with a non-finite loss to skip before stopping (0: stop at the first)."""
-    threads: int = 0
-    """CPU threads for torch (0: all cores)."""
     parallel: str = "ddp"
     """Under torchrun: ddp (each process holds the whole model) or fsdp (parameters,
     gradients and optimizer state sharded over processes, for models too big for one)."""
@@ -538,8 +572,6 @@ class TrainConfig:
     """Compute only the real tokens of a padded batch (packed after the embeddings,
     variable-length attention, repadded for the heads). Off: pretraining rows are ~7%
     padding, and on a CPU packing them costs more than it saves (bench/RESULTS.md)."""
-    compile: bool = False
-    """torch.compile the model (the first steps compile it; a GPU's win, off by default)."""
     cuda_graphs: bool = False
     """Replay each compiled block as CUDA graphs (torch.compile's reduce-overhead mode, static
     shapes): the step's kernel launches go. Implies train.compile; a CUDA device and
@@ -560,24 +592,17 @@ class TrainConfig:
     """The probe's training examples at most (a fixed random subset)."""
     probe_epochs: int = 3
     """The probe's passes over its training examples."""
-    license: str = ""
-    """The license the final models' cards (README.md) name: the hub's id (apache-2.0, mit,
-    cc-by-4.0...); empty: the --init model's, if its card names one."""
 
     def __post_init__(self) -> None:
         _check_types(self)
-        _check_adam(self.adam_beta1, self.adam_beta2, self.adam_eps, "train.")
+        _check_adam(self.adam_beta1, self.adam_beta2, self.adam_eps, "train.")  # its advice
         _check_ranges(self)
-        _check(self.batch_size % self.grad_accum == 0,
-               f"train.batch_size={self.batch_size} is not divisible by "
-               f"train.grad_accum={self.grad_accum}; choose an accumulation that divides it")
+        self.check_loop()
         _check(not self.probe_every or (self.probe_train and self.probe_dev),
                "train.probe_every needs train.probe_train and train.probe_dev (labelled "
                "CSV, TSV or JSONL files)")
         _check(not self.probe_every or self.parallel == "ddp",
                "train.probe_every probes a whole model: use train.parallel=ddp (or no probe)")
-        parse_log_to(self.log_to, "train.log_to")
-        check_optimizer(self.optimizer, "train.optimizer")
         _check(not (parse_phases(self.phases) and self.max_tokens),
                f"train.phases={self.phases} with train.max_tokens: the phases split steps; "
                f"give train.max_steps")
@@ -587,9 +612,6 @@ class TrainConfig:
                f"train.batch_warmup={self.batch_warmup}: the first batch must be a multiple of "
                f"the micro-batch, train.batch_size/train.grad_accum={unit}, below "
                f"train.batch_size={self.batch_size} (raise train.grad_accum for finer steps)")
-        _check(self.decay_shape == "linear" or self.schedule == "wsd",
-               f"train.decay_shape={self.decay_shape} shapes a wsd decay; set "
-               f"train.schedule=wsd, or leave train.decay_shape=linear")
         _check(not self.decay_steps or self.decay_steps <= self.max_steps - self.warmup_steps,
                f"train.decay_steps={self.decay_steps} is more than the steps after the warmup "
                f"({self.max_steps} - {self.warmup_steps}); choose fewer")
@@ -667,7 +689,7 @@ FREEZES = ("none", "encoder")
 
 
 @dataclass(frozen=True)
-class FinetuneConfig:
+class FinetuneConfig(LoopConfig):
     """Fine-tuning a discriminator on a task (``--set key=value``, no section).
 
     ``None`` means the paper's value for the model and task (see :meth:`resolved`).
@@ -675,14 +697,12 @@ class FinetuneConfig:
 
     SECTION: ClassVar[str] = ""
     RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {
-        "lr": "> 0", "layer_decay": "(0, 1]", "epochs": "[1, 100000]", "batch_size": ">= 1",
-        "grad_accum": ">= 1", "max_length": ">= 8", "warmup_fraction": "[0, 1)",
-        "weight_decay": ">= 0", "grad_clip": ">= 0", "precision": PRECISIONS,
+        **LOOP_RANGES, "lr": "> 0", "layer_decay": "(0, 1]", "epochs": "[1, 100000]",
+        "max_length": ">= 8", "warmup_fraction": "[0, 1)",
         "task_sampling_alpha": "[0, 100]", "freeze": FREEZES, "max_train_examples": ">= 0",
-        "save_every": ">= 0", "keep_checkpoints": ">= 1", "max_nonfinite_skips": ">= 0",
-        "threads": "[0, 4096]", "eval_every": ">= 0", "select": SELECTIONS,
-        "doc_stride": ">= 1", "max_query_length": ">= 1", "n_best": ">= 1",
-        "max_answer_length": ">= 1", "article_split": "[0, 1)", "optimizer": OPTIMIZERS}
+        "save_every": ">= 0", "keep_checkpoints": ">= 1", "eval_every": ">= 0",
+        "select": SELECTIONS, "doc_stride": ">= 1", "max_query_length": ">= 1",
+        "n_best": ">= 1", "max_answer_length": ">= 1", "article_split": "[0, 1)"}
     lr: float | None = None
     """Peak learning rate; None: 3e-4 up to width 256 (Small), else 1e-4 (Base, Large)."""
     layer_decay: float | None = None
@@ -690,24 +710,12 @@ class FinetuneConfig:
     epochs: int | None = None
     """Passes over the training set; None: 3, or 10 for RTE and STS-B."""
     batch_size: int = 32
-    """Examples per optimizer step, over all processes and accumulation steps."""
-    grad_accum: int = 1
-    """Micro-batches per optimizer step; must divide batch_size."""
     max_length: int | None = None
     """Tokens per example ([CLS] A [SEP] B [SEP]); longer inputs are truncated (question
     answering: the window's length). None: 128, or 512 for SQuAD (the original's)."""
     warmup_fraction: float = 0.1
-    """Fraction of the steps with a linear warmup, then linear decay to 0."""
-    optimizer: str = "adamw"
-    """adamw (torch's, fused) | stableadamw | lamb (`pip install 'electra[optim]'`), with
-    the layer-wise rates either way."""
-    weight_decay: float = 0.01
-    """AdamW weight decay (none on LayerNorm weights and biases)."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this (0 turns clipping off)."""
-    precision: str = "auto"
-    """auto | bf16 | fp16 (with a gradient scaler) | fp32 autocast; weights stay fp32. auto:
-    bf16 where the device multiplies it natively, else fp32 on a CPU and fp16 on a GPU."""
+    """Fraction of the steps with a linear warmup, then the schedule's decay (linear to 0
+    by default; schedule, as pretraining's)."""
     double_pairs: bool = False
     """MRPC/STS-B: also train on each pair swapped (b, a), as the original code can."""
     group_by_length: bool = False
@@ -717,8 +725,6 @@ class FinetuneConfig:
     unpad: bool = True
     """Compute only the real tokens of a padded batch (packed after the embeddings,
     variable-length attention, repadded for the head); off: every position of the batch."""
-    compile: bool = False
-    """torch.compile the model (the first steps compile it; a GPU's win, off by default)."""
     task_sampling_alpha: float = 1.0
     """Multi-task (``--task a,b``): draw each step's task with probability proportional to
     its training examples to this power (1: proportional, 0: uniform)."""
@@ -731,19 +737,8 @@ class FinetuneConfig:
     """Steps between checkpoints for --resume (0: at the end of every epoch)."""
     keep_checkpoints: int = 1
     """How many recent checkpoints to keep while a seed trains (removed when it ends)."""
-    max_nonfinite_skips: int = 0
-    """Batches with a non-finite loss to skip before stopping (0: stop at the first)."""
-    threads: int = 0
-    """CPU threads for torch (0: all cores); fewer help on a machine other jobs share."""
     eval_every: int = 0
     """Steps between dev evaluations besides the one at every epoch's end (0: epochs only)."""
-    log_to: str = "tensorboard"
-    """Where each seed's metrics lines go besides its metrics.jsonl: any of tensorboard,
-    mlflow, wandb, comma-separated (empty: none); a run of its own per seed, grouped by
-    --out's name; mlflow and wandb need `pip install 'electra[track]'`."""
-    license: str = ""
-    """The license the fine-tuned models' cards (README.md) name (the hub's id, e.g.
-    apache-2.0); empty: the --model's, if its card names one."""
     select: str = "last"
     """Which model a seed keeps: "last" (the paper's protocol) or "best" (the evaluation with
     the highest dev score on the task's first metric)."""
@@ -772,11 +767,7 @@ class FinetuneConfig:
         _check(0.0 <= self.article_split < 1.0,
                f"article_split must be in [0, 1), got {self.article_split!r}; e.g. 0.5")
         _check_ranges(self)
-        parse_log_to(self.log_to, "log_to")
-        check_optimizer(self.optimizer, "optimizer")
-        _check(self.batch_size % self.grad_accum == 0,
-               f"batch_size={self.batch_size} is not divisible by grad_accum="
-               f"{self.grad_accum}; choose an accumulation that divides it")
+        self.check_loop()
 
     def resolved(self, model_cfg: ModelConfig,
                  task_defaults: dict[str, Any] | None = None) -> FinetuneConfig:
@@ -807,6 +798,14 @@ def load_finetune_config(sets: list[str]) -> FinetuneConfig:
     return config_from_dict(FinetuneConfig, values, "fine-tuning settings")
 
 
+def config_keys(cls: type) -> list[str]:
+    """A config's keys as its users read them: the class's own first, in its order, then
+    those both loops share (``LoopConfig``'s)."""
+    own = list(vars(cls).get("__annotations__", {}))
+    return [k for k in own if name_in(cls, k)] + [f.name for f in fields(cls)
+                                                   if f.name not in own]
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """Each field of a config dataclass and its docstring (the string under it in the
     source), which the CLI's help shows: the settings are documented once, here."""
@@ -815,13 +814,14 @@ def field_docs(cls: type) -> dict[str, str]:
     import itertools
     import textwrap
 
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
     docs = {}
-    for node, after in itertools.pairwise(body):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)):
-            docs[node.target.id] = " ".join(str(after.value.value).split())
-    return docs
+    for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body  # type: ignore[attr-defined]
+        for node, after in itertools.pairwise(body):  # a base's first (LoopConfig's)
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)):
+                docs[node.target.id] = " ".join(str(after.value.value).split())
+    return {k: docs[k] for k in config_keys(cls) if k in docs}
 
 
 def settings_help(cls: type) -> str:

@@ -466,7 +466,7 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
                     f"{data.seq_len} tokens, batch {tc.batch_size}"
                     + (f" over {rt.world_size} processes ({tc.parallel})" if rt.enabled else "")
                     + f", {resolve_precision(rt.device, tc.precision)}, {rt.device.type}"
-                    + step_levers(tc, any(d.packed for d in datasets.values()), rt)
+                    + step_levers(tc, any(d.packed for d in datasets.values()))
                     + (f", resuming at step {trainer.step}" if trainer.step else "")
                     + (f"; MFU against {peak / rt.world_size / 1e12:,.1f} TFLOP/s a device "
                        f"({source})" if peak else ""))
@@ -475,17 +475,15 @@ def build(opt: PretrainOptions, rt: Runtime, claim: Claim) -> Pretraining:
                        warm if tc.batch_warmup else None, phases, current)
 
 
-def step_levers(tc: TrainConfig, packed: bool, rt: Runtime) -> str:
-    """What a GPU step runs on, for the first line (docs/how-to/hardware.md has each lever's
-    measurement): the rows (packed or padded), unpadded or not, compiled blocks, CUDA graphs,
-    the micro-batches; empty on a CPU at the defaults."""
+def step_levers(tc: TrainConfig, packed: bool) -> str:
+    """What the step runs on, for the first line (docs/how-to/hardware.md has each lever's
+    measurement on a GPU): the rows (packed or padded), unpadded or not, compiled blocks,
+    CUDA graphs, the micro-batches."""
     levers = [("packed" if packed else "padded") + " rows",
               "unpadded" if tc.unpad else "every position computed",
               *(["CUDA graphs"] if tc.cuda_graphs else ["compiled blocks"] if tc.compile
                 else []),
               *([f"{tc.grad_accum} micro-batches a step"] if tc.grad_accum > 1 else [])]
-    if rt.device.type == "cpu" and not (tc.unpad or tc.compile or packed):
-        return ""
     return f" ({', '.join(levers)})"
 
 
@@ -520,19 +518,13 @@ def make_trainer(model: ElectraPretrainingModel, cfg: RunConfig, rt: Runtime,
     """The scaffold for ``model`` with the config's optimizer, schedule and step settings;
     ``kw`` (run folder, resume...) passes to :class:`Trainer`."""
     tc, out = cfg.train, kw.get("out")
-    settings = Settings(lr=tc.lr, max_steps=tc.max_steps, warmup_steps=tc.warmup_steps,
-                        schedule=tc.schedule, decay_fraction=tc.decay_fraction,
-                        decay_steps=tc.decay_steps, decay_shape=tc.decay_shape,
-                        precision=tc.precision, grad_accum=tc.grad_accum,
-                        grad_clip=tc.grad_clip, betas=(tc.adam_beta1, tc.adam_beta2),
-                        eps=tc.adam_eps, optimizer=tc.optimizer,
-                        max_nonfinite_skips=tc.max_nonfinite_skips,
-                        keep_checkpoints=tc.keep_checkpoints, parallel=tc.parallel,
-                        compile=tc.compile, cuda_graphs=tc.cuda_graphs, prefix="train.",
-                        tracking=Tracking(parse_log_to(tc.log_to, "train.log_to"),
-                                          root=out, name=out.name if out else ""),
-                        # two-stage: one part of the model gets no gradient in each stage
-                        find_unused=bool(cfg.objective.two_stage_steps))
+    settings = Settings.of(tc, tc.lr, tc.max_steps, tc.warmup_steps,
+                           keep_checkpoints=tc.keep_checkpoints, parallel=tc.parallel,
+                           cuda_graphs=tc.cuda_graphs,
+                           tracking=Tracking(parse_log_to(tc.log_to, "train.log_to"),
+                                             root=out, name=out.name if out else ""),
+                           # two-stage: one part of the model gets no gradient in each stage
+                           find_unused=bool(cfg.objective.two_stage_steps))
     # Masking and sampling draw from one stream shared by all ranks (each takes its rows of
     # the global batch); dropout and Gumbel noise from streams of each rank's own.
     streams = RandomStreams(rt, tc.seed, shared={"masking": 1}, local={"gumbel": 2})

@@ -24,6 +24,7 @@ from electra.config import (
     _check_types,
     closest,
     config_from_dict,
+    config_keys,
     did_you_mean,
     model_preset,
     name_in,
@@ -276,7 +277,7 @@ def apply_overrides(d: dict[str, Any], sets: list[str]) -> dict[str, Any]:
             raise UserError(f"--set {key}: unknown section {section!r}; valid sections: "
                             f"{', '.join(sections)}")
         if not name_in(sections[section], name):
-            names = [f.name for f in fields(sections[section])]
+            names = config_keys(sections[section])
             raise UserError(f"--set {key}: unknown key {name!r} in [{section}]"
                             f"{did_you_mean(name, names)}; valid keys: {', '.join(names)}")
         table = out.setdefault(section, {})

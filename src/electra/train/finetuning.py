@@ -17,7 +17,9 @@ batch order and the selections are part of the checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -328,14 +330,19 @@ def setup(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
     total = sampler.steps_per_epoch * cfg.epochs  # type: ignore[operator]
     selections = Selections(tasks, cfg.select, folder)
     single = sampler.single
-    settings = Settings(lr=cfg.lr, max_steps=total,  # type: ignore[arg-type]
-                        warmup_steps=int(cfg.warmup_fraction * total),
-                        precision=cfg.precision, grad_accum=cfg.grad_accum,
-                        grad_clip=cfg.grad_clip, max_nonfinite_skips=cfg.max_nonfinite_skips,
-                        optimizer=cfg.optimizer, keep_checkpoints=cfg.keep_checkpoints,
-                        compile=cfg.compile,
-                        find_unused=not single and rt.world_size > 1,  # the other heads
-                        tracking=seed_tracking(cfg.log_to, folder), prefix="")
+    warmup = int(cfg.warmup_fraction * total)
+    if cfg.decay_steps > total - warmup:  # known only now: the steps follow the data
+        if rt.is_main:
+            after = total - warmup
+            print(f"electra: note: decay_steps={cfg.decay_steps} is more than the {after} "
+                  f"steps after the warmup ({cfg.epochs} epoch(s) of "
+                  f"{sampler.steps_per_epoch} steps): the rate decays over those",
+                  file=sys.stderr, flush=True)
+        cfg = dataclasses.replace(cfg, decay_steps=total - warmup)
+    settings = Settings.of(cfg, cfg.lr, total, warmup,  # type: ignore[arg-type]
+                           keep_checkpoints=cfg.keep_checkpoints,
+                           find_unused=not single and rt.world_size > 1,  # the other heads
+                           tracking=seed_tracking(cfg.log_to, folder))
     named = {"task": next(iter(tasks))} if single else {"tasks": list(tasks)}
     trainer = Trainer(
         model, rt, settings,

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from electra.config import LoopConfig
 from electra.errors import UserError
 from electra.io.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from electra.io.files import disk_errors
@@ -109,6 +110,20 @@ class Settings:
     """Where the metrics lines go besides metrics.jsonl (electra.io.trackers)."""
     prefix: str = "train."
     """How the user names these settings in ``--set`` (``train.lr`` or ``lr``), for messages."""
+
+    @staticmethod
+    def of(loop: LoopConfig, lr: float, max_steps: int, warmup_steps: int,
+           **own: Any) -> Settings:
+        """The settings of a loop: the ones both loops share, read from its config here and
+        nowhere else (``electra.config.LoopConfig``), and ``own``, the loop's."""
+        return Settings(lr=lr, max_steps=max_steps, warmup_steps=warmup_steps,
+                        precision=loop.precision, schedule=loop.schedule,
+                        decay_fraction=loop.decay_fraction, decay_steps=loop.decay_steps,
+                        decay_shape=loop.decay_shape, grad_accum=loop.grad_accum,
+                        grad_clip=loop.grad_clip, betas=(loop.adam_beta1, loop.adam_beta2),
+                        eps=loop.adam_eps, optimizer=loop.optimizer,
+                        max_nonfinite_skips=loop.max_nonfinite_skips, compile=loop.compile,
+                        prefix=f"{loop.SECTION}." if loop.SECTION else "", **own)
 
 
 def pool(rt: Runtime, sums: dict[str, torch.Tensor], steps: int) -> dict[str, float]:
