@@ -7,8 +7,9 @@
   point at files that exist.
 - The generated configuration reference lists every field of every config.
 
-`mkdocs build --strict` itself (broken links, missing pages, API symbols that do not
-resolve) runs in `.ci/run`, beside the tests.
+The first page also runs cold, each command its own process. `mkdocs build --strict`
+itself (broken links, missing pages, API symbols that do not resolve) runs in `make test`,
+beside the tests.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import re
 import sys
 
+import pytest
 from docs_blocks import CHAINS, START, nav_pages, runnable
 from helpers import ROOT
 
@@ -69,3 +71,15 @@ def test_configuration_reference_lists_every_setting():
         for f in fields(cls):
             key = f"{cls.SECTION}.{f.name}" if cls.SECTION else f.name
             assert f"| `{key}` |" in text, key
+
+
+@pytest.mark.slow
+def test_the_first_page_runs_cold(docs_bare, tmp_path, monkeypatch):
+    """The chains run `electra` forked from a warm server (tests/warm_cli.py); the first
+    page also runs as a reader runs it, each command its own process from a cold start, so
+    what only a cold start does (imports, the entry point, its environment) is checked too."""
+    from docs_blocks import copy_folder, run_blocks
+
+    monkeypatch.setenv("ELECTRA_DOCS_COLD", "1")
+    workdir = copy_folder(docs_bare, tmp_path)
+    run_blocks(runnable("getting-started.md"), workdir, "getting-started.md, cold")

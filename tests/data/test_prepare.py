@@ -185,15 +185,17 @@ def test_ctrl_c_while_a_chunk_is_being_sent_stops_the_workers_at_once(corpus):
     from electra.data.text import Chunk
 
     tok_json = load_tokenizer(str(corpus[1])).to_str()
+    # 16 distinct 1 MB lines (pickle would send one line repeated only once), made before the
+    # clock starts: on a loaded machine making them outlasted the 50 ms, and the signal came
+    # before pytest.raises was entered
+    lines = [f"{j} " + "word " * 200_000 for j in range(16)]
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     workers = prep._Workers(2, tok_json, {})
     main_thread = threading.main_thread().ident
     timer = threading.Timer(0.05, signal.pthread_kill, (main_thread, signal.SIGINT))
     try:
-        timer.start()
-        # 16 distinct 1 MB lines (pickle would send one line repeated only once)
-        lines = [f"{j} " + "word " * 200_000 for j in range(16)]
         with pytest.raises(KeyboardInterrupt):
+            timer.start()  # the send below blocks: no worker reads its pipe yet
             for i in range(4):  # 2 a worker: at most what the workers would take
                 workers.submit(Chunk(i, lines))
             time.sleep(30)  # (not reached: a 16 MB send outlasts 50 ms)
