@@ -45,9 +45,15 @@ docs: docs-build
 docs-build: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
+# The headline benchmark (bench/README.md lists the others): our ELECTRA-Small pretraining step
+# against the transformers-based one, interleaved in one run, at batch 32 and 128.
+bench: setup
+	$(PY) bench/pretrain_step.py
+
 # The GPU kit's data (bench/gpu_kit.py), inside the repo so it travels to a GPU machine that
 # has no ../shared: the first 4,000 SST-2 training rows, its dev set, BERT's vocabulary, and
-# the demo's corpus packed with that vocabulary at 128 and 512 tokens (demo-128/, demo-512/).
+# the demo's corpus prepared with that vocabulary at 128 and 512 tokens (demo-128/, demo-512/),
+# and packed (--pack: pack-128/, pack-512/).
 SHARED ?= ../shared/data
 gpu-data: setup
 	mkdir -p bench/data/SST-2

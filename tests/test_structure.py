@@ -348,3 +348,13 @@ def test_every_command_is_a_python_function():
     text = (SRC.parent / "docs/how-to/python.md").read_text()
     assert [n for n in electra.__all__ if callable(getattr(electra, n)) and n[0].islower()
             and f"electra.{n}(" not in text] == []
+
+
+def test_every_bench_script_is_in_the_bench_index():
+    """bench/README.md names every script (what it measures, where its result is), and
+    `make bench` has a rule."""
+    root = SRC.parent
+    index = (root / "bench/README.md").read_text()
+    assert [p.name for p in sorted((root / "bench").glob("*.py"))
+            if f"`{p.name}" not in index] == []
+    assert "\nbench: " in (root / "Makefile").read_text()
