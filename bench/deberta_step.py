@@ -6,7 +6,7 @@ Same body and sizes on both sides: ``debertav3-xsmall`` (12 x 384, 6 heads, 256 
 buckets; the generator as wide and 6 blocks deep), DeBERTa-V3's vocabulary of 128,100, 15% of
 the tokens masked.
 
-- ours: what `electra pretrain --preset debertav3-xsmall` runs (``electra.commands.pretrain.
+- ours: what `electra pretrain --preset debertav3-xsmall` runs (``electra.train.pretraining.
   train_step``: RTD with GDES, λ = 50, at the default precision: bf16 autocast where the CPU
   has bf16 units, else fp32), AdamW, clipping, schedule.
 - hf: transformers' ``DebertaV2ForMaskedLM`` (the generator) and

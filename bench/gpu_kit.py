@@ -14,7 +14,7 @@ documentation) prepared with that vocabulary at 128 and 512 tokens (``demo-128/`
 ``demo-512/``; packed, ``--pack``: ``pack-128/``, ``pack-512/``); ``make gpu-data`` writes it
 from ../shared/data, which the GPU machine has not. Needs transformers for the peer steps.
 
-What "our step" is: ``electra.commands.pretrain.train_step`` on a model built with the kernels
+What "our step" is: ``electra.train.pretraining.train_step`` on a model built with the kernels
 `electra pretrain` builds it with (``train.unpad`` as the command's default), on batches of
 the demo's shards in the loader's order (their real padding). Tokens/s and MFU count real
 tokens. The stages, in the order they run (the last ones are dropped first when time runs
@@ -227,17 +227,17 @@ def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = Fa
               dropout: float = 0.1, kernels: Any = None, cuda_graphs: bool = False,
               unpad: bool | None = None, micro: int | None = None
               ) -> tuple[Callable[[dict], torch.Tensor], int]:
-    """Our pretraining step (the command's: ``electra.commands.pretrain.train_step`` on a model with
+    """Our pretraining step (the command's: ``electra.train.pretraining.train_step`` on a model with
     the kernels `electra pretrain` builds it with), from seed 0: (step(batch) -> loss, its
     training FLOPs at full length). ``kernels``: other than the command's; ``unpad``,
     ``compile``, ``cuda_graphs``: ``train.unpad`` (None: its default), ``train.compile``,
     ``train.cuda_graphs``; ``micro``: rows a forward (``train.grad_accum`` = B / micro)."""
-    from electra.commands.pretrain import make_trainer, train_step
     from electra.config import TrainConfig
     from electra.objectives.config import RunConfig
     from electra.objectives.flops import step_flops_per_sequence
     from electra.objectives.pretraining import ElectraPretrainingModel
     from electra.runtime import Runtime
+    from electra.train.pretraining import make_trainer, train_step
 
     cfg = model_preset(preset, vocab_size=VOCAB, hidden_dropout=dropout,
                        attention_dropout=dropout, max_position_embeddings=max(512, T))

@@ -5,7 +5,7 @@
 Same body and sizes on both sides: ``modernbert-small`` (7 x 256, GeGLU 384, windows of 128,
 every third block global), vocabulary 30,522, masking 15%.
 
-- ours: what `electra pretrain --preset modernbert-small` runs (``electra.commands.pretrain.
+- ours: what `electra pretrain --preset modernbert-small` runs (``electra.train.pretraining.
   train_step``: the ELECTRA objective, a generator 1/4 wide sharing the embeddings and the
   discriminator, at the default precision: bf16 autocast where the CPU has bf16 units),
   unpadded layout, AdamW, clipping, schedule.

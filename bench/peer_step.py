@@ -23,13 +23,13 @@ Build = Callable[[str, int, int], Callable[[Any], None]]
 
 
 def ours(cfg: Any, obj: Any, special: Any, B: int) -> Callable[[Any], None]:
-    """The step `electra pretrain` runs (``electra.commands.pretrain.train_step``: the
+    """The step `electra pretrain` runs (``electra.train.pretraining.train_step``: the
     objective, AdamW, clipping, schedule, the default precision) for ``cfg`` and ``obj``."""
-    from electra.commands.pretrain import make_trainer, train_step
     from electra.config import TrainConfig
     from electra.objectives.config import RunConfig
     from electra.objectives.pretraining import ElectraPretrainingModel
     from electra.runtime import Runtime
+    from electra.train.pretraining import make_trainer, train_step
 
     run = RunConfig(model=cfg, objective=obj, train=TrainConfig(
         batch_size=B, warmup_steps=0, max_steps=1000))

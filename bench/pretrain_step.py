@@ -5,7 +5,7 @@
 Both sides: discriminator 12x256 (ELECTRA-Small), generator 1/4 wide, shared embeddings,
 vocabulary 30,522, seq 128, masking 15% (max 19 per sequence), lambda = 50, AdamW, clip 1.0.
 
-- ours: what `electra pretrain` runs (electra.commands.pretrain.train_step: the objective on
+- ours: what `electra pretrain` runs (electra.train.pretraining.train_step: the objective on
   our model under bf16 autocast, inverse-CDF sampling, lane dropout, then the scaffold's
   non-finite check, clipping, foreach AdamW and schedule).
 - hf: transformers' ElectraForMaskedLM + ElectraForPreTraining in fp32, the generator head
@@ -65,12 +65,12 @@ def build(side: str, dropout: float = 0.1):
     torch.manual_seed(0)
     ours = ElectraPretrainingModel(cfg, OBJ, SPECIAL)
     if side == "ours":
-        from electra.commands.pretrain import make_trainer, train_step
         from electra.config import TrainConfig
         from electra.objectives.config import RunConfig
         from electra.objectives.masking import Batch, Draws
         from electra.objectives.pretraining import electra_forward
         from electra.runtime import Runtime, autocast
+        from electra.train.pretraining import make_trainer, train_step
 
         rng = torch.Generator().manual_seed(1)
         trainer = {}

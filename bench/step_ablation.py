@@ -31,12 +31,12 @@ from pathlib import Path
 
 import torch
 
-from electra.commands.pretrain import make_trainer, train_step
 from electra.data.loader import BatchLoader, ShardDataset
 from electra.model.kernels import FAST_CPU, REFERENCE, Kernels, use
 from electra.objectives.config import load_run_config
 from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.runtime import Runtime, keep_freed_memory
+from electra.train.pretraining import make_trainer, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,7 +62,7 @@ def default_data(tmp: str) -> str:
 
 
 def training_step(data_dir: str, config: str, batch: int) -> Callable[[str], int]:
-    """The training step `electra pretrain` runs (``electra.commands.pretrain.train_step``: forward
+    """The training step `electra pretrain` runs (``electra.train.pretraining.train_step``: forward
     under autocast, backward, the non-finite check, clipping, AdamW, the schedule, with malloc
     keeping freed memory as `electra pretrain` sets it) as a function of the sampling method;
     it returns the step's real tokens. Same seed, model and batches for every caller."""

@@ -145,7 +145,7 @@ def test_the_sync_free_step_reads_nothing_on_the_host_and_trains_bitwise_as_befo
         data, tmp_path, monkeypatch, sync_free):
     # A GPU's path (fused AdamW) on the CPU: no step between two metrics lines waits for the
     # device, and the run's every metrics line and weight equal the host-checked step's.
-    import electra.commands.pretrain as command
+    import electra.train.pretraining as command
     from electra.train.trainer import Trainer
 
     real_step, steps = command.train_step, []
@@ -195,7 +195,7 @@ def test_the_gpu_paths_unpadded_step_reads_nothing_and_equals_the_device_layouts
     step reads the device (the layout read it twice a micro-batch, once per encoder); the run
     (its metrics lines, validation included, and weights) equals the one whose encoders
     compute the layouts on the device."""
-    import electra.commands.pretrain as command
+    import electra.train.pretraining as command
     from electra.model.kernels import REFERENCE
     from electra.runtime import Runtime
 
@@ -682,7 +682,7 @@ def test_max_tokens_sets_the_run_length(data, tmp_path):
 def test_the_first_line_names_what_the_step_runs_on(packed_letters, tmp_path, capsys):
     """Packed rows, unpadding, compiled blocks or CUDA graphs, the micro-batches: said on the
     first line (docs/how-to/hardware.md)."""
-    from electra.commands.pretrain import step_levers
+    from electra.train.pretraining import step_levers
 
     assert step_levers(TrainConfig(), False) == " (padded rows, every position computed)"
     assert step_levers(TrainConfig(compile=True), False) == (

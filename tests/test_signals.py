@@ -97,7 +97,7 @@ def test_a_signal_saves_and_the_printed_command_resumes_bitwise(letters_data, co
     with step 4's line logged), or in the validation of step 5's line (at once, as Ctrl-C):
     a checkpoint, exit 128 + signal, and the last line's command continues it bitwise (with
     dropout: every random stream restored)."""
-    import electra.commands.pretrain as pretrain
+    import electra.train.pretraining as pretrain
     from electra.objectives import pretraining
 
     base = ["pretrain", "--config", str(configs["dropout"]), "--data", str(letters_data),

@@ -387,7 +387,7 @@ def test_ctrl_c_while_a_metrics_line_is_computed_keeps_that_line(outs, tmp_path,
                                                                 capsys):
     """Interrupted during the validation of step 4 (the line of step 4 half made), then
     resumed: metrics.jsonl equals an uninterrupted run's, line for line."""
-    import electra.commands.pretrain as pretrain
+    import electra.train.pretraining as pretrain
 
     base = ["pretrain", "--config", outs / "tiny.toml", "--data", outs / "data", "--quiet"]
     assert cli(*base, "--out", tmp_path / "a") == 0

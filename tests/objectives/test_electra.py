@@ -399,7 +399,7 @@ def test_a_batch_without_padding_attends_without_a_mask(monkeypatch):
     assert torch.equal(results[0][0], results[1][0])
     assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1], strict=True))
 
-    import electra.commands.pretrain as command
+    import electra.train.pretraining as command
     from electra.config import TrainConfig
     from electra.objectives.config import RunConfig
 

@@ -1,0 +1,576 @@
+"""Pretraining's loop, beside fine-tuning's (``electra.train.finetuning``): setup (the
+inputs read and checked on every rank, the model, the scaffold), fit (the steps, the metrics
+lines, validation, probes, checkpoints), validate, and the step the benches time. `electra
+pretrain` (``electra.commands.pretrain``) owns the flags, the run folder (``--out``,
+``--resume``, ``--decay-from``), the final models, their cards and the closing line.
+
+A run stopped and resumed with ``--resume`` produces the same metrics and final weights as one
+that never stopped (on CPU, in fp32, with the same seed): every random stream (dropout,
+masking, sampling), the data position and the unlogged metrics are saved with the checkpoint.
+
+Under torchrun each process takes its rows of every global batch. A step's masking/sampling
+draws and loss denominators belong to the whole global batch, so 1 process, N processes and N
+accumulation micro-batches compute the same step (up to float summation order); dropout draws
+from a stream of each rank's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from electra import __version__
+from electra.config import ModelConfig, TrainConfig, parse_batch_warmup, parse_phases
+from electra.data.examples import roc_auc
+from electra.data.loader import BatchLoader, PhasedLoader, Prefetched, ShardDataset
+from electra.data.tokenizer import SpecialTokens, load_tokenizer, tokenizer_checksum
+from electra.errors import UserError
+from electra.io.files import disk_errors, read_json
+from electra.io.trackers import Tracking, check_reachable, parse_log_to
+from electra.model import body_of, count_parameters
+from electra.model.kernels import HostLayout, kept_attention_bytes
+from electra.objectives.config import RunConfig
+from electra.objectives.flops import step_flops_per_sequence
+from electra.objectives.masking import Batch, Draws, slots, step_draws
+from electra.objectives.pretraining import ElectraPretrainingModel, begin_step, stage_at
+from electra.runtime import (
+    Runtime,
+    autocast,
+    available_memory,
+    peak_flops,
+    resolve_precision,
+    rows_without_padding,
+    use_threads,
+)
+from electra.saved.hf_format import GENERATOR_WEIGHTS
+from electra.saved.models import open_model
+from electra.train.optim import (
+    BatchSizes,
+    batch_sizes,
+    param_groups,
+    phase_starts,
+    steps_for_tokens,
+)
+from electra.train.probe import Probe
+from electra.train.trainer import RandomStreams, Settings, Trainer, add_into, pool
+
+
+@dataclass
+class PretrainOptions:
+    data: str
+    out: str
+    config: RunConfig
+    resume: bool = False
+    overwrite: bool = False
+    progress: bool = True
+    device: str = "auto"
+    stop_after: int | None = None  # stop (with a checkpoint) after this many steps
+    stop_at: int | None = None  # stop (with a checkpoint) at this step (electra compare)
+    init: str | None = None  # start from these weights (a run folder: discriminator/, generator/)
+    decay_from: str | None = None  # a WSD run's stable-phase checkpoint to decay from
+
+
+@dataclass
+class Phase:
+    """A length's config (its max_predictions), held-out split and training FLOPs a token."""
+
+    cfg: RunConfig
+    val: ShardDataset | None
+    flops_per_token: float
+
+
+@dataclass
+class Pretraining:
+    """A run ready to train: its data, resolved config, trainer and loader."""
+
+    data: ShardDataset
+    val: ShardDataset | None
+    cfg: RunConfig  # the model's vocabulary and padding id set from the data
+    micro: int  # examples per micro-batch
+    trainer: Trainer
+    loader: Prefetched
+    probe: Probe | None = None  # train.probe_every's task
+    flops_per_token: float = 0.0  # training FLOPs of a token (electra.objectives.flops)
+    peak: float = 0.0  # the FLOP/s of all processes' devices, MFU's denominator
+    warm: BatchSizes | None = None  # each batch's size in a batch warmup
+    phases: dict[int, Phase] = dataclasses.field(default_factory=dict)  # by row length
+    current: int = 0  # the length of the last step's rows
+
+    def mfu(self, tokens_per_s: float) -> dict[str, float]:
+        """A metrics line's model FLOPs utilisation, over its real tokens (at the length of
+        the last step's rows)."""
+        fpt = self.phases[self.current].flops_per_token
+        return {"mfu": tokens_per_s * fpt / self.peak} if self.peak else {}
+
+
+def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
+               special: SpecialTokens, micro: int) -> dict[str, torch.Tensor] | None:
+    """One pretraining step on ``batch``, this rank's rows of a global batch: the global
+    batch's random draws and loss denominators first, then the scaffold's step over
+    micro-batches of ``micro`` rows. Returns the step's statistics (None when skipped).
+    The step the benches time."""
+    rt, obj_cfg = trainer.rt, cfg.objective
+    full = rows_without_padding(batch["attention_mask"])  # before the batch goes over
+    rows = len(batch["input_ids"])  # batch_size / processes, fewer in a batch warmup
+    hosts = host_layouts(batch, micro, rt) if cfg.train.unpad else None  # no device reads
+    mine = Batch.of({k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}, full)
+    norm, noise = step_draws(mine, rows * rt.world_size, cfg.model.vocab_size, special,
+                             cfg.objective, trainer.streams["masking"], rt)
+    stage = begin_step(trainer.model, obj_cfg, trainer.step)
+    temperature = obj_cfg.temperature_at(trainer.step)
+
+    def micro_step(model: torch.nn.Module, j: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        rows = slice(j * micro, (j + 1) * micro)
+        part = mine.rows(rows) if hosts is None else replace(mine.rows(rows), host=hosts[j])
+        out = model(part, Draws(noise.rows(rows.start, rows.stop), norm,
+                                trainer.streams["gumbel"], temperature, stage))
+        return out.loss, {**{k: v.detach().double() for k, v in out.losses.items()},
+                          **out.counts}
+
+    return trainer.train_step(micro_step, tokens=norm.tokens, micro_batches=rows // micro)
+
+
+def host_layouts(batch: dict[str, torch.Tensor], micro: int, rt: Runtime) -> list[Any]:
+    """Each micro-batch's layout, computed on the host from the loader's rows and moved
+    beside them (``electra.model.kernels.HostLayout``): what unpadding (``train.unpad``)
+    would otherwise read off the device in every forward."""
+    mask, groups = batch["attention_mask"], batch.get("sequence_ids")
+    return [HostLayout.of(mask[j : j + micro], None if groups is None else groups[j : j + micro])
+            .to(rt.device, pin=rt.pins_memory) for j in range(0, len(mask), micro)]
+
+
+@torch.no_grad()
+def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig, rt: Runtime,
+             micro: int, stage: int | None = None) -> dict[str, float]:
+    """Held-out losses and statistics of the objective (generator loss/accuracy,
+    discriminator loss/accuracy/ROC-AUC, MLM loss/accuracy: what the objective has).
+
+    Scores the first ``eval_batches`` global batches of the split (in file order), each
+    process its rows, pooled over processes: the numbers do not depend on the world size.
+    The masking and sampling seed is fixed, and replacements are sampled at the schedule's
+    final temperature, so every validation scores the same task on the same examples and
+    the numbers are comparable over the run.
+    """
+    tc = cfg.train
+    was_training = model.training
+    model.eval()
+    rng = torch.Generator(rt.device).manual_seed(tc.seed + 1_000_003)
+    W = rt.world_size
+    G = min(tc.batch_size, len(data) // W * W)  # one global validation batch
+    if G == 0:  # fewer held-out examples than processes
+        return {}
+    per_rank = G // W
+    n = min(tc.eval_batches, max(1, len(data) // G))
+    sums: dict[str, torch.Tensor] = {}
+    scores, labels = [], []
+    for i in range(n):
+        first = i * G + rt.rank * per_rank
+        host = data.batch(np.arange(first, first + per_rank))
+        batch = Batch.of({k: v.to(rt.device) for k, v in host.items()})
+        norm, noise = step_draws(batch, G, cfg.model.vocab_size, data.special,
+                                 cfg.objective, rng, rt)
+        hosts = host_layouts(host, micro, rt) if tc.unpad else None
+        for j in range(0, per_rank, micro):
+            rows = slice(j, min(j + micro, per_rank))
+            part = batch.rows(rows) if hosts is None else replace(batch.rows(rows),
+                                                                  host=hosts[j // micro])
+            with autocast(rt.device, tc.precision):
+                out = model(part, Draws(noise.rows(rows.start, rows.stop), norm, rng,
+                                                    cfg.objective.final_temperature, stage))
+            if out.disc_logits is not None:
+                real = batch.attention_mask[rows].bool()
+                scores.append(out.disc_logits.float()[real].cpu())
+                labels.append(out.labels[real].cpu())
+            add_into(sums, {**{k: v.double() for k, v in out.losses.items()}, **out.counts})
+    model.train(was_training)
+    result = {f"val_{k}": v for k, v in pool(rt, sums, n).items()}
+    if scores:  # the objectives with a discriminator
+        y = np.concatenate([t.numpy() for t in rt.gather(torch.cat(labels))])
+        s = np.concatenate([t.numpy() for t in rt.gather(torch.cat(scores))])
+        result["val_disc_auc"] = roc_auc(y, s)
+    if "val_replaced_frac" in result:
+        result["val_baseline_acc"] = 1.0 - result["val_replaced_frac"]  # all-original guess
+    return result
+
+
+def setup(opt: PretrainOptions, rt: Runtime,
+          run_folder: Callable[[dict[str, Any], ShardDataset], Path | None]) -> Pretraining:
+    """Check the inputs on every rank, prepare the run folder (``run_folder(run_config,
+    data)`` on rank 0: the command's, which returns the checkpoint to resume from), build the
+    model and trainer (restored from that checkpoint)."""
+    tc = opt.config.train
+    busy = use_threads(tc.threads, "train.threads", rt.device)
+    if busy and rt.is_main:  # a note, even under --quiet: why the run is slower
+        print(busy, file=sys.stderr, flush=True)
+    data, val, init, cfg, loader, micro, datasets, warm = rt.agree(
+        lambda: _inputs(opt, rt), "reading data and config")
+    run_config = {**cfg.to_dict(), "tokenizer_sha256": data.meta["tokenizer_sha256"],
+                  "data_vocab_size": data.vocab_size, "seq_len": data.seq_len}
+    rt.check_same({"config": run_config, "data": data.meta, "init": opt.init,
+                   "resume": opt.resume, "electra": __version__, "torch": torch.__version__},
+                  "the config or the data")
+    probe = rt.agree(lambda: Probe(tc, Path(opt.out)) if tc.probe_every else None,
+                     "reading the probe's task (train.probe_train, train.probe_dev)")
+    resume_from = rt.on_main(lambda: run_folder(run_config, data), "preparing the run folder")
+
+    torch.manual_seed(tc.seed)  # the same initial weights on every rank
+    kernels = rt.model_kernels(tc.unpad)
+    model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special, kernels)
+    if model.method.needs_unigram(cfg.objective):
+        model.set_unigram(_unigram_counts(data))
+    if init is not None and resume_from is None:
+        model.start_from(init[1], init[2])  # init[2] None: the model's fresh generator
+        if opt.progress and rt.is_main:
+            print(init_line(opt.init, cfg, init[2] is not None, init[4]), flush=True)
+    n_params = count_parameters(model)
+    trainer = make_trainer(
+        model, cfg, rt, out=Path(opt.out), config=run_config, progress=opt.progress,
+        stateful={"loader": loader}, resume=resume_from,
+        rebuild=lambda: ElectraPretrainingModel(cfg.model, cfg.objective, data.special,
+                                                kernels))
+    if trainer.saved_world_size != rt.world_size:
+        trainer.say(f"electra: resuming a {trainer.saved_world_size}-process run with "
+                    f"{rt.world_size}: same step and data position; dropout streams restart, "
+                    f"so not bitwise equal to an uninterrupted run")
+    elif opt.resume and resume_from is None and opt.progress:
+        trainer.say(f"no checkpoint in {opt.out}; starting a new run")
+    fpt, peak, source = _mfu_terms(cfg, data.seq_len, rt)
+    if opt.progress:
+        m, g = cfg.model, cfg.model.generator_config()
+        trainer.say(f"electra: {m.body} body {m.num_layers} x {m.hidden_size} (generator "
+                    f"{g.num_layers} x {g.hidden_size}; dropout {m.hidden_dropout:g}/"
+                    f"{m.attention_dropout:g}, layer-norm eps {m.layer_norm_eps:g}), "
+                    f"{n_params / 1e6:.1f}M parameters, {len(data):,} examples of "
+                    f"{data.seq_len} tokens, batch {tc.batch_size}"
+                    + (f" over {rt.world_size} processes ({tc.parallel})" if rt.enabled else "")
+                    + f", {resolve_precision(rt.device, tc.precision)}, {rt.device.type}"
+                    + step_levers(tc, any(d.packed for d in datasets.values()))
+                    + (f", resuming at step {trainer.step}" if trainer.step else "")
+                    + (f"; MFU against {peak / rt.world_size / 1e12:,.1f} TFLOP/s a device "
+                       f"({source})" if peak else ""))
+    phases, current = _phases(opt, cfg, datasets, Phase(cfg, val, fpt), trainer.step, rt)
+    return Pretraining(data, val, cfg, micro, trainer, loader, probe, fpt, peak,
+                       warm if tc.batch_warmup else None, phases, current)
+
+
+def step_levers(tc: TrainConfig, packed: bool) -> str:
+    """What the step runs on, for the first line (docs/how-to/hardware.md has each lever's
+    measurement on a GPU): the rows (packed or padded), unpadded or not, compiled blocks,
+    CUDA graphs, the micro-batches."""
+    levers = [("packed" if packed else "padded") + " rows",
+              "unpadded" if tc.unpad else "every position computed",
+              *(["CUDA graphs"] if tc.cuda_graphs else ["compiled blocks"] if tc.compile
+                else []),
+              *([f"{tc.grad_accum} micro-batches a step"] if tc.grad_accum > 1 else [])]
+    return f" ({', '.join(levers)})"
+
+
+def _phases(opt: PretrainOptions, cfg: RunConfig, datasets: dict[int, ShardDataset],
+            first: Phase, step: int, rt: Runtime) -> tuple[dict[int, Phase], int]:
+    """Each length's :class:`Phase` (the first: the run's own), and the length of the phase
+    ``step`` is in (a resumed run's)."""
+    words = cfg.objective.unit != "token"
+    phases = {n: Phase(dataclasses.replace(cfg, objective=dataclasses.replace(
+        cfg.objective, max_predictions=slots(opt.config.objective, n))),
+        _val(d, words), _mfu_terms(cfg, n, rt)[0]) for n, d in list(datasets.items())[1:]}
+    phases = {next(iter(datasets)): first, **phases}
+    starts = phase_starts([f for _, f in parse_phases(cfg.train.phases)], cfg.train.max_steps)
+    at = max((i for i, s in enumerate(starts) if s <= step), default=0)
+    return phases, list(phases)[at]
+
+
+def _mfu_terms(cfg: RunConfig, seq_len: int, rt: Runtime) -> tuple[float, float, str]:
+    """(training FLOPs a token, the peak FLOP/s of every process's device together, its
+    source); (0, 0, "") where the FLOPs are not one figure (two-stage training)."""
+    if cfg.objective.two_stage_steps:
+        return 0.0, 0.0, ""
+    fpt = step_flops_per_sequence(cfg.model, cfg.objective, seq_len) / seq_len
+    tc = cfg.train
+    peak, source = (tc.peak_tflops * 1e12, "train.peak_tflops") if tc.peak_tflops else \
+        peak_flops(rt.device, resolve_precision(rt.device, tc.precision))
+    return fpt, peak * rt.world_size, source
+
+
+def make_trainer(model: ElectraPretrainingModel, cfg: RunConfig, rt: Runtime,
+                 **kw: Any) -> Trainer:
+    """The scaffold for ``model`` with the config's optimizer, schedule and step settings;
+    ``kw`` (run folder, resume...) passes to :class:`Trainer`."""
+    tc, out = cfg.train, kw.get("out")
+    settings = Settings.of(tc, tc.lr, tc.max_steps, tc.warmup_steps,
+                           keep_checkpoints=tc.keep_checkpoints, parallel=tc.parallel,
+                           cuda_graphs=tc.cuda_graphs,
+                           tracking=Tracking(parse_log_to(tc.log_to, "train.log_to"),
+                                             root=out, name=out.name if out else ""),
+                           # two-stage: one part of the model gets no gradient in each stage
+                           find_unused=bool(cfg.objective.two_stage_steps))
+    # Masking and sampling draw from one stream shared by all ranks (each takes its rows of
+    # the global batch); dropout and Gumbel noise from streams of each rank's own.
+    streams = RandomStreams(rt, tc.seed, shared={"masking": 1}, local={"gumbel": 2})
+    return Trainer(model, rt, settings, lambda m: param_groups(m, tc.weight_decay),
+                   streams=streams, **kw)
+
+
+def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
+    """Data, validation split, init weights, the resolved config, this rank's loader and the
+    batch split, each checked (a UserError on any rank stops every rank)."""
+    cfg, tc = opt.config, opt.config.train
+    check_reachable(parse_log_to(tc.log_to, "train.log_to"), "train.log_to")
+    words = cfg.objective.unit != "token"  # whole words and spans need the word boundaries
+    datasets = _datasets(opt, tc, words)  # one per length, the first phase's first
+    data = next(iter(datasets.values()))
+    val = _val(data, words)
+    init = _load_init(opt.init, cfg.model) if opt.init else None
+    model_cfg = (init[0] if init else cfg.model).replace(vocab_size=data.vocab_size,
+                                                        pad_token_id=data.special.pad)
+    if not (init or opt.resume):  # a new model: one export would refuse, refused now
+        model_cfg.check_exportable()
+    if init:
+        if init[0].vocab_size != data.vocab_size:
+            raise UserError(f"--init {opt.init}: the model's vocabulary has "
+                            f"{init[0].vocab_size} tokens but --data {opt.data} was prepared "
+                            f"with {data.vocab_size}; prepare the data with the model's "
+                            f"tokenizer")
+        tok = load_tokenizer(init[3])
+        data.check_tokenizer(tokenizer_checksum(tok), tok.get_vocab_size(),
+                             f"--init {opt.init}")
+    per_rank = tc.batch_size // rt.world_size
+    if per_rank * rt.world_size != tc.batch_size or per_rank % tc.grad_accum:
+        raise UserError(f"train.batch_size={tc.batch_size} does not split into "
+                        f"{rt.world_size} process(es) x train.grad_accum={tc.grad_accum} "
+                        f"equal micro-batches; choose a batch divisible by both")
+    if any(d.packed for d in datasets.values()) and not body_of(model_cfg).packed_rows:
+        raise UserError(f"--data {opt.data}: rows of several sequences (prepare --pack), "
+                        f"which the {model_cfg.body} body cannot keep apart; prepare the data "
+                        f"without --pack")
+    for length in datasets:
+        if length > model_cfg.max_position_embeddings:
+            raise UserError(f"--data {opt.data}: sequence length {length} exceeds the "
+                            f"model's {model_cfg.max_position_embeddings} positions; prepare "
+                            f"with a shorter --seq-len or --set "
+                            f"model.max_position_embeddings={length}")
+        _check_length(opt, model_cfg, length, per_rank // tc.grad_accum, rt)
+    warm = batch_warmup(tc, data.seq_len)
+    loader = Prefetched(_loader(datasets, tc, warm, per_rank, rt), pin=rt.pins_memory)
+    # The run's config names its slots (unset: derived from the data's sequence length).
+    objective = dataclasses.replace(cfg.objective,
+                                    max_predictions=slots(cfg.objective, data.seq_len))
+    if tc.max_tokens:  # the steps those token positions take, rounded up
+        tc = dataclasses.replace(tc, max_steps=steps_for_tokens(warm, tc.max_tokens,
+                                                                data.seq_len))
+    cfg = RunConfig(model=model_cfg, objective=objective, train=tc)
+    return data, val, init, cfg, loader, per_rank // tc.grad_accum, datasets, warm
+
+
+def _datasets(opt: PretrainOptions, tc: TrainConfig, words: bool) -> dict[int, ShardDataset]:
+    """--data's prepared folders by their length, in the order train.phases reads them (one
+    folder without phases); each checked, all of one tokenizer."""
+    names = [name.strip() for name in opt.data.split(",") if name.strip()]
+    phases = parse_phases(tc.phases)
+    if len(names) > 1 and not phases:
+        raise UserError(f"--data {opt.data}: {len(names)} folders; give one, or set "
+                        f"train.phases=LEN:FRACTION,... to train on each length in turn")
+    found: dict[int, ShardDataset] = {}
+    for name in names:
+        d = ShardDataset(name, "train", word_starts=words)
+        if d.seq_len in found:
+            raise UserError(f"--data {opt.data}: two folders hold {d.seq_len}-token rows; "
+                            f"give one folder per length")
+        found[d.seq_len] = d
+    first = next(iter(found.values()))
+    for d in found.values():
+        if d.meta["tokenizer_sha256"] != first.meta["tokenizer_sha256"]:
+            raise UserError(f"--data {opt.data}: {d.folder} was prepared with another "
+                            f"tokenizer than {first.folder}; prepare every length with one")
+    lengths = [n for n, _ in phases] or list(found)
+    missing = [n for n in lengths if n not in found]
+    unused = [n for n in found if n not in lengths]
+    if missing or unused:
+        what = (f"no folder holds {missing[0]}-token rows; prepare one with --seq-len "
+                f"{missing[0]} and add it as --data A,B" if missing else
+                f"no phase reads its {unused[0]}-token rows; name that length in the phases "
+                f"or drop the folder")
+        raise UserError(f"train.phases={tc.phases} with --data {opt.data}: {what} (the "
+                        f"folders hold {', '.join(map(str, sorted(found)))})")
+    return {n: found[n] for n in lengths}
+
+
+def _val(data: ShardDataset, words: bool) -> ShardDataset | None:
+    """The held-out split beside ``data``, where it was prepared with one."""
+    return ShardDataset(data.folder, "val", word_starts=words) if "val" in \
+        data.meta["splits"] else None
+
+
+def _loader(datasets: dict[int, ShardDataset], tc: TrainConfig, warm: BatchSizes,
+            per_rank: int, rt: Runtime) -> BatchLoader | PhasedLoader:
+    """This rank's batches: of the one length, or of each phase's in turn (a batch warmup
+    only inside the first phase)."""
+    sizes = (lambda i: warm(i) // rt.world_size) if tc.batch_warmup else None
+    loaders = [BatchLoader(d, per_rank, seed=tc.seed, rank=rt.rank, world_size=rt.world_size,
+                           sizes=sizes if i == 0 else None)
+               for i, d in enumerate(datasets.values())]
+    if len(loaders) == 1:
+        return loaders[0]
+    starts = phase_starts([f for _, f in parse_phases(tc.phases)], tc.max_steps)
+    if len(set(starts)) < len(starts) or starts[-1] >= tc.max_steps:
+        raise UserError(f"train.phases={tc.phases}: a phase gets no step of "
+                        f"train.max_steps={tc.max_steps}; give it a larger fraction")
+    if tc.batch_warmup and warm(starts[1] - 1) != tc.batch_size:
+        raise UserError(f"train.batch_warmup={tc.batch_warmup} lasts past the first phase of "
+                        f"train.phases={tc.phases} (step {starts[1]}); warm up over fewer "
+                        f"tokens")
+    return PhasedLoader(loaders, starts)
+
+
+def batch_warmup(tc: TrainConfig, seq_len: int) -> BatchSizes:
+    """Each step's global batch (``train.batch_warmup``; ``batch_size`` without one)."""
+    start, tokens = parse_batch_warmup(tc.batch_warmup)
+    return batch_sizes(start, tokens, tc.batch_size, tc.batch_size // tc.grad_accum, seq_len)
+
+
+def _check_length(opt: PretrainOptions, cfg: ModelConfig, seq_len: int, micro: int,
+                  rt: Runtime) -> None:
+    """Rows of ``seq_len`` tokens suit the body's settings, and a micro-batch's attention
+    probabilities (where the kernels write them out) fit in the device's free memory."""
+    why = body_of(cfg).length_error(cfg, seq_len)
+    if why:
+        raise UserError(f"--data {opt.data}: {why}")
+    need = kept_attention_bytes(rt.kernels, micro, seq_len, cfg.num_layers, cfg.num_heads,
+                                cfg.attention_dropout)
+    have = available_memory(rt.device)
+    if need and have is not None and need > 0.9 * have:
+        raise UserError(
+            f"--data {opt.data}: {micro} rows of {seq_len:,} tokens a micro-batch keep "
+            f"{need / 1e9:,.1f} GB of attention probabilities (model.attention_dropout="
+            f"{cfg.attention_dropout} writes each layer's {seq_len:,} x {seq_len:,} matrix "
+            f"out) but {have / 1e9:,.1f} GB is free; set model.attention_dropout=0 (the fused "
+            f"kernel keeps none of it), a larger train.grad_accum, a smaller "
+            f"train.batch_size, or prepare shorter rows")
+
+
+def _unigram_counts(data: ShardDataset) -> torch.Tensor:
+    """How often each token occurs in the training split (special tokens: never drawn)."""
+    counts = np.zeros(data.vocab_size, dtype=np.int64)
+    for first in range(0, len(data), 1 << 16):
+        counts += np.bincount(np.asarray(data.ids[first : first + (1 << 16)]).ravel(),
+                              minlength=data.vocab_size)[: data.vocab_size]
+    counts[data.special.ids()] = 0
+    return torch.from_numpy(counts)
+
+
+def _load_init(folder: str, run_model: ModelConfig
+               ) -> tuple[ModelConfig, Any, Any, Path, bool]:
+    """(model config, discriminator, generator, tokenizer folder, whether the RTD head was
+    built fresh) to start from (a run, an imported run, a run's checkpoint, or a transformers
+    folder: a generator is built, at the run's ``generator_size`` and ``generator_layers``
+    (the folder's own depth rule where the run's is deeper than the model), where it holds
+    none; the RTD head where the folder has none); dropout from the run config."""
+    opened = open_model(folder, "discriminator", "--init")
+    disc, tokenizer = opened["discriminator"], opened.tokenizer
+    d = disc.config
+    if d.body != run_model.body:
+        raise UserError(f"--init {folder}: holds a {d.body} body but the run asks for "
+                        f"model.body={run_model.body}; --set model.body={d.body} to continue "
+                        f"it, or --init a {run_model.body} model")
+    if _lone_transformers_model(Path(folder)):  # a fresh generator, sharing embeddings
+        return (d.replace(generator_size=run_model.generator_size,
+                          generator_layers=(run_model.generator_layers if
+                                            run_model.generator_layers <= d.num_layers
+                                            else d.generator_layers),
+                          hidden_dropout=run_model.hidden_dropout,
+                          attention_dropout=run_model.attention_dropout,
+                          share_embeddings=run_model.share_embeddings), disc, None, tokenizer,
+                opened.head_fresh)
+    gen = open_model(folder, "generator", "--init")["generator"]
+    g = gen.config
+    cfg = d.replace(generator_size=g.hidden_size / d.hidden_size,
+                    generator_layers=0 if g.num_layers == d.num_layers else g.num_layers,
+                    hidden_dropout=run_model.hidden_dropout,
+                    attention_dropout=run_model.attention_dropout,
+                    share_embeddings=run_model.share_embeddings)
+    derived = cfg.generator_config()
+    if (derived.hidden_size, derived.num_heads, derived.intermediate_size,
+            derived.num_layers) != (g.hidden_size, g.num_heads, g.intermediate_size,
+                                    g.num_layers):
+        raise UserError(f"--init {folder}: the generator ({g.hidden_size} wide, {g.num_heads} "
+                        f"heads, FFN {g.intermediate_size}) is not a width multiple of the "
+                        f"discriminator ({d.hidden_size}, {d.num_heads}, "
+                        f"{d.intermediate_size})")
+    return cfg, disc, gen, tokenizer, opened.head_fresh
+
+
+def init_line(folder: str, cfg: RunConfig, generator_loaded: bool,
+              head_fresh: bool = False) -> str:
+    """What ``--init`` took from the folder and what the run built fresh, in one line."""
+    m, g = cfg.model, cfg.model.generator_config()
+    gen = f"the generator ({g.num_layers} x {g.hidden_size})"
+    disc = f"the discriminator ({m.body} body {m.num_layers} x {m.hidden_size}"
+    took = [disc + (", its encoder)" if head_fresh else ", with its replaced-token head)")]
+    fresh = (["its replaced-token head"] if head_fresh else []) + (
+        [] if generator_loaded else [gen])
+    if generator_loaded:
+        took.append(gen)
+    line = f"--init {folder}: loaded {' and '.join(took)}"
+    line += f"; built fresh: {' and '.join(fresh)}" if fresh else "; nothing built fresh"
+    if cfg.sharing == "gdes":
+        line += "; GDES's delta set to the discriminator's table less the generator's"
+    return line
+
+
+def _lone_transformers_model(folder: Path) -> bool:
+    """A transformers folder that holds no generator (any class but a masked LM's)."""
+    meta = read_json(folder / "config.json", "a model's config") if (
+        folder / "config.json").is_file() else {}
+    return (isinstance(meta, dict) and "model_type" in meta
+            and not any(a.endswith("ForMaskedLM") for a in meta.get("architectures") or [])
+            and not (folder / GENERATOR_WEIGHTS).is_file())  # a released V3 generator
+
+
+def fit(opt: PretrainOptions, p: Pretraining, rt: Runtime) -> None:
+    """The steps from the run's step to its end (or ``--stop-after``'s, ``stop_at``'s): each
+    step, its metrics line (validation, probes, MFU) when due, checkpoints; a disk that
+    fills is one line naming ``--resume``."""
+    trainer, tc = p.trainer, p.cfg.train
+    stop_at = min(tc.max_steps, trainer.step + (opt.stop_after or tc.max_steps),
+                  opt.stop_at or tc.max_steps)
+    resume_hint = "free disk space and rerun with --resume"
+
+    def log() -> None:
+        record = trainer.metrics()
+        phase = p.phases[p.current]  # validation at the length training is at
+        if phase.val is not None and (trainer.every(tc.eval_every)
+                                      or trainer.step == tc.max_steps):
+            record.update(validate(trainer.model, phase.val, phase.cfg, rt, p.micro,
+                                   stage_at(p.cfg.objective, trainer.step)))
+        if p.probe is not None and rt.is_main and (trainer.every(tc.probe_every)
+                                                   or trainer.step == tc.max_steps):
+            disc = trainer.model.discriminator
+            record.update(p.probe.run(disc.encoder, disc.config, rt))
+        record.update(p.mfu(record["tokens_per_s"]))
+        if p.warm is not None:  # the last step's batch (the loader counts the batches)
+            record["batch_size"] = p.warm(p.loader.state_dict()["batches"] - 1)
+        if tc.phases:  # the length phase the step trained at
+            record["seq_len"] = p.current
+        trainer.log(record, show=("loss", "disc_acc", "tokens_per_s", "val_disc_auc",
+                                  "probe_dev_accuracy"))
+
+    with disk_errors(Path(opt.out), resume_hint), trainer.running():
+        if trainer.log_due:  # Ctrl-C came while this step's line was being computed
+            log()
+        while trainer.step < stop_at:
+            batch = next(p.loader)
+            p.current = batch["input_ids"].shape[1]  # the phase's length (train.phases)
+            if train_step(trainer, batch, p.phases[p.current].cfg, p.data.special,
+                          p.micro) is None:
+                continue  # a non-finite loss: the step was skipped
+            if trainer.every(tc.log_every) or trainer.step == tc.max_steps:
+                log()
+            trainer.advance()
+            if trainer.every(tc.save_every) or trainer.step == stop_at:
+                trainer.save()
