@@ -173,7 +173,7 @@ COMMANDS: dict[str, Command] = {
                 "or paragraph per line, blank line between documents; a record of JSONL, "
                 "Parquet or Arrow is a document"),
             arg("--tokenizer", help="a tokenizer folder, tokenizer.json (WordPiece, BPE, "
-                "Unigram) or vocab.txt"),
+                "Unigram) or vocab.txt, or a hub id (org/name[@revision])"),
             arg("--special-tokens", metavar="ROLE=TOKEN,...", help="name the tokens of the "
                 "roles cls, sep, pad, mask, unk, e.g. cls=<s>,sep=</s>,pad=<pad>,"
                 "mask=<mask>,unk=<unk> (default: from the tokenizer)"),
@@ -222,8 +222,9 @@ COMMANDS: dict[str, Command] = {
                        "continues a WSD run (train.schedule=wsd) from this checkpoint of its "
                        "stable phase (RUN/checkpoints/step-N) into its decay; settings from "
                        "the checkpoint, then --set"))),
-            arg("--init", metavar="RUN", help="start from these weights (a run folder, or one "
-                "made by `electra import`); the model shape comes from it"),
+            arg("--init", metavar="RUN", help="start from these weights (a run folder, one "
+                "made by `electra import`, a transformers folder, or a hub id "
+                "org/name[@revision]); the model shape comes from it"),
             _device(), _quiet(),
             arg("--stop-after", type=int, metavar="STEPS", help="stop after this many steps "
                 "with a checkpoint (for time-limited jobs; continue with --resume)"),
@@ -254,10 +255,11 @@ COMMANDS: dict[str, Command] = {
         "fine-tune the discriminator on a task (GLUE, SuperGLUE, SQuAD, tagging, your "
         "files) or several at once", "electra.commands.finetune:main", (
             arg("--model", help="a pretraining run (its discriminator/ or a checkpoint), a "
-                "fine-tuned model, or a transformers ElectraForPreTraining folder"),
+                "fine-tuned model, a transformers folder, or a hub id org/name[@revision]"),
             arg("--random-init", metavar="PRESET|RUN", help="instead of --model: random "
                 "weights, in a preset's shape (needs --tokenizer) or a run's own shape"),
-            arg("--tokenizer", help="with --random-init: vocab.txt or tokenizer.json"),
+            arg("--tokenizer", help="with --random-init: vocab.txt, tokenizer.json or a hub "
+                "id"),
             *_task_args(),
             arg("--out", required=True, help="writes OUT/seed-N/ (one model per seed), "
                 "OUT/results.json and OUT/results.md"),
@@ -341,8 +343,10 @@ COMMANDS: dict[str, Command] = {
     "import": Command(
         "read transformers folders into a run folder", "electra.saved.hf:import_hf", (
             arg("hf_dir", help="an ELECTRA, ModernBERT or DebertaV2 folder (config.json + "
-                "weights + tokenizer.json, vocab.txt or spm.model)"),
-            arg("--generator", help="a ...ForMaskedLM folder (default: the folder's "
+                "weights + tokenizer.json, vocab.txt or spm.model), or its hub id "
+                "org/name[@revision] (huggingface_hub's cache; HF_HUB_OFFLINE=1: the cache "
+                "alone)"),
+            arg("--generator", help="a ...ForMaskedLM folder or hub id (default: the folder's "
                 "pytorch_model.generator.bin, as the released DeBERTa-V3's, or a fresh "
                 "generator sharing the discriminator's embeddings)"),
             arg("--out", required=True, help="writes OUT/discriminator and OUT/generator"),
@@ -352,7 +356,8 @@ COMMANDS: dict[str, Command] = {
         "electra.commands.detect:main", (
             arg("text", nargs="*", help="texts to score (quote each)"),
             arg("--model", required=True, help="a pretraining run, its discriminator/, "
-                "RUN/checkpoints/step-N, or a transformers ElectraForPreTraining folder"),
+                "RUN/checkpoints/step-N, a transformers ElectraForPreTraining folder, or a "
+                "hub id"),
             arg("--input", help="a file of texts: one per line, or .jsonl with \"text\""),
             arg("--html", dest="html_out", metavar="OUT.html", help="also write a page "
                 "shading each token by its probability"),

@@ -57,6 +57,7 @@ from electra.config import (
 )
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
+from electra.io import hub
 from electra.io.files import disk_errors, publish, read_json, write_json
 from electra.io.outputs import Claim, claim_out
 from electra.io.trackers import check_reachable, parse_log_to
@@ -80,6 +81,10 @@ def model_source(model: str | None = None, random_init: str | None = None,
     """``--model RUN`` (a pretraining run, its discriminator/ or a checkpoint, a fine-tuned
     model, or a transformers ElectraForPreTraining folder), or
     ``--random-init PRESET --tokenizer PATH`` / ``--random-init RUN`` (that run's shape)."""
+    if random_init and hub.is_hub_id(random_init):  # a downloaded model's shape
+        random_init = hub.resolve(random_init, "--random-init")
+    if tokenizer:
+        tokenizer = hub.resolve(tokenizer, "--tokenizer")
     if random_init:
         if Path(random_init).is_dir():  # a model folder's shape (and tokenizer), fresh weights
             folder = folders.resolve(random_init, "discriminator", "--random-init")
@@ -93,13 +98,14 @@ def model_source(model: str | None = None, random_init: str | None = None,
                            "random-init")
     if not model:
         raise UserError("give --model RUN (or --random-init PRESET --tokenizer PATH)")
+    name, model = model, hub.resolve(model, "--model")  # the name results.json keeps
     meta = read_json(Path(model) / "config.json", "a model folder's config") if (
         Path(model) / "config.json").is_file() else {}
     part = "classifier" if isinstance(meta, dict) and meta.get("kind") == "classifier" \
         else "discriminator"  # a fine-tuned model, or a run's (a checkpoint's) discriminator
     opened = open_model(model, part)
     module = opened[part]
-    return ModelSource(opened.tokenizer, module.config, opened.tokenizer, str(model),  # type: ignore[arg-type]
+    return ModelSource(opened.tokenizer, module.config, opened.tokenizer, str(name),  # type: ignore[arg-type]
                        module.encoder.state_dict(), _loaded(Path(model), meta))  # type: ignore[union-attr]
 
 
@@ -265,7 +271,7 @@ def _finetune(source: ModelSource, tasks: dict[str, TaskData], out: Path, cfg: F
         return (whole, cfgs, {t: d.head.prepare(d, cfgs[t]) for t, d in tasks.items()},
                 load_tokenizer(source.tokenizer))
 
-    run = _Run(*rt.agree(check, "checking the fine-tuning inputs"), source.name)
+    run = _Run(*rt.agree(check, "checking the fine-tuning inputs"), source.name, source.init)
     opening(run.tasks, run.cfg, source.name, source.line(run.tasks), seeds, rt, progress)
     tmp, done, ckpt = rt.on_main(lambda: begin(out, run.settings(seeds), claim, resume, seeds),
                                  "preparing the output folder")
@@ -293,6 +299,7 @@ class _Run:
     tasks: dict[str, TaskData]
     tok: Any
     model: str
+    home: Path | None = None  # the model's folder (a hub id's in the cache): its card's lineage
 
     @property
     def single(self) -> bool:
@@ -367,7 +374,7 @@ def _finish_seed(run: _Run, models: dict[str, nn.Module], selections: Selections
         preds = kept_predictions(model, sel, run.tok, data, cfg)
         per_task[t] = {"dev": scores(data, preds), **report(data, preds, sel)}
         card = classifier_card(model, data, cfg, run.model, per_task[t]["dev"], seed,
-                               per_task[t]["warnings"])
+                               per_task[t]["warnings"], run.home)
         save_classifier(model.cpu(), run.folder(folder, t), data, cfg, run.tok, card)
         data.head.write_test(model, run.tok, data, cfg, run.folder(folder, t) / "predictions")
     shutil.rmtree(folder / "checkpoints", ignore_errors=True)

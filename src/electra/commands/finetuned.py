@@ -98,10 +98,12 @@ def save_classifier(model: nn.Module, folder: Path, data: TaskData,
 
 def classifier_card(model: nn.Module, data: TaskData, cfg: FinetuneConfig, source: str,
                     dev: dict[str, dict[str, float]], seed: int,
-                    warnings: Sequence[str] = ()) -> dict[str, Any]:
+                    warnings: Sequence[str] = (), home: Path | None = None) -> dict[str, Any]:
     """A fine-tuned model's card (electra.saved.cards): the model it started from, the
     recipe (the examples it drew), its seed's dev scores as results.json has them, and the
-    warnings the run printed for it (one class predicted, a loss that never fell)."""
+    warnings the run printed for it (one class predicted, a loss that never fell).
+    ``home``: the model's folder where ``source`` names it otherwise (a hub id): its
+    lineage (base model, license) is read there."""
     head, hub = data.head, data.head.hub_dataset(data.name)
     named = Path(source).name if Path(source).exists() else source  # no local paths
     rows = [("from", named),
@@ -121,7 +123,7 @@ def classifier_card(model: nn.Module, data: TaskData, cfg: FinetuneConfig, sourc
             "trained": rows, "command": cards.command_line(), "results": results,
             "warnings": list(warnings),
             "tags": [model.config.body, data.name]}  # type: ignore[union-attr]
-    return cards.with_lineage(card, cards.source_lineage(source), cfg.license)
+    return cards.with_lineage(card, cards.source_lineage(home or source), cfg.license)
 
 
 def load_classifier(folder: str | Path) -> tuple[nn.Module, dict[str, Any]]:

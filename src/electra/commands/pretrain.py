@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from electra.config import DEFAULT_TIMEOUT_S, config_diffs
 from electra.data.loader import ShardDataset
 from electra.data.tokenizer import SIDECAR, load_tokenizer
 from electra.errors import UserError
+from electra.io import hub
 from electra.io.checkpoint import latest_checkpoint
 from electra.io.files import read_json, write_json
 from electra.io.outputs import Claim, claim_out
@@ -87,6 +89,8 @@ def main(data: str, out: str, preset: str | None = None, config: str | None = No
 def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
     """Run (or resume) pretraining; returns the last logged metrics."""
     rt = rt or Runtime(device=resolve_device(opt.device))
+    if opt.init:  # org/name[@revision]: its folder in the hub's cache
+        opt = replace(opt, init=hub.resolve(opt.init, "--init"))
     check_compile(opt.config.train.compile, rt.device, "train.compile")
     check_cuda_graphs(opt.config.train.cuda_graphs, rt.device)
     inputs = [*(("--data", name.strip()) for name in opt.data.split(",") if name.strip()),

@@ -35,7 +35,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ from electra.data.tokenizer import (
     tokenizer_checksum,
 )
 from electra.errors import UserError
+from electra.io import hub
 from electra.io.files import sha256_file, staged, write_json
 from electra.io.outputs import claim_out
 
@@ -606,7 +607,10 @@ def main(inputs: list[str] | None = None, tokenizer: str | None = None, out: str
 
 
 def prepare(opt: PrepareOptions) -> dict[str, Any]:
-    """Run the whole preparation; returns the ``meta.json`` contents."""
+    """Run the whole preparation; returns the ``meta.json`` contents. ``opt.tokenizer`` may
+    be a hub id (``electra.io.hub``)."""
+    if opt.tokenizer:
+        opt = replace(opt, tokenizer=hub.resolve(opt.tokenizer, "--tokenizer"))
     _check_options(opt)
     files = expand_inputs(opt.inputs, split=opt.split)
     val_files = (expand_inputs(opt.val_inputs, "--val-input", split=opt.split)

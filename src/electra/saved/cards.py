@@ -44,10 +44,18 @@ def hub_id(path: str | Path | None) -> str | None:
     return f"{found[1]}/{found[2]}" if found else None
 
 
+def hub_revision(path: str | Path | None) -> str | None:
+    """The commit of a downloaded model's snapshot (``.../models--ORG--NAME/snapshots/REV``),
+    else None."""
+    found = re.search(r"models--[^/\\]+--[^/\\]+[/\\]snapshots[/\\]([^/\\]+)", str(path or ""))
+    return found[1] if found else None
+
+
 def lineage(source_meta: dict[str, Any] | None) -> dict[str, Any]:
-    """What a model made from another keeps of its card: its base model and license."""
+    """What a model made from another keeps of its card: its base model (and the revision
+    it came at) and license."""
     card = (source_meta or {}).get("card") or {}
-    return {k: card[k] for k in ("base_model", "license") if card.get(k)}
+    return {k: card[k] for k in ("base_model", "base_revision", "license") if card.get(k)}
 
 
 def result(task: str, dataset: str, metric: str, value: float, *, task_type: str,
@@ -81,6 +89,10 @@ def render(card: dict[str, Any], name: str, library: str, pipeline: str = "",
     meta["tags"] = ["electra", *card.get("tags", [])]
     lines = ["---", *_yaml(meta), *_model_index(name, results), "---", "",
              f"# {card.get('title') or name}", "", card.get("what", ""), ""]
+    if card.get("base_model"):
+        rev = card.get("base_revision")
+        lines += [f"Its weights started from [{card['base_model']}](https://huggingface.co/"
+                  f"{card['base_model']})" + (f" at revision `{rev}`" if rev else "") + ".", ""]
     rows = card.get("trained") or []
     if rows:
         lines += ["## How it was trained", "", "| | |", "|---|---|",
@@ -139,11 +151,28 @@ def write(folder: Path, card: dict[str, Any], name: str, library: str = "electra
 
 
 def source_lineage(path: str | Path | None) -> dict[str, Any]:
-    """The base model and license a model made from ``path`` inherits: from an electra
-    folder's card (a run, one of its parts, a fine-tuned model), or, for a transformers
-    folder, its hub id (a hub cache path) and its README's ``license:``."""
+    """The base model and license a model made from ``path`` inherits: a folder downloaded
+    from the hub (a hub cache path) is the base model itself, at its revision; else an
+    electra folder's card (a run, one of its parts, a fine-tuned model) names it. The
+    license: the card's, or a transformers folder's README's ``license:``."""
     if not path:
         return {}
+    folder = Path(path)
+    here = {"base_model": hub_id(folder.resolve()), "base_revision": hub_revision(
+        folder.resolve())}
+    for meta_file in (folder / "discriminator" / "config.json", folder / "config.json"):
+        try:
+            meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(meta, dict) and "model_type" in meta:  # transformers'
+            found = {**here, "license": _license(folder)}
+        else:
+            found = lineage(meta if isinstance(meta, dict) else {})
+            if here["base_model"]:  # an electra folder downloaded from the hub
+                found = {**found, **here}
+        return {k: v for k, v in found.items() if v}
+    return {}
     folder = Path(path)
     for meta_file in (folder / "discriminator" / "config.json", folder / "config.json"):
         try:
@@ -151,7 +180,9 @@ def source_lineage(path: str | Path | None) -> dict[str, Any]:
         except (OSError, ValueError):
             continue
         if isinstance(meta, dict) and "model_type" in meta:  # transformers'
-            found = {"base_model": hub_id(folder.resolve()), "license": _license(folder)}
+            found = {"base_model": hub_id(folder.resolve()),
+                     "base_revision": hub_revision(folder.resolve()),
+                     "license": _license(folder)}
             return {k: v for k, v in found.items() if v}
         return lineage(meta if isinstance(meta, dict) else {})
     return {}

@@ -26,6 +26,7 @@ from torch import nn
 from electra.config import ModelConfig, config_from_dict
 from electra.data.tokenizer import save_tokenizer
 from electra.errors import UserError
+from electra.io import hub
 from electra.io.files import pickle_refusal, read_json, staged, write_json
 from electra.model import Discriminator, Generator
 from electra.saved import cards
@@ -40,8 +41,9 @@ def _hint(part: str) -> str:
 
 
 def resolve(path: str | Path, part: str = "discriminator", flag: str = "--model") -> Path:
-    """The folder holding ``part`` weights: ``path`` itself, or ``path/part`` (a run)."""
-    folder = Path(path)
+    """The folder holding ``part`` weights: ``path`` itself, or ``path/part`` (a run); a hub
+    id's folder in the hub's cache (``electra.io.hub``)."""
+    folder = Path(hub.resolve(path, flag))
     if (folder / part / "config.json").is_file():
         folder = folder / part
     if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():

@@ -36,6 +36,7 @@ from electra.data.tokenizer import (
     special_names,
 )
 from electra.errors import UserError
+from electra.io import hub
 from electra.io.files import read_json, staged
 from electra.io.outputs import claim_out
 from electra.model import Discriminator, Generator, count_parameters
@@ -166,7 +167,9 @@ def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None 
     body's rule: ¼ width for ELECTRA's, half depth for DeBERTa-V3's), sharing the
     discriminator's embeddings, so the run can be fine-tuned or pretrained further.
     """
-    disc_dir, out = Path(hf_dir), Path(out)
+    disc_dir, out = Path(hub.resolve(hf_dir, "import")), Path(out)
+    if generator is not None:
+        generator = hub.resolve(generator, "--generator")
     inputs = [("the transformers folder", disc_dir), ("--generator", generator)]
     with claim_out(out, "run", "import", overwrite=overwrite, inputs=inputs) as claim:
         d_cfg, d_state, head_fresh = read_hf_folder(disc_dir, "discriminator")

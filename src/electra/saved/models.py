@@ -21,6 +21,7 @@ from torch import nn
 
 from electra.config import ModelConfig, config_from_dict
 from electra.errors import UserError
+from electra.io import hub
 from electra.io.checkpoint import load_checkpoint
 from electra.io.files import read_json
 from electra.model import Discriminator, Generator
@@ -50,7 +51,7 @@ def open_model(path: str | Path, part: str | None = None, flag: str = "--model")
     """The model(s) in ``path``. ``part`` ("discriminator", "generator", "classifier"): that
     one module, from a run, a checkpoint, a transformers folder or its own folder; None: every
     part of a run or checkpoint, or a fine-tuned classifier."""
-    src = Path(path)
+    src = Path(hub.resolve(path, flag))  # org/name[@revision]: its folder in the hub's cache
     if not src.is_dir():
         raise UserError(f"{flag} {path}: no such folder; give a pretraining run, one of its "
                         f"models or checkpoints, a fine-tuned model or a transformers folder")
