@@ -924,6 +924,18 @@ CASES = [
 SG = ("finetune", "--model", P("run"), "--quiet", "--task")
 LONG = "x" * 300
 CASES += [
+    # -- issue 61: weighted mixtures, a mask rate per phase --
+    ("config", ("pretrain", "--config", P("tiny.toml"), "--data", "{w}/data:0.7+{w}/packed",
+                "--quiet"), "give every folder of"),
+    ("config", ("pretrain", "--config", P("tiny.toml"), "--data", "{w}/data:0+{w}/packed:1",
+                "--quiet"), "the weight of {w}/data is 0; give a number > 0"),
+    ("data", ("pretrain", "--config", P("tiny.toml"), "--data", "{w}/data+{w}/data2",
+              "--quiet"), "data2 was prepared with another tokenizer than {w}/data"),
+    ("data", ("pretrain", "--config", P("tiny.toml"), "--data", "{w}/data+{w}/data8k",
+              "--quiet"), "holds 8192-token rows and {w}/data 32-token ones; a mixture's "
+     "folders hold one length"),
+    ("config", (*PRETRAIN, "--set", "train.phases=32:1:1.5"),
+     "'32:1:1.5' is not LEN:FRACTION[:MASK]"),
     # -- issue 60: fine-tuning takes the loop settings pretraining has --
     ("config", (*FINETUNE, "--set", "schedule=step"),
      "schedule must be one of linear, cosine, wsd, got 'step'"),

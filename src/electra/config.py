@@ -415,26 +415,32 @@ def parse_batch_warmup(value: str, key: str = "train.batch_warmup") -> tuple[int
 
 
 
-def parse_phases(value: str, key: str = "train.phases") -> tuple[tuple[int, float], ...]:
-    """``LEN:FRACTION,...`` -> ((LEN, FRACTION), ...); "" -> (): one length. The lengths
-    distinct, each >= 8; the fractions in (0, 1], summing to 1."""
+def parse_phases(value: str, key: str = "train.phases"
+                 ) -> tuple[tuple[int, float, float | None], ...]:
+    """``LEN:FRACTION[:MASK],...`` -> ((LEN, FRACTION, MASK or None), ...); "" -> (): one
+    length. The lengths distinct, each >= 8; the fractions in (0, 1], summing to 1; MASK, the
+    phase's objective.mask_prob (mmBERT's 30% -> 15% -> 5%), in (0, 1)."""
     if not value.strip():
         return ()
     out = []
     for item in value.split(","):
         parts = item.strip().split(":")
         try:
-            length, fraction = int(parts[0]), float(parts[1]) if len(parts) == 2 else -1.0
+            length = int(parts[0])
+            fraction = float(parts[1]) if len(parts) in (2, 3) else -1.0
+            mask = float(parts[2]) if len(parts) == 3 else None
         except ValueError:
-            length, fraction = 0, -1.0
-        if length < 8 or not 0 < fraction <= 1:
-            raise UserError(f"{key}={value}: {item.strip()!r} is not LEN:FRACTION (a length "
-                            f">= 8, a fraction of the steps in (0, 1]); e.g. 128:0.9,512:0.1")
-        out.append((length, fraction))
-    if len({n for n, _ in out}) < len(out):
+            length, fraction, mask = 0, -1.0, None
+        if length < 8 or not 0 < fraction <= 1 or not (mask is None or 0 < mask < 1):
+            raise UserError(f"{key}={value}: {item.strip()!r} is not LEN:FRACTION[:MASK] (a "
+                            f"length >= 8, a fraction of the steps in (0, 1], the phase's "
+                            f"mask rate in (0, 1)); e.g. 128:0.9,512:0.1 or "
+                            f"128:0.6:0.3,512:0.4:0.15")
+        out.append((length, fraction, mask))
+    if len({n for n, *_ in out}) < len(out):
         raise UserError(f"{key}={value}: a length is named twice; one phase per length")
-    if abs(sum(f for _, f in out) - 1) > 1e-6:
-        raise UserError(f"{key}={value}: the fractions sum to {sum(f for _, f in out):g}, "
+    if abs(sum(f for _, f, _ in out) - 1) > 1e-6:
+        raise UserError(f"{key}={value}: the fractions sum to {sum(f for _, f, _ in out):g}, "
                         f"not 1; give each phase its share of train.max_steps")
     return tuple(out)
 
@@ -542,9 +548,11 @@ class TrainConfig(LoopConfig):
     token positions trained, over TOKENS (ModernBERT's batch-size warmup; empty: none). A step
     is k of the grad_accum micro-batches, so START is a multiple of batch_size/grad_accum."""
     phases: str = ""
-    """LEN:FRACTION,... trains on rows of each length in turn for its fraction of max_steps
-    (BERT's and NVIDIA's ELECTRA: 128:0.9,512:0.1); --data names a prepared folder of each
-    length, A,B; max_predictions (unset) follows each length. Empty: --data's one length."""
+    """LEN:FRACTION[:MASK],... trains on rows of each length in turn for its fraction of
+    max_steps (BERT's and NVIDIA's ELECTRA: 128:0.9,512:0.1), each at its own
+    objective.mask_prob where MASK is given (mmBERT's 30% -> 15% -> 5%); --data names a
+    prepared folder (or mixture) of each length, A,B; max_predictions (unset) follows each
+    length and rate. Empty: --data's one length."""
     max_tokens: int = 0
     """> 0: the run's length in token positions instead (batch_size rows of the data's
     seq_len a step, padding included: nearly all real with `prepare --pack`); max_steps

@@ -224,8 +224,9 @@ def _branch(checkpoint: Path, run_config: dict[str, Any], out: Path) -> Path:
     """--decay-from: the checkpoint is the data's and the run's (its settings but the decay's
     length), and its run's metrics lines up to it start this run's."""
     theirs = read_json(checkpoint / "config.json", "a checkpoint's config")
-    free = {f"train.{k}" for k in RESUMABLE_CHANGES} | {"train.max_steps",
-                                                         "train.decay_steps", "step", "tokens"}
+    free = {f"train.{k}" for k in RESUMABLE_CHANGES} | {
+        "train.max_steps", "train.decay_steps", "step", "tokens",
+        "data_mix"}  # a decay may read another mix (mmBERT's, EuroBERT's)
     diffs = config_diffs(theirs, run_config, free)
     if diffs:
         raise UserError(f"--decay-from {checkpoint}: this run would differ from the "

@@ -30,6 +30,7 @@ from electra import __version__
 from electra.config import ModelConfig, TrainConfig, parse_batch_warmup, parse_phases
 from electra.data.examples import roc_auc
 from electra.data.loader import BatchLoader, PhasedLoader, Prefetched, ShardDataset
+from electra.data.mixture import MixedLoader, Source, describe, parse_data, source_tokens
 from electra.data.tokenizer import SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.errors import UserError
 from electra.io.files import disk_errors, read_json
@@ -209,10 +210,14 @@ def setup(opt: PretrainOptions, rt: Runtime,
     busy = use_threads(tc.threads, "train.threads", rt.device)
     if busy and rt.is_main:  # a note, even under --quiet: why the run is slower
         print(busy, file=sys.stderr, flush=True)
-    data, val, init, cfg, loader, micro, datasets, warm = rt.agree(
+    data, val, init, cfg, loader, micro, datasets, warm, mixes = rt.agree(
         lambda: _inputs(opt, rt), "reading data and config")
     run_config = {**cfg.to_dict(), "tokenizer_sha256": data.meta["tokenizer_sha256"],
                   "data_vocab_size": data.vocab_size, "seq_len": data.seq_len}
+    mixed = any(len(mix) > 1 for mix in mixes.values())
+    if mixed:  # the mix (a run of one folder per phase keeps the config.json it had)
+        run_config["data_mix"] = [[{"name": s.name, "weight": s.weight} for _, s in mix]
+                                  for mix in mixes.values()]
     rt.check_same({"config": run_config, "data": data.meta, "init": opt.init,
                    "resume": opt.resume, "electra": __version__, "torch": torch.__version__},
                   "the config or the data")
@@ -243,21 +248,35 @@ def setup(opt: PretrainOptions, rt: Runtime,
         trainer.say(f"no checkpoint in {opt.out}; starting a new run")
     fpt, peak, source = _mfu_terms(cfg, data.seq_len, rt)
     if opt.progress:
-        m, g = cfg.model, cfg.model.generator_config()
-        trainer.say(f"electra: {m.body} body {m.num_layers} x {m.hidden_size} (generator "
-                    f"{g.num_layers} x {g.hidden_size}; dropout {m.hidden_dropout:g}/"
-                    f"{m.attention_dropout:g}, layer-norm eps {m.layer_norm_eps:g}), "
-                    f"{n_params / 1e6:.1f}M parameters, {len(data):,} examples of "
-                    f"{data.seq_len} tokens, batch {tc.batch_size}"
-                    + (f" over {rt.world_size} processes ({tc.parallel})" if rt.enabled else "")
-                    + f", {resolve_precision(rt.device, tc.precision)}, {rt.device.type}"
-                    + step_levers(tc, any(d.packed for d in datasets.values()))
-                    + (f", resuming at step {trainer.step}" if trainer.step else "")
-                    + (f"; MFU against {peak / rt.world_size / 1e12:,.1f} TFLOP/s a device "
-                       f"({source})" if peak else ""))
+        first_lines(trainer, cfg, data, mixes, n_params, rt, peak, source)
     phases, current = _phases(opt, cfg, datasets, Phase(cfg, val, fpt), trainer.step, rt)
     return Pretraining(data, val, cfg, micro, trainer, loader, probe, fpt, peak,
                        warm if tc.batch_warmup else None, phases, current)
+
+
+def first_lines(trainer: Trainer, cfg: RunConfig, data: ShardDataset,
+                mixes: dict[int, list[tuple[ShardDataset, Source]]], n_params: int,
+                rt: Runtime, peak: float, source: str) -> None:
+    """A run's first line (the body, its size, the data, the batch, precision, device, what
+    the step runs on, the MFU's peak), and the mix where the data is a mixture."""
+    tc, datasets = cfg.train, {n: mix[0][0] for n, mix in mixes.items()}
+    mixed = any(len(mix) > 1 for mix in mixes.values())
+    m, g = cfg.model, cfg.model.generator_config()
+    trainer.say(f"electra: {m.body} body {m.num_layers} x {m.hidden_size} (generator "
+                f"{g.num_layers} x {g.hidden_size}; dropout {m.hidden_dropout:g}/"
+                f"{m.attention_dropout:g}, layer-norm eps {m.layer_norm_eps:g}), "
+                f"{n_params / 1e6:.1f}M parameters, {len(data):,} examples of "
+                f"{data.seq_len} tokens, batch {tc.batch_size}"
+                + (f" over {rt.world_size} processes ({tc.parallel})" if rt.enabled else "")
+                + f", {resolve_precision(rt.device, tc.precision)}, {rt.device.type}"
+                + step_levers(tc, any(d.packed for d in datasets.values()))
+                + (f", resuming at step {trainer.step}" if trainer.step else "")
+                + (f"; MFU against {peak / rt.world_size / 1e12:,.1f} TFLOP/s a device "
+                   f"({source})" if peak else ""))
+    if mixed:
+        trainer.say("electra: data mix: " + describe(
+            [[s for _, s in mix] for mix in mixes.values()], list(mixes)) + " of the rows"
+            + " (each phase's held-out split: its first folder's)")
 
 
 def step_levers(tc: TrainConfig, packed: bool) -> str:
@@ -277,13 +296,24 @@ def _phases(opt: PretrainOptions, cfg: RunConfig, datasets: dict[int, ShardDatas
     """Each length's :class:`Phase` (the first: the run's own), and the length of the phase
     ``step`` is in (a resumed run's)."""
     words = cfg.objective.unit != "token"
-    phases = {n: Phase(dataclasses.replace(cfg, objective=dataclasses.replace(
-        cfg.objective, max_predictions=slots(opt.config.objective, n))),
-        _val(d, words), _mfu_terms(cfg, n, rt)[0]) for n, d in list(datasets.items())[1:]}
+    phases = {n: Phase(dataclasses.replace(cfg, objective=phase_objective(
+        opt.config.objective, cfg.train.phases, n)), _val(d, words),
+        _mfu_terms(cfg, n, rt)[0]) for n, d in list(datasets.items())[1:]}
     phases = {next(iter(datasets)): first, **phases}
-    starts = phase_starts([f for _, f in parse_phases(cfg.train.phases)], cfg.train.max_steps)
+    starts = phase_starts([f for _, f, _ in parse_phases(cfg.train.phases)],
+                          cfg.train.max_steps)
     at = max((i for i, s in enumerate(starts) if s <= step), default=0)
     return phases, list(phases)[at]
+
+
+def phase_objective(objective: Any, phases: str, seq_len: int) -> Any:
+    """The objective of the phase of ``seq_len``-token rows: its mask rate where
+    train.phases gives one (LEN:FRACTION:MASK), and its slots (max_predictions, unset:
+    derived from the length and that rate)."""
+    mask = next((m for n, _, m in parse_phases(phases) if n == seq_len and m), None)
+    if mask is not None:
+        objective = dataclasses.replace(objective, mask_prob=mask)
+    return dataclasses.replace(objective, max_predictions=slots(objective, seq_len))
 
 
 def _mfu_terms(cfg: RunConfig, seq_len: int, rt: Runtime) -> tuple[float, float, str]:
@@ -323,7 +353,8 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
     cfg, tc = opt.config, opt.config.train
     check_reachable(parse_log_to(tc.log_to, "train.log_to"), "train.log_to")
     words = cfg.objective.unit != "token"  # whole words and spans need the word boundaries
-    datasets = _datasets(opt, tc, words)  # one per length, the first phase's first
+    mixes = _datasets(opt, tc, words)  # one per length, the first phase's first
+    datasets = {n: mix[0][0] for n, mix in mixes.items()}  # each phase's first folder
     data = next(iter(datasets.values()))
     val = _val(data, words)
     init = _load_init(opt.init, cfg.model) if opt.init else None
@@ -345,7 +376,8 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
         raise UserError(f"train.batch_size={tc.batch_size} does not split into "
                         f"{rt.world_size} process(es) x train.grad_accum={tc.grad_accum} "
                         f"equal micro-batches; choose a batch divisible by both")
-    if any(d.packed for d in datasets.values()) and not body_of(model_cfg).packed_rows:
+    if any(d.packed for mix in mixes.values() for d, _ in mix) and not \
+            body_of(model_cfg).packed_rows:
         raise UserError(f"--data {opt.data}: rows of several sequences (prepare --pack), "
                         f"which the {model_cfg.body} body cannot keep apart; prepare the data "
                         f"without --pack")
@@ -357,38 +389,48 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
                             f"model.max_position_embeddings={length}")
         _check_length(opt, model_cfg, length, per_rank // tc.grad_accum, rt)
     warm = batch_warmup(tc, data.seq_len)
-    loader = Prefetched(_loader(datasets, tc, warm, per_rank, rt), pin=rt.pins_memory)
-    # The run's config names its slots (unset: derived from the data's sequence length).
-    objective = dataclasses.replace(cfg.objective,
-                                    max_predictions=slots(cfg.objective, data.seq_len))
+    loader = Prefetched(_loader(mixes, tc, warm, per_rank, rt), pin=rt.pins_memory)
+    # The run's config names its slots (unset: derived from the data's sequence length) and
+    # its first phase's mask rate (train.phases' LEN:FRACTION:MASK).
+    objective = phase_objective(cfg.objective, tc.phases, data.seq_len)
     if tc.max_tokens:  # the steps those token positions take, rounded up
         tc = dataclasses.replace(tc, max_steps=steps_for_tokens(warm, tc.max_tokens,
                                                                 data.seq_len))
     cfg = RunConfig(model=model_cfg, objective=objective, train=tc)
-    return data, val, init, cfg, loader, per_rank // tc.grad_accum, datasets, warm
+    return data, val, init, cfg, loader, per_rank // tc.grad_accum, datasets, warm, mixes
 
 
-def _datasets(opt: PretrainOptions, tc: TrainConfig, words: bool) -> dict[int, ShardDataset]:
+def _datasets(opt: PretrainOptions, tc: TrainConfig, words: bool
+              ) -> dict[int, list[tuple[ShardDataset, Source]]]:
     """--data's prepared folders by their length, in the order train.phases reads them (one
-    folder without phases); each checked, all of one tokenizer."""
-    names = [name.strip() for name in opt.data.split(",") if name.strip()]
+    phase without phases): each phase's folder, or its mixture's folders with their weights
+    (``electra.data.mixture``); each checked, all of one tokenizer, a phase's all of one
+    length."""
+    groups = parse_data(opt.data)
     phases = parse_phases(tc.phases)
-    if len(names) > 1 and not phases:
-        raise UserError(f"--data {opt.data}: {len(names)} folders; give one, or set "
-                        f"train.phases=LEN:FRACTION,... to train on each length in turn")
-    found: dict[int, ShardDataset] = {}
-    for name in names:
-        d = ShardDataset(name, "train", word_starts=words)
-        if d.seq_len in found:
-            raise UserError(f"--data {opt.data}: two folders hold {d.seq_len}-token rows; "
-                            f"give one folder per length")
-        found[d.seq_len] = d
-    first = next(iter(found.values()))
-    for d in found.values():
+    if len(groups) > 1 and not phases:
+        raise UserError(f"--data {opt.data}: {len(groups)} folders; give one, or set "
+                        f"train.phases=LEN:FRACTION,... to train on each length in turn (a mix "
+                        f"of one length: A:WEIGHT+B:WEIGHT)")
+    found: dict[int, list[tuple[ShardDataset, Source]]] = {}
+    for group in groups:
+        mix = [(ShardDataset(s.path, "train", word_starts=words), s) for s in group]
+        n = mix[0][0].seq_len
+        other = next((d for d, _ in mix if d.seq_len != n), None)
+        if other is not None:
+            raise UserError(f"--data {opt.data}: {other.folder} holds {other.seq_len}-token "
+                            f"rows and {mix[0][0].folder} {n}-token ones; a mixture's folders "
+                            f"hold one length (each length a phase, comma-separated)")
+        if n in found:
+            raise UserError(f"--data {opt.data}: two folders hold {n}-token rows; give one "
+                            f"folder (or one mixture, A:WEIGHT+B:WEIGHT) per length")
+        found[n] = mix
+    first = next(iter(found.values()))[0][0]
+    for d, _ in (x for mix in found.values() for x in mix):
         if d.meta["tokenizer_sha256"] != first.meta["tokenizer_sha256"]:
             raise UserError(f"--data {opt.data}: {d.folder} was prepared with another "
-                            f"tokenizer than {first.folder}; prepare every length with one")
-    lengths = [n for n, _ in phases] or list(found)
+                            f"tokenizer than {first.folder}; prepare every folder with one")
+    lengths = [n for n, *_ in phases] or list(found)
     missing = [n for n in lengths if n not in found]
     unused = [n for n in found if n not in lengths]
     if missing or unused:
@@ -407,17 +449,26 @@ def _val(data: ShardDataset, words: bool) -> ShardDataset | None:
         data.meta["splits"] else None
 
 
-def _loader(datasets: dict[int, ShardDataset], tc: TrainConfig, warm: BatchSizes,
-            per_rank: int, rt: Runtime) -> BatchLoader | PhasedLoader:
+def _loader(mixes: dict[int, list[tuple[ShardDataset, Source]]], tc: TrainConfig,
+            warm: BatchSizes, per_rank: int, rt: Runtime
+            ) -> BatchLoader | MixedLoader | PhasedLoader:
     """This rank's batches: of the one length, or of each phase's in turn (a batch warmup
-    only inside the first phase)."""
+    only inside the first phase); a phase of one folder reads it as ever, a mixture draws
+    each row's folder at its weight."""
     sizes = (lambda i: warm(i) // rt.world_size) if tc.batch_warmup else None
-    loaders = [BatchLoader(d, per_rank, seed=tc.seed, rank=rt.rank, world_size=rt.world_size,
+
+    def one(i: int, mix: list[tuple[ShardDataset, Source]]) -> BatchLoader | MixedLoader:
+        if len(mix) == 1:
+            return BatchLoader(mix[0][0], per_rank, seed=tc.seed, rank=rt.rank,
+                               world_size=rt.world_size, sizes=sizes if i == 0 else None)
+        return MixedLoader([d for d, _ in mix], [s for _, s in mix], per_rank, seed=tc.seed,
+                           rank=rt.rank, world_size=rt.world_size,
                            sizes=sizes if i == 0 else None)
-               for i, d in enumerate(datasets.values())]
+
+    loaders = [one(i, mix) for i, mix in enumerate(mixes.values())]
     if len(loaders) == 1:
         return loaders[0]
-    starts = phase_starts([f for _, f in parse_phases(tc.phases)], tc.max_steps)
+    starts = phase_starts([f for _, f, *_ in parse_phases(tc.phases)], tc.max_steps)
     if len(set(starts)) < len(starts) or starts[-1] >= tc.max_steps:
         raise UserError(f"train.phases={tc.phases}: a phase gets no step of "
                         f"train.max_steps={tc.max_steps}; give it a larger fraction")
@@ -557,6 +608,13 @@ def fit(opt: PretrainOptions, p: Pretraining, rt: Runtime) -> None:
             record["batch_size"] = p.warm(p.loader.state_dict()["batches"] - 1)
         if tc.phases:  # the length phase the step trained at
             record["seq_len"] = p.current
+        drawn = source_tokens(p.loader.state_dict())  # a mixture: real tokens by source
+        if drawn:
+            names = sorted(drawn)
+            total = rt.all_sum(torch.tensor([drawn[n] for n in names], dtype=torch.float64,
+                                            device=rt.device))
+            record.update({f"tokens_from_{n}": int(v) for n, v in zip(names, total.tolist(),
+                                                                   strict=True)})
         trainer.log(record, show=("loss", "disc_acc", "tokens_per_s", "val_disc_auc",
                                   "probe_dev_accuracy"))
 

@@ -1,0 +1,210 @@
+"""Weighted mixtures of prepared folders: ``--data`` names, for each length phase, one folder
+or several with their weights, and each global batch draws its rows from them at those
+weights, deterministically and resumably.
+
+    --data DATA                          one folder (as ever)
+    --data web:0.7+books:0.3             a mixture: 70% of the rows from web, 30% from books
+    --data web:0.7+books:0.3,long:1      per length phase (train.phases), comma-separated
+    --data web+books                     no weights: equal ones
+
+A folder's weight follows its last ``:`` where that is a number (``s3://...`` and other
+colons stay in the path); the weights of a phase are scaled to sum to 1. Each source is named
+by its folder's name (``web``, ``books``; a second folder of one name gets ``-2``): the
+metrics lines count each one's real tokens (``tokens_from_web``), the run's config.json keeps the
+mix. A source keeps its own shuffled order, epoch and position, as one folder does
+(:class:`electra.data.loader.BatchLoader`); which source each row of a global batch comes
+from is drawn from ``(seed, batch index)`` alone, so every rank draws the same and takes its
+own rows, and a resumed run draws on where it stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from electra.data.loader import ShardDataset
+from electra.errors import UserError
+
+
+@dataclass(frozen=True)
+class Source:
+    """One folder of a phase's mixture: where it is, its share of the rows, its name."""
+
+    path: str
+    weight: float
+    name: str
+
+
+def parse_data(text: str) -> list[list[Source]]:
+    """``--data``: each comma-separated phase's sources (one, or a ``+``-joined mixture with
+    ``:WEIGHT`` suffixes), weights scaled to sum to 1."""
+    phases, names = [], set()
+    for group in (g.strip() for g in text.split(",")):
+        if not group:
+            continue
+        parts = [p.strip() for p in group.split("+")]
+        if any(not p for p in parts):
+            raise UserError(f"--data {text}: {group!r} has an empty part; join folders with "
+                            f"+, e.g. web:0.7+books:0.3")
+        weighed = [_weight(p, text) for p in parts]
+        given = [w for _, w in weighed if w is not None]
+        if given and len(given) < len(weighed):
+            raise UserError(f"--data {text}: give every folder of {group!r} a weight "
+                            f"(FOLDER:WEIGHT), or none (equal shares)")
+        total = sum(given) if given else float(len(weighed))
+        sources = []
+        for path, w in weighed:
+            name = _name(path, names)
+            names.add(name)
+            sources.append(Source(path, (1.0 if w is None else w) / total, name))
+        phases.append(sources)
+    return phases
+
+
+def _weight(part: str, text: str) -> tuple[str, float | None]:
+    """``FOLDER:WEIGHT`` -> (FOLDER, WEIGHT); a folder without a numeric suffix -> None."""
+    path, sep, tail = part.rpartition(":")
+    if not sep or not path:
+        return part, None
+    try:
+        weight = float(tail)
+    except ValueError:
+        return part, None  # a colon of the path itself (s3://bucket/data)
+    if not (weight > 0 and np.isfinite(weight)):
+        raise UserError(f"--data {text}: the weight of {path} is {tail}; give a number > 0")
+    return path, weight
+
+
+def _name(path: str, taken: set[str]) -> str:
+    base = Path(path.rstrip("/")).name or "data"
+    name, k = base, 2
+    while name in taken:
+        name, k = f"{base}-{k}", k + 1
+    return name
+
+
+def describe(phases: list[list[Source]], lengths: list[int]) -> str:
+    """The mix for a first line: ``web 70% + books 30%`` (by phase: ``128: ...; 512: ...``)."""
+    parts = [" + ".join(f"{s.name} {s.weight:.0%}" for s in sources) for sources in phases]
+    if len(parts) == 1:
+        return parts[0]
+    return "; ".join(f"{n}: {p}" for n, p in zip(lengths, parts, strict=True))
+
+
+class _Stream:
+    """One source's examples in a seeded shuffled order per epoch, taken a few at a time
+    across epochs (the global order every rank computes alike)."""
+
+    def __init__(self, n: int, seed: int, key: int) -> None:
+        self.n, self.seed, self.key = n, seed, key
+        self.epoch, self.position = 0, 0
+        self._order: np.ndarray | None = None
+        self._order_epoch = -1
+
+    def order(self) -> np.ndarray:
+        if self._order_epoch != self.epoch:
+            self._order = np.random.default_rng([self.seed, self.key, self.epoch]).permutation(
+                self.n)
+            self._order_epoch = self.epoch
+        assert self._order is not None
+        return self._order
+
+    def take(self, count: int) -> np.ndarray:
+        out = []
+        while count:
+            k = min(count, self.n - self.position)
+            out.append(self.order()[self.position:self.position + k])
+            self.position += k
+            count -= k
+            if self.position == self.n:
+                self.epoch, self.position = self.epoch + 1, 0
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+class MixedLoader:
+    """Endless batches of a weighted mixture of prepared folders of one length (this rank's
+    rows of each global batch), resumable: ``state_dict`` holds the batches handed out, each
+    source's epoch and position, and the real tokens this rank drew from each.
+
+    ``sizes``: the examples *for this process* of each batch, by its index (batch warmup);
+    None: ``batch_size`` always."""
+
+    def __init__(self, datasets: list[ShardDataset], sources: list[Source], batch_size: int,
+                 seed: int = 0, rank: int = 0, world_size: int = 1,
+                 sizes: Callable[[int], int] | None = None) -> None:
+        first = datasets[0]
+        for d in datasets[1:]:
+            if (d.seq_len, d.packed) != (first.seq_len, first.packed):
+                raise UserError(f"--data: {d.folder} holds {d.seq_len}-token"
+                                f"{' packed' if d.packed else ''} rows and {first.folder} "
+                                f"{first.seq_len}-token{' packed' if first.packed else ''} "
+                                f"ones; a mixture's folders are prepared alike")
+        self.datasets, self.sources = datasets, sources
+        self.weights = np.array([s.weight for s in sources])
+        self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, \
+            world_size
+        self.sizes = sizes
+        self.batches = 0
+        self.streams = [_Stream(len(d), seed, k) for k, d in enumerate(datasets)]
+        self.tokens = {s.name: 0 for s in sources}
+
+    def __iter__(self) -> MixedLoader:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        n = self.sizes(self.batches) if self.sizes else self.batch_size
+        G = n * self.world_size
+        picks = np.random.default_rng([self.seed, 7919, self.batches]).choice(
+            len(self.sources), size=G, p=self.weights)  # each global row's source
+        index = np.empty(G, dtype=np.int64)
+        for k, stream in enumerate(self.streams):
+            rows = np.flatnonzero(picks == k)
+            index[rows] = stream.take(len(rows))
+        self.batches += 1
+        mine = slice(self.rank * n, (self.rank + 1) * n)
+        picks, index = picks[mine], index[mine]
+        parts, where = [], []
+        for k in np.unique(picks):
+            rows = np.flatnonzero(picks == k)
+            batch = self.datasets[k].batch(index[rows])
+            parts.append(batch)
+            where.append(rows)
+            self.tokens[self.sources[k].name] += int(batch["attention_mask"].sum())
+        back = np.argsort(np.concatenate(where), kind="stable")  # the rows in drawn order
+        return {key: torch.cat([p[key] for p in parts])[torch.from_numpy(back)]
+                for key in parts[0]}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"batches": self.batches, "seed": self.seed, "tokens": dict(self.tokens),
+                "sources": {s.name: {"epoch": st.epoch, "position": st.position}
+                            for s, st in zip(self.sources, self.streams, strict=True)}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """A mixture's state; each source of this mix found in it resumes where it was, a
+        new one (a decay branch onto another mix) from its start. A one-folder loader's
+        state (a branch off a run of one folder) gives the batches handed out alone."""
+        self.batches = int(state.get("batches", 0))
+        saved = state.get("sources") or {}
+        for s, stream in zip(self.sources, self.streams, strict=True):
+            at = saved.get(s.name)
+            stream.epoch, stream.position = (int(at["epoch"]), int(at["position"])) if at \
+                else (0, 0)
+        self.tokens = {s.name: int((state.get("tokens") or {}).get(s.name, 0))
+                       for s in self.sources}
+
+
+def source_tokens(state: dict[str, Any]) -> dict[str, int]:
+    """The real tokens drawn from each source so far (this rank's), from a loader's state:
+    a mixture's, or a phased loader's (each phase's summed by name); {} for one folder."""
+    if "tokens" in state:
+        return dict(state["tokens"])
+    out: dict[str, int] = {}
+    for phase in state.get("phases", []):
+        for name, n in source_tokens(phase).items():
+            out[name] = out.get(name, 0) + n
+    return out
