@@ -49,6 +49,14 @@ def without_timing(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
 
 
+def assert_same_runs(a: Path, b: Path) -> None:
+    """Two runs' every metrics line (timing aside) and every final weight, bit for bit."""
+    assert without_timing(list(iter_metrics(a))) == without_timing(list(iter_metrics(b)))
+    for kind in ("discriminator", "generator"):
+        wa, wb = (load_file(r / kind / "model.safetensors") for r in (a, b))
+        assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), kind
+
+
 def test_resume_equals_uninterrupted_run(data, tmp_path):
     cfg = config()
     run(data, tmp_path / "a", cfg)
@@ -169,12 +177,7 @@ def test_the_sync_free_step_reads_nothing_on_the_host_and_trains_bitwise_as_befo
 
     monkeypatch.setattr(Trainer, "__init__", host_checked)
     run(data, tmp_path / "host", cfg)
-    assert (without_timing(list(iter_metrics(tmp_path / "free")))
-            == without_timing(list(iter_metrics(tmp_path / "host"))))
-    for kind in ("discriminator", "generator"):
-        a = load_file(tmp_path / "free" / kind / "model.safetensors")
-        b = load_file(tmp_path / "host" / kind / "model.safetensors")
-        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_runs(tmp_path / "free", tmp_path / "host")
 
 
 @pytest.fixture(scope="module")
@@ -219,12 +222,7 @@ def test_the_gpu_paths_unpadded_step_reads_nothing_and_equals_the_device_layouts
     monkeypatch.setattr(command, "train_step", real_step)
     monkeypatch.setattr(command, "host_layouts", lambda *a: None)  # the encoders' own
     go("device")
-    assert (without_timing(list(iter_metrics(tmp_path / "host")))
-            == without_timing(list(iter_metrics(tmp_path / "device"))))
-    for kind in ("discriminator", "generator"):
-        a = load_file(tmp_path / "host" / kind / "model.safetensors")
-        b = load_file(tmp_path / "device" / kind / "model.safetensors")
-        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_runs(tmp_path / "host", tmp_path / "device")
 
 
 def test_nonfinite_loss_stops_with_the_step_or_is_skipped(data, tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -283,20 +284,26 @@ def test_a_modernbert_generator_of_the_blocks_width_exports_as_modernbert_for_ma
     assert all(torch.equal(v, state[k]) for k, v in back.state_dict().items())
 
 
+def tiny_modernbert(tmp_path: Path, **extra) -> tuple[Any, Any]:
+    """A byte-level BPE tokenizer of a letters corpus (``tmp_path/c.txt``), as ModernBERT's,
+    and a small ModernBertConfig over it (3 x 64, windows of 16)."""
+    write_corpus(tmp_path / "c.txt")
+    tok = train_tokenizer([str(tmp_path / "c.txt")], 120, tmp_path / "bpe", model="bpe")
+    s = SpecialTokens.of(tok)
+    return tok, transformers.ModernBertConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96,
+        num_hidden_layers=3, num_attention_heads=2, local_attention=16, pad_token_id=s.pad,
+        cls_token_id=s.cls, sep_token_id=s.sep, bos_token_id=s.cls, eos_token_id=s.sep,
+        **extra)
+
+
 def test_any_modernbert_class_imports_to_continue_pretraining_with_rtd(tmp_path, capsys):
     """A transformers ModernBertForSequenceClassification folder (random weights) with a
     byte-level BPE tokenizer.json beside it, as ModernBERT's: `import` takes its encoder
     (states equal transformers' within 1e-5) with a fresh RTD head and generator, and
     `pretrain --init` continues from the folder itself with RTD, building the generator.
     A ModernBERT with biases, which the body has not, is refused."""
-    write_corpus(tmp_path / "c.txt")
-    tok = train_tokenizer([str(tmp_path / "c.txt")], 120, tmp_path / "bpe", model="bpe")
-    s = SpecialTokens.of(tok)
-    cfg = transformers.ModernBertConfig(
-        vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96,
-        num_hidden_layers=3, num_attention_heads=2, local_attention=16, pad_token_id=s.pad,
-        cls_token_id=s.cls, sep_token_id=s.sep, bos_token_id=s.cls, eos_token_id=s.sep,
-        num_labels=3)
+    tok, cfg = tiny_modernbert(tmp_path, num_labels=3)
     torch.manual_seed(0)
     hf = transformers.ModernBertForSequenceClassification(cfg).eval()
     hf.save_pretrained(tmp_path / "mb")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import cli_error, make_run, write_corpus, write_sentiment
+from helpers import cli_error, make_run, write_sentiment
 from test_hf_deberta import spm_dir  # noqa: F401  (the fixture: a SentencePiece model)
 
 from electra.cli import main
@@ -114,15 +114,9 @@ def test_an_electra_id_imports_fine_tunes_and_prepares_offline(tmp_path, offline
 
 
 def test_a_modernbert_id_continues_pretraining_with_rtd(tmp_path, offline):
-    from electra.data.tokenizer import SpecialTokens, train_tokenizer
+    from test_hf import tiny_modernbert
 
-    write_corpus(tmp_path / "c.txt")
-    tok = train_tokenizer([str(tmp_path / "c.txt")], 120, tmp_path / "bpe", model="bpe")
-    s = SpecialTokens.of(tok)
-    cfg = transformers.ModernBertConfig(
-        vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96,
-        num_hidden_layers=3, num_attention_heads=2, local_attention=16, pad_token_id=s.pad,
-        cls_token_id=s.cls, sep_token_id=s.sep, bos_token_id=s.cls, eos_token_id=s.sep)
+    tok, cfg = tiny_modernbert(tmp_path)
     torch.manual_seed(0)
     folder = tmp_path / "mb"
     transformers.ModernBertForMaskedLM(cfg).save_pretrained(folder)

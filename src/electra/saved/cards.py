@@ -173,19 +173,6 @@ def source_lineage(path: str | Path | None) -> dict[str, Any]:
                 found = {**found, **here}
         return {k: v for k, v in found.items() if v}
     return {}
-    folder = Path(path)
-    for meta_file in (folder / "discriminator" / "config.json", folder / "config.json"):
-        try:
-            meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(meta, dict) and "model_type" in meta:  # transformers'
-            found = {"base_model": hub_id(folder.resolve()),
-                     "base_revision": hub_revision(folder.resolve()),
-                     "license": _license(folder)}
-            return {k: v for k, v in found.items() if v}
-        return lineage(meta if isinstance(meta, dict) else {})
-    return {}
 
 
 def _license(folder: Path) -> str | None:
