@@ -209,7 +209,9 @@ COMMANDS: dict[str, Command] = {
                        help="the paper's model size and pretraining hyperparameters"),
                    arg("--config", metavar="FILE.toml", help="[model] [objective] [train] "
                        "tables; `preset = \"small\"` at the top starts from a preset"))),
-            arg("--data", required=True, help="a folder written by `electra prepare`"),
+            arg("--data", help="a folder written by `electra prepare`, or a weighted mixture "
+                "of such folders, A:0.7+B:0.3 (per length phase: comma-separated); else the "
+                "--config file's [data] table"),
             arg("--out", required=True, help="the run folder"),
             arg("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                 help="override a setting, e.g. --set train.lr=1e-3 --set "

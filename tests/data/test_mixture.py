@@ -149,3 +149,29 @@ def test_each_length_phase_has_its_own_mix_and_mask_rate(sources, tmp_path):
             "tokens_from_other-64"} <= set(lines[-1])
     assert lines[3].get("tokens_from_data-64", 0) == 0  # the second mix only from step 5
     assert json.loads((tmp_path / "r/config.json").read_text())["objective"]["mask_prob"] == 0.3
+
+
+def test_a_config_files_data_table_names_the_mix(sources, tmp_path, capsys):
+    """[data] mix in a --config TOML: a folder = weight table (a list of them: a phase
+    each) or --data's text; --data wins over it; a table of another form is one line."""
+    a, b = sources
+    body = ('preset = "tiny"\n[model]\nnum_layers = 1\nhidden_size = 32\nnum_heads = 2\n'
+            'intermediate_size = 64\nembedding_size = 32\n[train]\nbatch_size = 8\n'
+            'max_steps = 2\neval_every = 0\nlog_every = 1\nprecision = "fp32"\n')
+    (tmp_path / "mix.toml").write_text(body + f'[data]\nmix = {{"{a}" = 3, "{b}" = 1}}\n')
+    assert main(["pretrain", "--config", str(tmp_path / "mix.toml"), "--out",
+                 str(tmp_path / "r"), "--quiet"]) == 0
+    saved = json.loads((tmp_path / "r/config.json").read_text())["data_mix"]
+    assert [(m["name"], m["weight"]) for m in saved[0]] == [("data", 0.75), ("other", 0.25)]
+    (tmp_path / "list.toml").write_text(body + f'[data]\nmix = [{{"{a}" = 1}}]\n')
+    assert main(["pretrain", "--config", str(tmp_path / "list.toml"), "--data", f"{a}+{b}",
+                 "--out", str(tmp_path / "r2"), "--quiet"]) == 0  # --data wins: equal shares
+    saved = json.loads((tmp_path / "r2/config.json").read_text())["data_mix"]
+    assert [m["weight"] for m in saved[0]] == [0.5, 0.5]
+    (tmp_path / "bad.toml").write_text(body + '[data]\nmix = {"x" = "heavy"}\n')
+    assert "is not a folder = weight table" in cli_error(
+        capsys, "pretrain", "--config", tmp_path / "bad.toml", "--out", tmp_path / "r3")
+    (tmp_path / "none.toml").write_text(body)
+    assert "give --data FOLDER" in cli_error(
+        capsys, "pretrain", "--config", tmp_path / "none.toml", "--out", tmp_path / "r4")
+    assert not (tmp_path / "r3").exists() and not (tmp_path / "r4").exists()

@@ -34,7 +34,12 @@ from electra.io.checkpoint import latest_checkpoint
 from electra.io.files import read_json, write_json
 from electra.io.outputs import Claim, claim_out
 from electra.model import count_parameters
-from electra.objectives.config import decay_branch_config, load_run_config, resumed_run_config
+from electra.objectives.config import (
+    data_table,
+    decay_branch_config,
+    load_run_config,
+    resumed_run_config,
+)
 from electra.runtime import (
     Runtime,
     check_compile,
@@ -59,7 +64,7 @@ RESUMABLE_CHANGES = {"log_every", "eval_every", "eval_batches", "save_every",
                      "license"}
 
 
-def main(data: str, out: str, preset: str | None = None, config: str | None = None,
+def main(data: str | None, out: str, preset: str | None = None, config: str | None = None,
          sets: list[str] | None = None, resume: bool = False, overwrite: bool = False,
          init: str | None = None, device: str = "auto", progress: bool = True,
          stop_after: int | None = None, dist_timeout: float = DEFAULT_TIMEOUT_S,
@@ -79,6 +84,10 @@ def main(data: str, out: str, preset: str | None = None, config: str | None = No
                else load_run_config(preset, config, sets))
     if stop_after is not None and stop_after < 1:
         raise UserError(f"--stop-after {stop_after}: give a number of steps >= 1")
+    data = data or data_table(config)  # --data wins over the file's [data] table
+    if not data:
+        raise UserError("give --data FOLDER (or a mixture, A:0.7+B:0.3), or a [data] table "
+                        "with mix = ... in the --config file")
     opt = PretrainOptions(data=data, out=out, config=cfg, resume=resume, overwrite=overwrite,
                           progress=progress, device=device, stop_after=stop_after, init=init,
                           decay_from=decay_from)

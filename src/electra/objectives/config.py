@@ -289,8 +289,40 @@ def apply_overrides(d: dict[str, Any], sets: list[str]) -> dict[str, Any]:
 
 def load_run_config(preset: str | None = None, config_file: str | None = None,
                     sets: list[str] | None = None) -> RunConfig:
-    """Resolve ``--preset`` or ``--config FILE.toml``, then ``--set`` overrides."""
-    return RunConfig.from_dict(raw_run_config(preset, config_file, sets))
+    """Resolve ``--preset`` or ``--config FILE.toml``, then ``--set`` overrides (a [data]
+    table aside: :func:`data_table` reads it)."""
+    raw = raw_run_config(preset, config_file, sets)
+    raw.pop("data", None)
+    return RunConfig.from_dict(raw)
+
+
+def data_table(config_file: str | None) -> str | None:
+    """The ``[data]`` table of a ``--config`` file as ``--data`` would say it (None: no
+    table): ``mix`` is ``--data``'s own text, a table of folder = weight (one phase), or a
+    list of such tables (a phase each, in train.phases' order)."""
+    if not config_file:
+        return None
+    table = read_toml(Path(config_file), "--config").get("data")
+    if table is None:
+        return None
+    where = f"--config {config_file}: [data]"
+    if not isinstance(table, dict) or set(table) != {"mix"}:
+        raise UserError(f"{where} holds one key, mix (a --data text, a table of folder = "
+                        f"weight, or a list of such tables: a phase each)")
+    mix = table["mix"]
+
+    def phase(t: Any) -> str:
+        if isinstance(t, str) and t.strip():
+            return t
+        if isinstance(t, dict) and t and all(isinstance(w, int | float) and not isinstance(
+                w, bool) for w in t.values()):
+            return "+".join(f"{folder}:{weight}" for folder, weight in t.items())
+        raise UserError(f"{where}: mix {t!r} is not a folder = weight table; e.g. mix = "
+                        f"{{\"runs/web\" = 0.7, \"runs/books\" = 0.3}}")
+
+    if isinstance(mix, list) and mix:
+        return ",".join(phase(t) for t in mix)
+    return phase(mix)
 
 
 def raw_run_config(preset: str | None = None, config_file: str | None = None,
