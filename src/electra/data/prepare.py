@@ -28,9 +28,11 @@ nothing that loads as complete, and an existing ``OUT`` is replaced only then.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import multiprocessing as mp
 import os
 import random
+import shutil
 import sys
 import time
 from collections import deque
@@ -53,7 +55,7 @@ from electra.data.tokenizer import (
     tokenizer_checksum,
 )
 from electra.errors import UserError
-from electra.io import hub
+from electra.io import hub, remote
 from electra.io.files import sha256_file, staged, write_json
 from electra.io.outputs import claim_out
 
@@ -523,6 +525,26 @@ class _Writer:
             f.close()
 
 
+def _mirrored(path: str, flag: str) -> str:
+    return str(remote.local(path, flag)) if remote.is_url(path) else path
+
+
+def _prepare_to_store(opt: PrepareOptions) -> dict[str, Any]:
+    """``--out URL``: prepared into a local folder of the cache, then uploaded (meta.json
+    last); a URL that holds something already is refused unless ``--overwrite``."""
+    url = opt.out.rstrip("/")
+    if remote.exists(url, "--out") and not opt.overwrite:
+        raise UserError(f"--out {url} already holds something; pass --overwrite to write over "
+                        f"it, or choose another URL")
+    staging = remote.cache_root() / "outgoing" / hashlib.sha1(url.encode()).hexdigest()[:16]
+    meta = prepare(replace(opt, out=str(staging / url.rpartition("/")[2]), overwrite=True))
+    remote.upload(staging / url.rpartition("/")[2], url, "--out")
+    shutil.rmtree(staging, ignore_errors=True)
+    if not opt.quiet:
+        print(f"uploaded to {url}")
+    return meta
+
+
 def _check_options(opt: PrepareOptions) -> None:
     if not 8 <= opt.seq_len <= MAX_SEQ_LEN:
         raise UserError(f"--seq-len {opt.seq_len} is out of range; use 8 to {MAX_SEQ_LEN} "
@@ -608,10 +630,17 @@ def main(inputs: list[str] | None = None, tokenizer: str | None = None, out: str
 
 def prepare(opt: PrepareOptions) -> dict[str, Any]:
     """Run the whole preparation; returns the ``meta.json`` contents. ``opt.tokenizer`` may
-    be a hub id (``electra.io.hub``)."""
+    be a hub id (``electra.io.hub``); inputs and ``opt.out`` URLs (``electra.io.remote``):
+    the inputs are mirrored into the local cache, a URL's output is prepared locally, then
+    uploaded, meta.json last."""
     if opt.tokenizer:
         opt = replace(opt, tokenizer=hub.resolve(opt.tokenizer, "--tokenizer"))
     _check_options(opt)
+    opt = replace(opt, inputs=[_mirrored(i, "--input") for i in opt.inputs],
+                  val_inputs=[_mirrored(i, "--val-input") for i in opt.val_inputs]
+                  if opt.val_inputs else opt.val_inputs)
+    if remote.is_url(opt.out):
+        return _prepare_to_store(opt)
     files = expand_inputs(opt.inputs, split=opt.split)
     val_files = (expand_inputs(opt.val_inputs, "--val-input", split=opt.split)
                  if opt.val_inputs else [])

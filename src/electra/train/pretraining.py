@@ -33,6 +33,7 @@ from electra.data.loader import BatchLoader, PhasedLoader, Prefetched, ShardData
 from electra.data.mixture import MixedLoader, Source, describe, parse_data, source_tokens
 from electra.data.tokenizer import SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.errors import UserError
+from electra.io import remote
 from electra.io.files import disk_errors, read_json
 from electra.io.trackers import Tracking, check_reachable, parse_log_to
 from electra.model import body_of, count_parameters
@@ -414,7 +415,8 @@ def _datasets(opt: PretrainOptions, tc: TrainConfig, words: bool
                         f"of one length: A:WEIGHT+B:WEIGHT)")
     found: dict[int, list[tuple[ShardDataset, Source]]] = {}
     for group in groups:
-        mix = [(ShardDataset(s.path, "train", word_starts=words), s) for s in group]
+        mix = [(ShardDataset(remote.local(s.path, "--data"), "train", word_starts=words), s)
+               for s in group]  # a URL's folder: mirrored into the local cache
         n = mix[0][0].seq_len
         other = next((d for d, _ in mix if d.seq_len != n), None)
         if other is not None:

@@ -1,0 +1,156 @@
+"""Data where teams keep it: fsspec URLs (``s3://``, ``gs://``, ``az://``, ``hf://``, ...)
+wherever electra reads data (``prepare --input``, ``pretrain --data``, the fine-tuning
+files) and as ``prepare --out``.
+
+Reading: a URL's file or folder is mirrored into a local cache (``ELECTRA_CACHE``, else
+``~/.cache/electra/remote``), one folder per URL, each file fetched to ``NAME.part`` and
+renamed when whole, so an interrupted fetch resumes where it stopped and a complete file is
+never fetched again (a prepared folder's shards are checked against the sizes and checksums
+its meta.json records when it is opened). The cache is bounded (``ELECTRA_CACHE_GB``, 50 by
+default): before a fetch, the mirrors used longest ago are removed until the new one fits.
+Processes that mirror the same URL at once (torchrun's ranks) take turns on a lock; the
+first fetches, the others find it whole. Writing: ``prepare --out URL`` prepares into a
+local folder, then uploads it, meta.json last (a folder without one is not prepared data).
+
+Credentials and endpoints come from the usual environment of each store (``AWS_PROFILE``,
+``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL`` for S3-compatible servers, ...); the protocols
+need their fsspec packages (``pip install 'electra[remote]'``: s3fs). Every failure is one
+line naming the URL and the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from electra.errors import UserError
+
+PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs",
+            "abfs": "adlfs", "abfss": "adlfs"}
+
+
+def is_url(path: str | Path | None) -> bool:
+    """Whether ``path`` names a store by URL (``file://`` and plain paths are local)."""
+    text = str(path or "")
+    return "://" in text and not text.startswith("file://")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ELECTRA_CACHE") or Path.home() / ".cache/electra/remote")
+
+
+@contextlib.contextmanager
+def reached(url: str, flag: str) -> Iterator[None]:
+    """A store's failures as one line naming ``url`` and the fix."""
+    protocol = url.split("://", 1)[0]
+    try:
+        yield
+    except UserError:
+        raise
+    except ImportError:
+        raise UserError(f"{flag} {url}: reading {protocol}:// needs `pip install "
+                        f"{PACKAGES.get(protocol, 'fsspec')}` (electra[remote])") from None
+    except FileNotFoundError:
+        raise UserError(f"{flag} {url}: not found (no such bucket, container or object); "
+                        f"check the URL") from None
+    except PermissionError:
+        raise UserError(f"{flag} {url}: access denied; check the store's credentials "
+                        f"(AWS_PROFILE, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for "
+                        f"s3://)") from None
+    except (OSError, ValueError, RuntimeError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise UserError(f"{flag} {url}: the store failed ({first}); check the endpoint "
+                        f"(AWS_ENDPOINT_URL) and the network, then run the command again: "
+                        f"what was fetched is kept") from None
+    except Exception as err:  # the stores' clients raise their own (botocore, aiohttp)
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise UserError(f"{flag} {url}: the store failed ({type(err).__name__}: {first}); "
+                        f"run the command again: what was fetched is kept") from None
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """fsspec's filesystem for ``url`` and the path inside it."""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs, path
+
+
+def local(path: str | Path, flag: str) -> Path:
+    """``path`` itself, or a URL's file or folder mirrored into the cache."""
+    if not is_url(path):
+        return Path(path)
+    url = str(path).rstrip("/")
+    with reached(url, flag):
+        fs, inside = filesystem(url)
+        if fs.isdir(inside):
+            files = {f: info["size"] for f, info in fs.find(inside, detail=True).items()}
+        elif fs.isfile(inside):
+            files = {inside: fs.info(inside)["size"]}
+        else:
+            raise FileNotFoundError(url)
+        base = inside if fs.isdir(inside) else inside.rpartition("/")[0]
+        name = inside.rstrip("/").rpartition("/")[2] or "data"
+        mirror = cache_root() / f"{hashlib.sha1(url.encode()).hexdigest()[:16]}-{name}"
+        with _lock(mirror):
+            _make_room(mirror, sum(files.values()), flag, url)
+            for remote, size in sorted(files.items()):
+                target = mirror / remote[len(base):].lstrip("/")
+                if target.is_file() and target.stat().st_size == size:
+                    continue  # whole: fetched before
+                target.parent.mkdir(parents=True, exist_ok=True)
+                part = target.with_name(target.name + ".part")
+                fs.get_file(remote, str(part))
+                part.replace(target)
+            os.utime(mirror)  # the mirror's last use, for the cache's bound
+    return mirror if fs.isdir(inside) else mirror / name
+
+
+def upload(folder: Path, url: str, flag: str) -> None:
+    """A local folder's files to ``url``, meta.json last (its presence marks a whole one)."""
+    url = url.rstrip("/")
+    with reached(url, flag):
+        fs, inside = filesystem(url)
+        files = sorted(p for p in folder.rglob("*") if p.is_file())
+        files.sort(key=lambda p: p.name == "meta.json")
+        for f in files:
+            fs.put_file(str(f), f"{inside}/{f.relative_to(folder).as_posix()}")
+
+
+def exists(url: str, flag: str) -> bool:
+    with reached(url, flag):
+        fs, inside = filesystem(url.rstrip("/"))
+        return bool(fs.exists(inside))
+
+
+@contextlib.contextmanager
+def _lock(mirror: Path) -> Iterator[None]:
+    from filelock import FileLock
+
+    mirror.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(mirror) + ".lock"):
+        yield
+
+
+def _make_room(mirror: Path, need: int, flag: str, url: str) -> None:
+    """Remove the mirrors used longest ago until ``need`` more bytes fit the bound."""
+    bound = float(os.environ.get("ELECTRA_CACHE_GB", "50")) * 1e9
+    if need > bound:
+        raise UserError(f"{flag} {url}: {need / 1e9:.1f} GB is more than the cache's bound "
+                        f"(ELECTRA_CACHE_GB={bound / 1e9:g}); raise it")
+    others = sorted((p for p in cache_root().iterdir() if p.is_dir() and p != mirror),
+                    key=lambda p: p.stat().st_mtime)
+
+    def used() -> int:
+        return sum(f.stat().st_size for f in cache_root().rglob("*") if f.is_file())
+
+    here = sum(f.stat().st_size for f in mirror.rglob("*") if f.is_file())
+    while others and used() - here + need > bound:
+        old = others.pop(0)
+        shutil.rmtree(old, ignore_errors=True)
+        Path(str(old) + ".lock").unlink(missing_ok=True)

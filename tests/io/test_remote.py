@@ -1,0 +1,160 @@
+"""Data in object storage (issue 61, ``electra.io.remote``), against a real S3-protocol server
+the tests start on a free port (moto's): prepare reads and writes ``s3://`` URLs, pretraining
+reads shards from one (mirrored into a bounded local cache) bit for bit as from the local
+folder, fine-tuning reads its files from one; a missing bucket is one line; a connection
+dropped while a shard comes down is one line, keeps what came, and a rerun goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers import cli_error, snapshot, write_corpus, write_sentiment
+
+from electra.cli import main
+from electra.train.metrics import TIMING_KEYS, iter_metrics
+
+moto_server = pytest.importorskip("moto.server")
+fsspec = pytest.importorskip("fsspec")
+pytest.importorskip("s3fs")
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on a free port, a bucket ``data`` in it, and the environment that
+    reaches it (endpoint, credentials) and a local cache of this module's own."""
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+           "ELECTRA_CACHE": str(tmp_path_factory.mktemp("cache"))}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    fsspec.filesystem("s3", skip_instance_cache=True).mkdir("data")
+    yield server, env
+    server.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def store() -> object:
+    return fsspec.filesystem("s3", skip_instance_cache=True)
+
+
+def test_prepare_and_pretrain_through_the_store_as_from_a_folder(s3, tmp_path, capsys):
+    write_corpus(tmp_path / "c.txt", n_docs=80)
+    assert main(["tokenizer", "train", "--input", str(tmp_path / "c.txt"), "--vocab-size",
+                 "120", "--out", str(tmp_path / "tok")]) == 0
+    store().put_file(str(tmp_path / "c.txt"), "data/corpus/c.txt")
+    common = ["--tokenizer", str(tmp_path / "tok"), "--seq-len", "32", "--val-fraction", "0.2"]
+    assert main(["prepare", "--input", "s3://data/corpus", *common, "--out",
+                 "s3://data/shards"]) == 0
+    assert main(["prepare", "--input", str(tmp_path / "c.txt"), *common, "--out",
+                 str(tmp_path / "local")]) == 0
+    # The uploaded folder is the local one, file for file (meta.json aside: it names its
+    # inputs' paths).
+    fs = store()
+    for f in (tmp_path / "local").rglob("*"):
+        if f.is_file() and f.name != "meta.json":
+            rel = f.relative_to(tmp_path / "local").as_posix()
+            assert fs.cat(f"data/shards/{rel}") == f.read_bytes(), rel
+    assert "--out s3://data/shards already holds something" in cli_error(
+        capsys, "prepare", "--input", "s3://data/corpus", *common, "--out", "s3://data/shards")
+
+    def pretrain(data: str, out: Path, *more: str) -> int:
+        return main(["pretrain", "--preset", "tiny", "--data", data, "--out", str(out),
+                     "--quiet", "--set", "model.num_layers=1", "--set", "train.batch_size=8",
+                     "--set", "train.max_steps=4", "--set", "train.save_every=2", "--set",
+                     "train.log_every=1", "--set", "train.eval_every=2", "--set",
+                     "train.precision=fp32", *more])
+
+    assert pretrain(str(tmp_path / "local"), tmp_path / "a") == 0
+    assert pretrain("s3://data/shards", tmp_path / "b", "--stop-after", "2") == 0
+    assert pretrain("s3://data/shards", tmp_path / "b", "--resume") == 0
+
+    def lines(run: Path) -> list[dict]:
+        return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in iter_metrics(run)]
+
+    assert lines(tmp_path / "a") == lines(tmp_path / "b")
+
+
+def test_fine_tuning_reads_its_files_from_the_store(s3, tmp_path):
+    write_sentiment(tmp_path / "train.csv", 40, 0)
+    write_sentiment(tmp_path / "dev.csv", 20, 1)
+    for name in ("train.csv", "dev.csv"):
+        store().put_file(str(tmp_path / name), f"data/task/{name}")
+    write_corpus(tmp_path / "c.txt")
+    assert main(["tokenizer", "train", "--input", str(tmp_path / "train.csv"), "--vocab-size",
+                 "100", "--out", str(tmp_path / "tok")]) == 0
+    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(tmp_path / "tok"),
+                 "--task", "custom", "--train", "s3://data/task/train.csv", "--dev",
+                 "s3://data/task/dev.csv", "--out", str(tmp_path / "ft"), "--quiet", "--set",
+                 "epochs=1", "--set", "precision=fp32"]) == 0
+    results = json.loads((tmp_path / "ft/results.json").read_text())
+    assert set(results["seeds"]["1"]["dev"]) == {"accuracy"}
+
+
+def test_a_missing_bucket_or_a_dropped_connection_is_one_line_and_a_rerun_goes_on(
+        s3, tmp_path, capsys, monkeypatch):
+    server, env = s3
+    before = snapshot(tmp_path)
+    err = cli_error(capsys, "pretrain", "--preset", "tiny", "--data", "s3://nobucket/shards",
+                    "--out", tmp_path / "r")
+    assert "--data s3://nobucket/shards: not found (no such bucket" in err
+    assert snapshot(tmp_path) == before
+    # A folder of three files; the server goes away after the first came down.
+    fs = store()
+    for k in range(3):
+        fs.pipe(f"data/big/part-{k}.bin", bytes([k]) * 100_000)
+    from electra.io import remote
+
+    real, calls = remote.filesystem, []
+
+    def dropping(url):
+        fs, inside = real(url)
+        get = fs.get_file
+
+        def get_file(rpath, lpath, **kw):
+            calls.append(rpath)
+            if len(calls) == 2:
+                server.stop()  # the connection drops while the second file comes down
+            return get(rpath, lpath, **kw)
+
+        fs.get_file = get_file
+        return fs, inside
+
+    monkeypatch.setattr(remote, "filesystem", dropping)
+    with pytest.raises(Exception) as caught:
+        remote.local("s3://data/big", "--data")
+    assert "the store failed" in str(caught.value) and "run the command again" in str(
+        caught.value)
+    mirror = next(p for p in Path(env["ELECTRA_CACHE"]).iterdir() if p.name.endswith("-big"))
+    assert (mirror / "part-0.bin").stat().st_size == 100_000  # kept
+    port = int(env["AWS_ENDPOINT_URL"].rpartition(":")[2])
+    back = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    back.start()  # the same port, the same state (moto's, in this process): the store is back
+    monkeypatch.setattr(remote, "filesystem", real)
+    fetched = []
+    monkeypatch.setattr(remote, "filesystem", lambda url: _counting(real(url), fetched))
+    got = remote.local("s3://data/big", "--data")
+    assert sorted(p.name for p in got.iterdir()) == [f"part-{k}.bin" for k in range(3)]
+    assert [r.rpartition("/")[2] for r in fetched] == ["part-1.bin", "part-2.bin"]  # resumed
+    # (the server stays up for this worker's later tests; its thread ends with the process)
+
+
+def _counting(pair, fetched):
+    fs, inside = pair
+    get = fs.get_file
+
+    def get_file(rpath, lpath, **kw):
+        fetched.append(rpath)
+        return get(rpath, lpath, **kw)
+
+    fs.get_file = get_file
+    return fs, inside
