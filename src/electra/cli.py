@@ -189,8 +189,13 @@ COMMANDS: dict[str, Command] = {
                 "side by side (each attending within itself) instead of one and padding: "
                 "fewer rows, almost no padding; pretraining reads it as it is"),
             arg("--out", help="output folder"),
-            arg("--workers", type=int, default=1, help="processes (default: 1); the output "
-                "is identical whatever the count"),
+            arg("--workers", type=int, default=1, help="processes (default: 1), or Ray "
+                "actors with --engine ray; the output is identical whatever the count"),
+            arg("--engine", choices=["local", "ray"], default="local", help="local: "
+                "processes on this machine; ray: tokenize and pack on a Ray cluster's cores "
+                "(pip install 'electra[ray]'), the same shards byte for byte"),
+            arg("--address", help="--engine ray: an existing cluster (ray://HOST:10001 or "
+                "HOST:6379); default: a local one, started and stopped here"),
             arg("--seed", type=int, default=12345, help="packing seed (default: 12345)"),
             OneOf((arg("--val-input", dest="val_inputs", nargs="+", metavar="PATH",
                        help="held-out text"),

@@ -36,7 +36,7 @@ import shutil
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from pathlib import Path
@@ -73,6 +73,8 @@ class PrepareOptions:
     seq_len: int = 128
     workers: int = 1
     seed: int = 12345
+    engine: str = "local"  # local (processes on this machine) | ray (a Ray cluster's actors)
+    address: str | None = None  # ray: an existing cluster's address; None: a local one
     val_inputs: list[str] | None = None
     val_fraction: float | None = None
     overwrite: bool = False
@@ -393,6 +395,69 @@ class _Workers:
             proc.join()
 
 
+class _RayWorkers:
+    """``n`` packing actors of a Ray cluster (``address``; None: a local one, started here
+    and stopped after), used as :class:`_Workers` is: chunks round-robin, at most ``2 n`` in
+    flight, the results taken in their order, so the shards are byte-identical to one
+    process's. Reading the inputs and writing the shards stay in this process; the
+    tokenizing and packing, most of the work, run on the cluster's cores."""
+
+    def __init__(self, n: int, tokenizer_json: str, settings: dict[str, Any],
+                 address: str | None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise UserError("--engine ray needs Ray: pip install 'electra[ray]'") from None
+        self.ray, self.pending = ray, deque()
+        self.started = not ray.is_initialized()
+        if self.started:
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False,
+                         runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+            except (ConnectionError, RuntimeError, ValueError) as err:
+                first = (str(err).strip().splitlines() or ["no answer"])[0][:160]
+                raise UserError(f"--engine ray --address {address}: no Ray cluster there "
+                                f"({first}); start one (ray start --head) or leave --address "
+                                f"out for a local one") from None
+        packer = ray.remote(num_cpus=1)(_RayPacker)
+        self.actors = [packer.remote(tokenizer_json, settings) for _ in range(n)]
+        self.sent = 0
+
+    def submit(self, chunk: Chunk) -> None:
+        actor = self.actors[self.sent % len(self.actors)]
+        self.sent += 1
+        self.pending.append(actor.pack.remote(chunk))
+
+    def full(self) -> bool:
+        return len(self.pending) >= 2 * len(self.actors)
+
+    def next_result(self) -> Packed:
+        try:
+            return self.ray.get(self.pending.popleft())
+        except self.ray.exceptions.RayTaskError as err:
+            raise err.as_instanceof_cause() from None
+        except self.ray.exceptions.RayActorError:
+            raise UserError(f"a Ray packing actor (--workers {len(self.actors)}) died, most "
+                            f"likely out of memory; run again with fewer --workers") from None
+
+    def close(self) -> None:
+        for actor in self.actors:
+            self.ray.kill(actor)
+        if self.started:
+            self.ray.shutdown()
+
+
+class _RayPacker:
+    """A Ray actor that packs chunks with its own tokenizer (:func:`pack_chunk`)."""
+
+    def __init__(self, tokenizer_json: str, settings: dict[str, Any]) -> None:
+        _init_worker(tokenizer_json, settings)
+
+    def pack(self, chunk: Chunk) -> Packed:
+        return pack_chunk(chunk)
+
+
 @contextlib.contextmanager
 def _sigint_held() -> Iterator[None]:
     """Ctrl-C held back while the worker processes are started (``Pool()``, which started
@@ -553,7 +618,9 @@ def _check_options(opt: PrepareOptions) -> None:
     if opt.overflow not in OVERFLOW:
         raise UserError(f"--overflow {opt.overflow!r}: use one of {', '.join(OVERFLOW)} (drop "
                         f"is the original packing; carry starts the next example with them)")
-    most = 4 * (os.cpu_count() or 1)
+    if opt.address and opt.engine != "ray":
+        raise UserError(f"--address {opt.address} names a Ray cluster: add --engine ray")
+    most = 4 * (os.cpu_count() or 1) if opt.engine == "local" else 4096
     if not 1 <= opt.workers <= most:
         raise UserError(f"--workers {opt.workers} must be from 1 to {most} (4 per core of this "
                         f"machine); the output is the same for any count")
@@ -581,6 +648,10 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
         for key, value in p.counts.items():
             totals[key] = totals.get(key, 0) + value
 
+    if opt.engine == "ray":
+        _run_chunks(chunks, consume, lambda: _RayWorkers(opt.workers, tok_json, settings,
+                                                         opt.address))
+        return
     if opt.workers == 1:
         _init_worker(tok_json, settings)
         for chunk in chunks:
@@ -590,9 +661,23 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
     # memory stays bounded however large the corpus.
     env_before = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        _run_chunks(chunks, consume, lambda: _Workers(opt.workers, tok_json, settings))
+    finally:
+        if env_before is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = env_before
+
+
+def _run_chunks(chunks: Iterator[Chunk], consume: Callable[[Packed], None],
+                start: Callable[[], Any]) -> None:
+    """Every chunk through the workers ``start()`` makes (:class:`_Workers`,
+    :class:`_RayWorkers`), at most 2 in flight a worker, the results consumed in the chunks'
+    order (so the output is one process's); the workers stopped however it ends."""
     workers = None
     try:
-        workers = _Workers(opt.workers, tok_json, settings)
+        workers = start()
         for chunk in chunks:
             if workers.full():
                 consume(workers.next_result())
@@ -602,10 +687,6 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
     finally:
         if workers is not None:  # done, or a Ctrl-C or an error: stop the workers
             workers.close()
-        if env_before is None:
-            os.environ.pop("TOKENIZERS_PARALLELISM", None)
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = env_before
 
 
 def main(inputs: list[str] | None = None, tokenizer: str | None = None, out: str | None = None,
@@ -613,7 +694,8 @@ def main(inputs: list[str] | None = None, tokenizer: str | None = None, out: str
          val_inputs: list[str] | None = None, val_fraction: float | None = None,
          text_field: str = "text", overwrite: bool = False, verify: str | None = None,
          special_tokens: str | None = None, overflow: str = "drop",
-         split: str | None = None, pack: bool = False) -> None:
+         split: str | None = None, pack: bool = False, engine: str = "local",
+         address: str | None = None) -> None:
     """`electra prepare` (or `electra prepare --verify DATA`)."""
     if verify is not None:
         verify_data(verify)
@@ -625,7 +707,8 @@ def main(inputs: list[str] | None = None, tokenizer: str | None = None, out: str
                            workers=workers, seed=seed, val_inputs=val_inputs,
                            val_fraction=val_fraction, text_field=text_field,
                            overwrite=overwrite, special_tokens=special_tokens,
-                           overflow=overflow, split=split, pack=pack))
+                           overflow=overflow, split=split, pack=pack, engine=engine,
+                           address=address))
 
 
 def prepare(opt: PrepareOptions) -> dict[str, Any]:
