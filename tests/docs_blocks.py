@@ -44,7 +44,7 @@ CHAINS = {
     "start": ["tutorials/continue.md", "tutorials/wsd.md", "how-to/transformers.md",
               "how-to/python.md"],
     "bodies": ["tutorials/modernbert.md", "tutorials/deberta.md", "tutorials/distributed.md",
-               "how-to/hardware.md", "how-to/tracking.md"],
+               "how-to/cluster.md", "how-to/hardware.md", "how-to/tracking.md"],
     "finetuning": ["tutorials/glue.md", "tutorials/custom.md", "tutorials/squad.md",
                    "tutorials/tagging.md", "tutorials/superglue.md", "tutorials/multitask.md",
                    "tutorials/compare.md", "tutorials/detect.md"],
