@@ -1,20 +1,76 @@
-"""How fast the memory-mapped loader delivers batches, against what training consumes.
+"""How fast the memory-mapped loader delivers batches, against what training consumes; and
+(--s3) the same folder read through an S3 server.
 
     python bench/loader_throughput.py --data PREPARED_DIR [--batch 64] [--train-tok-s 5563]
+    python bench/loader_throughput.py --data PREPARED_DIR --s3 [--repeats 3]
 
 Reads shuffled batches (the order `electra pretrain` uses) for a few seconds and prints
 tokens/s delivered and the ratio to a training rate (default: the 30-minute CPU run's
 median, docs/explanation/short-runs.md). The loader runs in the training process, so this
 time is taken from the step; the ratio says how small that share is.
+
+With --s3, an S3 server (moto's, on a free port of this machine) holds a copy of the folder,
+and the local folder and ``s3://bench/data`` are read in turn, ``--repeats`` times: the
+first fetch of the URL (its mirror into an empty cache, ``electra.io.remote``: the time a
+run waits before its first step), then the loader's tokens/s from each (the URL's from its
+mirror).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
+import tempfile
 import time
+from pathlib import Path
 
 from electra.data.loader import BatchLoader, ShardDataset
+
+
+def rate(data: str | Path, batch: int, seconds: float) -> float:
+    loader = BatchLoader(ShardDataset(data), batch, seed=0)
+    next(loader)
+    n_tokens, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        n_tokens += int(next(loader)["attention_mask"].sum())
+    return n_tokens / (time.perf_counter() - t0)
+
+
+def through_s3(args: argparse.Namespace) -> None:
+    import fsspec
+    from moto.server import ThreadedMotoServer
+
+    from electra.io import remote
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
+                      AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://{host}:{port}")
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    fs.mkdir("bench")
+    remote.upload(Path(args.data), "s3://bench/data", "--data")
+    size = sum(f.stat().st_size for f in Path(args.data).rglob("*") if f.is_file())
+    fetch, local, s3 = [], [], []
+    for _ in range(args.repeats):
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ["ELECTRA_CACHE"] = cache
+            t0 = time.perf_counter()
+            mirror = remote.local("s3://bench/data", "--data")
+            fetch.append(time.perf_counter() - t0)
+            local.append(rate(args.data, args.batch, args.seconds))
+            s3.append(rate(mirror, args.batch, args.seconds))
+    server.stop()
+    med = statistics.median
+    print(f"fetch of {size / 1e6:.1f} MB: s min/med/max {min(fetch):.2f} {med(fetch):.2f} "
+          f"{max(fetch):.2f} ({size / 1e6 / med(fetch):.1f} MB/s)")
+    for name, r in (("local", local), ("s3", s3)):
+        print(f"{name:5s} loader tokens/s min/med/max {min(r):,.0f} {med(r):,.0f} {max(r):,.0f}")
+    print(json.dumps({"mb": round(size / 1e6, 1), "fetch_s": round(med(fetch), 2),
+                      "local_tok_s": round(med(local)), "s3_tok_s": round(med(s3)),
+                      "s3_over_local": round(med(s3) / med(local), 2)}))
 
 
 def main() -> None:
@@ -23,15 +79,14 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--train-tok-s", type=float, default=5563.0)
+    ap.add_argument("--s3", action="store_true")
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    loader = BatchLoader(ShardDataset(args.data), args.batch, seed=0)
-    next(loader)
-    n_tokens, n_batches, t0 = 0, 0, time.perf_counter()
-    while time.perf_counter() - t0 < args.seconds:
-        n_tokens += int(next(loader)["attention_mask"].sum())
-        n_batches += 1
-    tok_s = n_tokens / (time.perf_counter() - t0)
-    print(f"{n_batches} batches of {args.batch}: {tok_s:,.0f} tokens/s delivered, "
+    if args.s3:
+        through_s3(args)
+        return
+    tok_s = rate(args.data, args.batch, args.seconds)
+    print(f"batches of {args.batch}: {tok_s:,.0f} tokens/s delivered, "
           f"{tok_s / args.train_tok_s:,.0f}x the training rate {args.train_tok_s:,.0f}")
     print(json.dumps({"loader_tok_s": round(tok_s), "ratio": round(tok_s / args.train_tok_s)}))
 

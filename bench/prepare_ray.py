@@ -1,5 +1,5 @@
-"""`electra prepare --engine ray` against the one-process path on the same text: tokens/s, and
-tokens/s per core (the cores each uses: 1, or the actors' count), interleaved in one run.
+"""`electra prepare --engine ray` against the one-process path on the same text: tokens/s (and
+MB/s), and tokens/s per core (the cores each uses: 1, or the actors' count), interleaved in one run.
 
     python bench/prepare_ray.py [--corpus ../shared/data/corpus/train] [--mb 10]
         [--workers 2] [--repeats 3]
@@ -59,7 +59,7 @@ def main() -> None:
                     val_fraction=0.01, pack=True, quiet=True, engine=engine,
                     workers=1 if engine == "local" else args.workers))
                 times[engine].append(time.perf_counter() - t)
-                tokens = meta.get("tokens") or meta.get("train_tokens") or tokens
+                tokens = meta["tokens_in"]  # the tokens encoded (before packing drops any)
         same = all((Path(tmp) / "local-0" / p.relative_to(Path(tmp) / "ray-0")).read_bytes()
                    == p.read_bytes() for p in (Path(tmp) / "ray-0").rglob("*.bin"))
     ray.shutdown()
@@ -69,9 +69,11 @@ def main() -> None:
         cores = 1 if engine == "local" else args.workers
         med = statistics.median(ts)
         print(f"{engine:5s} s min/med/max {min(ts):6.1f} {med:6.1f} {max(ts):6.1f}  "
-              f"MB/s {size / 1e6 / med:5.2f}  per core {size / 1e6 / med / cores:5.2f}")
+              f"MB/s {size / 1e6 / med:5.2f}  tokens/s {tokens / med:,.0f}  per core "
+              f"{tokens / med / cores:,.0f}")
         out[f"{engine}_s_median"] = round(med, 2)
-        out[f"{engine}_mb_per_s_per_core"] = round(size / 1e6 / med / cores, 2)
+        out[f"{engine}_tok_s"] = round(tokens / med)
+        out[f"{engine}_tok_s_per_core"] = round(tokens / med / cores)
     out["ray_over_local"] = round(out["local_s_median"] / out["ray_s_median"], 2)
     print(json.dumps(out))
 
