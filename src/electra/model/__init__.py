@@ -68,6 +68,22 @@ class EncoderWithHead(nn.Module):
     def head(self, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def build_head(self, cfg: ModelConfig, outputs: int, kernels: Kernels | None,
+                   dense: bool = False, dropout: bool = True) -> None:
+        """A task head's parts, in this order (the initial weights follow it): the encoder,
+        the body's task transform (ModernBERT's; None for ELECTRA's), a dense layer where the
+        head has one and the body no transform (``dense``), dropout, the output layer of
+        ``outputs``; then every weight initialised."""
+        self.config = cfg
+        self.encoder = encoder_for(cfg, kernels=kernels)
+        self.transform = task_transform(cfg)
+        if dense and self.transform is None:
+            self.head_dense = Linear(cfg.hidden_size, cfg.hidden_size)
+        if dropout:
+            self.head_dropout = nn.Dropout(cfg.hidden_dropout)
+        self.head_out = Linear(cfg.hidden_size, outputs)
+        init_weights(self, cfg.initializer_range)
+
 
 class Discriminator(EncoderWithHead):
     """Encoder + dense -> GELU -> dense: one logit per token, > 0 meaning "replaced". A body

@@ -21,8 +21,7 @@ from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
 from electra.errors import UserError
-from electra.model import EncoderWithHead, encoder_for, init_weights, task_transform
-from electra.model.cast import Linear
+from electra.model import EncoderWithHead
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, confusion, cross_entropy, logits
 from electra.tasks.choice.data import ChoiceExample, encode_choices, read_choices
@@ -39,14 +38,7 @@ class MultipleChoice(EncoderWithHead):
 
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
         super().__init__()
-        self.config = cfg
-        self.encoder = encoder_for(cfg, kernels=kernels)
-        self.transform = task_transform(cfg)  # ModernBERT's head; None: ELECTRA's dense
-        if self.transform is None:
-            self.head_dense = Linear(cfg.hidden_size, cfg.hidden_size)
-        self.head_dropout = nn.Dropout(cfg.hidden_dropout)
-        self.head_out = Linear(cfg.hidden_size, 1)
-        init_weights(self, cfg.initializer_range)
+        self.build_head(cfg, 1, kernels, dense=True)  # one score a choice
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

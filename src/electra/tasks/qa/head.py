@@ -19,8 +19,7 @@ from torch import nn
 from electra.config import FinetuneConfig, ModelConfig
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
-from electra.model import EncoderWithHead, encoder_for, init_weights, task_transform
-from electra.model.cast import Linear
+from electra.model import EncoderWithHead
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, cross_entropy, logits
 from electra.tasks.qa.data import (
@@ -39,11 +38,7 @@ class QuestionAnswerer(EncoderWithHead):
 
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
         super().__init__()
-        self.config = cfg
-        self.encoder = encoder_for(cfg, kernels=kernels)
-        self.transform = task_transform(cfg)  # ModernBERT's head; None: ELECTRA's (none)
-        self.head_out = Linear(cfg.hidden_size, 2)
-        init_weights(self, cfg.initializer_range)
+        self.build_head(cfg, 2, kernels, dropout=False)  # a start and an end logit
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

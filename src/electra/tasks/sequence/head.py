@@ -21,8 +21,7 @@ from electra.data.examples import Example, compute_metrics, encode, label_map, r
 from electra.data.labels import canonical_label
 from electra.errors import UserError
 from electra.io.files import read_text
-from electra.model import EncoderWithHead, encoder_for, init_weights, task_transform
-from electra.model.cast import Linear
+from electra.model import EncoderWithHead
 from electra.model.kernels import Kernels
 from electra.tasks.base import HEADS, Head, TaskData, confusion, cross_entropy, logits
 from electra.tasks.sequence.data import (
@@ -44,15 +43,8 @@ class SequenceClassifier(EncoderWithHead):
     def __init__(self, cfg: ModelConfig, num_labels: int,
                  kernels: Kernels | None = None) -> None:
         super().__init__()
-        self.config = cfg
         self.num_labels = num_labels
-        self.encoder = encoder_for(cfg, kernels=kernels)
-        self.transform = task_transform(cfg)  # ModernBERT's head; None: ELECTRA's dense
-        if self.transform is None:
-            self.head_dense = Linear(cfg.hidden_size, cfg.hidden_size)
-        self.head_dropout = nn.Dropout(cfg.hidden_dropout)
-        self.head_out = Linear(cfg.hidden_size, num_labels)
-        init_weights(self, cfg.initializer_range)
+        self.build_head(cfg, num_labels, kernels, dense=True)  # ELECTRA's dense, or ModernBERT's
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Hidden states (B, T, H) -> logits (B, num_labels), from [CLS]."""

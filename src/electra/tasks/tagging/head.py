@@ -17,8 +17,7 @@ from torch import nn
 from electra.config import FinetuneConfig, ModelConfig
 from electra.errors import UserError
 from electra.io.files import read_text
-from electra.model import EncoderWithHead, encoder_for, init_weights, task_transform
-from electra.model.cast import Linear
+from electra.model import EncoderWithHead
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, confusion, cross_entropy, logits
 from electra.tasks.tagging.data import (
@@ -40,13 +39,8 @@ class TokenClassifier(EncoderWithHead):
     def __init__(self, cfg: ModelConfig, num_labels: int,
                  kernels: Kernels | None = None) -> None:
         super().__init__()
-        self.config = cfg
         self.num_labels = num_labels
-        self.encoder = encoder_for(cfg, kernels=kernels)
-        self.transform = task_transform(cfg)  # ModernBERT's head; None: ELECTRA's (none)
-        self.head_dropout = nn.Dropout(cfg.hidden_dropout)
-        self.head_out = Linear(cfg.hidden_size, num_labels)
-        init_weights(self, cfg.initializer_range)
+        self.build_head(cfg, num_labels, kernels)  # ModernBERT's transform; ELECTRA's none
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Hidden states (B, T, H) -> logits (B, T, num_labels)."""
