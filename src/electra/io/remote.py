@@ -46,31 +46,30 @@ def cache_root() -> Path:
 
 @contextlib.contextmanager
 def reached(url: str, flag: str) -> Iterator[None]:
-    """A store's failures as one line naming ``url`` and the fix."""
-    protocol = url.split("://", 1)[0]
+    """A store's failures as one line naming ``url`` and the fix (the first of
+    :data:`ADVICE` that fits; the stores' own client errors, botocore's and aiohttp's, as a
+    failure to retry)."""
     try:
         yield
     except UserError:
         raise
-    except ImportError:
-        raise UserError(f"{flag} {url}: reading {protocol}:// needs `pip install "
-                        f"{PACKAGES.get(protocol, 'fsspec')}` (electra[remote])") from None
-    except FileNotFoundError:
-        raise UserError(f"{flag} {url}: not found (no such bucket, container or object); "
-                        f"check the URL") from None
-    except PermissionError:
-        raise UserError(f"{flag} {url}: access denied; check the store's credentials "
-                        f"(AWS_PROFILE, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for "
-                        f"s3://)") from None
-    except (OSError, ValueError, RuntimeError) as err:
+    except Exception as err:
+        protocol = url.split("://", 1)[0]
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
-        raise UserError(f"{flag} {url}: the store failed ({first}); check the endpoint "
-                        f"(AWS_ENDPOINT_URL) and the network, then run the command again: "
-                        f"what was fetched is kept") from None
-    except Exception as err:  # the stores' clients raise their own (botocore, aiohttp)
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
-        raise UserError(f"{flag} {url}: the store failed ({type(err).__name__}: {first}); "
-                        f"run the command again: what was fetched is kept") from None
+        advice = next((say for kind, say in ADVICE if isinstance(err, kind)), None)
+        text = (advice.format(protocol=protocol, package=PACKAGES.get(protocol, "fsspec"))
+                if advice else f"the store failed ({type(err).__name__}: {first}); check the "
+                f"endpoint (AWS_ENDPOINT_URL) and the network, then run the command again: "
+                f"what was fetched is kept")
+        raise UserError(f"{flag} {url}: {text}") from None
+
+
+# What a store's failure means to the user, by the exception fsspec raises for it.
+ADVICE: list[tuple[type[BaseException], str]] = [
+    (ImportError, "reading {protocol}:// needs `pip install {package}` (electra[remote])"),
+    (FileNotFoundError, "not found (no such bucket, container or object); check the URL"),
+    (PermissionError, "access denied; check the store's credentials (AWS_PROFILE, "
+                      "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://)")]
 
 
 def filesystem(url: str) -> tuple[Any, str]:
