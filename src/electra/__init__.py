@@ -15,6 +15,8 @@ raised as :class:`UserError`), and the parts to build models from.
     electra.compare(data=..., out=..., budget=...)       the equal-compute comparison
     electra.demo(out="runs/demo")                        the demo (its summary, a dict)
     electra.plot(run)                                    the run's curves.png (its path)
+    electra.encode(model, texts)                         sentence embeddings (N, H)
+    electra.sts(model, data="glue/STS-B")                STS-B Spearman, zero-shot
 
 Importing the package is cheap (no torch): the names below load on first use, so the CLI
 and data-preparation workers start fast.
@@ -52,6 +54,9 @@ _LAZY = {  # name -> (module, its attribute)
     "compare": ("electra.experiments.compare", "main"),
     "demo": ("electra.experiments.demo", "run_demo"),
     "plot": ("electra.experiments.plot", "plot_run"),
+    "encode": ("electra.commands.embed", "encode"),
+    "sts": ("electra.commands.embed", "sts"),
+    "Encoder": ("electra.commands.embed", "Encoder"),
 }
 __all__ = sorted(_LAZY)
 
