@@ -14,6 +14,7 @@ hub id. Pooling: ``mean`` over the real tokens (the default, sentence-transforme
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from electra.data.tokenizer import SpecialTokens, load_tokenizer
 from electra.errors import UserError
 from electra.runtime import autocast
 from electra.saved.models import open_model
+from electra.tasks.registry import load_task
 
 POOLINGS = ("mean", "cls")
 
@@ -77,8 +79,6 @@ class Encoder:
 
 
 def _is_classifier(model: str | Path) -> bool:
-    import json
-
     meta = Path(model) / "config.json"
     try:
         return json.loads(meta.read_text()).get("kind") == "classifier"
@@ -97,9 +97,7 @@ def sts(model: str | Path, data: str | Path, split: str = "dev", pooling: str = 
     """STS-B zero-shot: the Spearman correlation between the cosine of each pair's
     embeddings and its gold score, on GLUE's own STS-B files (``data``: the folder; the
     Python API's ``electra.sts``)."""
-    from scipy.stats import spearmanr
-
-    from electra.tasks.registry import load_task
+    from scipy.stats import spearmanr  # scipy's import takes a second: only when scoring
 
     task = load_task("stsb", data=str(data), split=split)
     out = {}
