@@ -88,3 +88,36 @@ def test_sts_is_the_spearman_of_the_cosines(tmp_path):
     expected = np.corrcoef(ranks((a * b).sum(1)), ranks(gold))[0, 1]
     assert got["dev"]["spearman"] == pytest.approx(expected, abs=1e-9)
     assert -1 <= got["dev"]["spearman"] <= 1
+
+
+def test_a_sentence_transformers_export_embeds_as_electra_does(tmp_path):
+    """`electra export --sentence-transformers mean` writes a folder
+    sentence_transformers.SentenceTransformer loads, whose encode equals electra.encode's
+    (within 1e-5, fp32), for a run and for a fine-tuned model's encoder."""
+    st = pytest.importorskip("sentence_transformers")
+    from electra.cli import main
+
+    run, _ = make_run(tmp_path, "tiny")
+    for pooling in ("mean", "cls"):
+        out = tmp_path / f"st-{pooling}"
+        assert main(["export", str(run), "--out", str(out), "--sentence-transformers",
+                     pooling]) == 0
+        model = st.SentenceTransformer(str(out), device="cpu")
+        theirs = model.encode(TEXTS, convert_to_numpy=True)
+        np.testing.assert_allclose(theirs, electra.encode(run, TEXTS, pooling=pooling),
+                                   atol=1e-5)
+    assert main(["export", str(run), "--out", str(tmp_path / "bad"),
+                 "--sentence-transformers", "max"]) == 2
+    # A fine-tuned model: its encoder, its head left out.
+    from helpers import write_sentiment
+
+    write_sentiment(tmp_path / "train.csv", 32, 0)
+    assert main(["finetune", "--model", str(run), "--task", "custom", "--train",
+                 str(tmp_path / "train.csv"), "--dev", str(tmp_path / "train.csv"), "--out",
+                 str(tmp_path / "ft"), "--quiet", "--set", "epochs=1", "--set",
+                 "precision=fp32"]) == 0
+    assert main(["export", str(tmp_path / "ft/seed-1"), "--out", str(tmp_path / "st-ft"),
+                 "--sentence-transformers", "mean"]) == 0
+    theirs = st.SentenceTransformer(str(tmp_path / "st-ft"), device="cpu").encode(TEXTS)
+    np.testing.assert_allclose(theirs, electra.encode(tmp_path / "ft/seed-1", TEXTS),
+                               atol=1e-5)

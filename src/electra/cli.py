@@ -346,7 +346,11 @@ COMMANDS: dict[str, Command] = {
                 "(ElectraForPreTraining, ElectraForMaskedLM; ModernBert* or DebertaV2* for "
                 "those bodies); for a fine-tuned model, OUT itself (its head's ...For* "
                 "class)"),
-            arg("--overwrite", action="store_true", help="replace an existing --out"))),
+            arg("--overwrite", action="store_true", help="replace an existing --out"),
+            arg("--sentence-transformers", metavar="POOLING", help="instead: one folder "
+                "sentence_transformers.SentenceTransformer loads, the encoder with POOLING "
+                "(mean or cls) and normalisation, as electra.encode embeds (needs "
+                "sentence-transformers)"))),
     "import": Command(
         "read transformers folders into a run folder", "electra.saved.hf:import_hf", (
             arg("hf_dir", help="an ELECTRA, ModernBERT or DebertaV2 folder (config.json + "

@@ -21,6 +21,7 @@ one ``ElectraForSequenceClassification`` folder with its label names), each with
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -102,14 +103,24 @@ def _card(folder: Path, part: str, meta: dict[str, Any] | None = None) -> dict[s
                     "what": f"The {part} in `{folder.name}`, exported by `electra export`."}
 
 
-def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+def export_hf(source: str | Path, out: str | Path, overwrite: bool = False,
+              sentence_transformers: str | None = None) -> Path:
     """Write transformers folders for a run's (or checkpoint's) discriminator and generator,
-    or one ``ElectraForSequenceClassification`` folder for a fine-tuned model."""
+    or one ``ElectraForSequenceClassification`` folder for a fine-tuned model; with
+    ``sentence_transformers`` (a pooling: mean or cls), one folder
+    ``sentence_transformers.SentenceTransformer`` loads: the encoder, that pooling, L2
+    normalisation (what ``electra.encode`` computes)."""
     need_transformers()
     src, out = Path(source), Path(out)
+    if sentence_transformers is not None and sentence_transformers not in ("mean", "cls"):
+        raise UserError(f"--sentence-transformers {sentence_transformers}: give the pooling, "
+                        f"mean or cls")
     with claim_out(out, "export", "export", overwrite=overwrite,
                    inputs=[("the source", src)]) as claim:
         opened = open_model(src, flag="export")
+        if sentence_transformers is not None:
+            return _export_sentence_transformers(src, out, opened, sentence_transformers,
+                                                 claim)
         if "classifier" in opened.parts:
             model, meta = opened["classifier"], opened.meta
             head = head_of(meta)
@@ -139,6 +150,42 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
     note = export_of(models["discriminator"].config).note
     if note:
         print(f"electra: note: {note}", file=sys.stderr)
+    return out
+
+
+def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: str,
+                                  claim: Any) -> Path:
+    """OUT as sentence-transformers saves a model: the encoder (transformers' folder of the
+    discriminator, or of a fine-tuned model's encoder), the pooling, a normaliser; built and
+    saved by sentence-transformers itself."""
+    try:
+        from sentence_transformers import SentenceTransformer, models
+    except ImportError:
+        raise UserError("--sentence-transformers needs sentence-transformers: pip install "
+                        "'electra[st]'") from None
+    part = "classifier" if "classifier" in opened.parts else "discriminator"
+    module = opened[part]
+    if part == "classifier":  # its encoder, as a discriminator's (the head left out)
+        disc = Discriminator(module.config)
+        disc.encoder.load_state_dict(module.encoder.state_dict())
+        module = disc
+    why = export_of(module.config).why_not(module.config, "discriminator")
+    if why:
+        raise UserError(f"export {src}: {why}")
+    with staged(out) as tmp:
+        claim.mark(tmp)
+        encoder_dir = tmp.parent / (tmp.name + "-encoder")
+        _write_hf_folder(encoder_dir, module, "discriminator", load_tokenizer(opened.tokenizer),
+                         _card(src, part, opened.meta or None), "feature-extraction")
+        try:
+            first = models.Transformer(str(encoder_dir),
+                                       max_seq_length=module.config.max_position_embeddings)
+            pool = models.Pooling(first.get_word_embedding_dimension(), pooling_mode=pooling)
+            SentenceTransformer(modules=[first, pool, models.Normalize()],
+                                device="cpu").save(str(tmp))
+        finally:
+            shutil.rmtree(encoder_dir, ignore_errors=True)
+    print(f"wrote {out} (sentence-transformers: the encoder, {pooling} pooling, normalised)")
     return out
 
 
