@@ -159,10 +159,14 @@ def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: st
     discriminator, or of a fine-tuned model's encoder), the pooling, a normaliser; built and
     saved by sentence-transformers itself."""
     try:
-        from sentence_transformers import SentenceTransformer, models
+        from sentence_transformers import SentenceTransformer
     except ImportError:
         raise UserError("--sentence-transformers needs sentence-transformers: pip install "
                         "'electra[st]'") from None
+    try:  # its modules' home since 5.x; sentence_transformers.models before
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:
+        from sentence_transformers import models  # type: ignore[no-redef]
     part = "classifier" if "classifier" in opened.parts else "discriminator"
     module = opened[part]
     if part == "classifier":  # its encoder, as a discriminator's (the head left out)
@@ -180,7 +184,9 @@ def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: st
         try:
             first = models.Transformer(str(encoder_dir),
                                        max_seq_length=module.config.max_position_embeddings)
-            pool = models.Pooling(first.get_word_embedding_dimension(), pooling_mode=pooling)
+            width = (getattr(first, "get_embedding_dimension", None)  # 6.x's name
+                     or first.get_word_embedding_dimension)()
+            pool = models.Pooling(width, pooling_mode=pooling)
             SentenceTransformer(modules=[first, pool, models.Normalize()],
                                 device="cpu").save(str(tmp))
         finally:
