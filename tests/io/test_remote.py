@@ -66,6 +66,13 @@ def test_prepare_and_pretrain_through_the_store_as_from_a_folder(s3, tmp_path, c
             assert fs.cat(f"data/shards/{rel}") == f.read_bytes(), rel
     assert "--out s3://data/shards already holds something" in cli_error(
         capsys, "prepare", "--input", "s3://data/corpus", *common, "--out", "s3://data/shards")
+    # --overwrite replaces a prepared folder only: a URL of other files is left as it was.
+    fs.pipe("data/notes/todo.txt", b"a user's notes")
+    assert "holds files `electra prepare` did not write" in cli_error(
+        capsys, "prepare", "--input", "s3://data/corpus", *common, "--out", "s3://data/notes",
+        "--overwrite")
+    assert fs.ls("data/notes") == ["data/notes/todo.txt"]
+    assert fs.cat("data/notes/todo.txt") == b"a user's notes"
 
     def pretrain(data: str, out: Path, *more: str) -> int:
         return main(["pretrain", "--preset", "tiny", "--data", data, "--out", str(out),
@@ -145,6 +152,13 @@ def test_a_missing_bucket_or_a_dropped_connection_is_one_line_and_a_rerun_goes_o
     got = remote.local("s3://data/big", "--data")
     assert sorted(p.name for p in got.iterdir()) == [f"part-{k}.bin" for k in range(3)]
     assert [r.rpartition("/")[2] for r in fetched] == ["part-1.bin", "part-2.bin"]  # resumed
+    # The store's copy rewritten with the same size: fetched again, not read stale.
+    fetched.clear()
+    fs.pipe("data/big/part-2.bin", bytes([9]) * 100_000)
+    got = remote.local("s3://data/big", "--data")
+    # (the store's client is one cached instance, wrapped twice by now: a name per wrapper)
+    assert {r.rpartition("/")[2] for r in fetched} == {"part-2.bin"}
+    assert (got / "part-2.bin").read_bytes() == bytes([9]) * 100_000
     # (the server stays up for this worker's later tests; its thread ends with the process)
 
 

@@ -23,6 +23,7 @@ import torch
 
 from electra.data.tokenizer import SpecialTokens, load_tokenizer
 from electra.errors import UserError
+from electra.io import hub
 from electra.runtime import autocast
 from electra.saved.models import open_model
 from electra.tasks.registry import load_task
@@ -38,6 +39,7 @@ class Encoder:
                  max_length: int | None = None, precision: str = "fp32") -> None:
         if pooling not in POOLINGS:
             raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
+        model = hub.resolve(model, "--model")  # a hub id's folder, read before opening it
         meta_kind = "classifier" if _is_classifier(model) else "discriminator"
         opened = open_model(model, meta_kind)
         self.module = opened[meta_kind].eval()
@@ -100,12 +102,11 @@ def sts(model: str | Path, data: str | Path, split: str = "dev", pooling: str = 
     from scipy.stats import spearmanr  # scipy's import takes a second: only when scoring
 
     task = load_task("stsb", data=str(data), split=split)
-    out = {}
+    enc, out = Encoder(model, pooling, normalize=True), {}
     for name, rows in task.dev.items():
         pairs = [r for r in rows if r.label is not None and r.text_b is not None]
         if not pairs:
             raise UserError(f"--data {data}: no scored pairs in its {name} split")
-        enc = Encoder(model, pooling, normalize=True)
         a = enc.encode([r.text_a for r in pairs], batch_size)
         b = enc.encode([r.text_b for r in pairs], batch_size)
         cosine = (a * b).sum(1)

@@ -294,19 +294,25 @@ class Prefetched:
     """A :class:`BatchLoader` one batch ahead: the next batch is read (and, for a GPU, copied
     into pinned memory, so that its transfer can overlap the step) in a thread while the
     current step runs. The same batches in the same order; ``state_dict`` is the position
-    after the last batch handed out, so a checkpoint resumes exactly as without it."""
+    after the last batch handed out, so a checkpoint resumes exactly as without it.
+    ``prepare``: host work on each batch done in that thread too (the micro-batches' layouts
+    under unpadding: ``electra.train.pretraining.with_layouts``)."""
 
-    def __init__(self, loader: BatchLoader | PhasedLoader, pin: bool = False) -> None:
+    def __init__(self, loader: Any, pin: bool = False,
+                 prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        self.loader, self.pin = loader, pin
+        self.loader, self.pin, self.prepare = loader, pin, prepare
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="electra-prefetch")
         self.pending: Any = None  # the next batch's future
         self.after = loader.state_dict()  # the position after the last batch handed out
 
-    def _read(self) -> dict[str, torch.Tensor]:
+    def _read(self) -> dict[str, Any]:
         batch = next(self.loader)
-        return {k: v.pin_memory() for k, v in batch.items()} if self.pin else batch
+        if self.prepare is not None:  # work on the batch's rows, here rather than in the step
+            batch = self.prepare(batch)
+        return {k: v.pin_memory() if isinstance(v, torch.Tensor) else v
+                for k, v in batch.items()} if self.pin else batch
 
     def __iter__(self) -> Prefetched:
         return self

@@ -598,9 +598,13 @@ def _prepare_to_store(opt: PrepareOptions) -> dict[str, Any]:
     """``--out URL``: prepared into a local folder of the cache, then uploaded (meta.json
     last); a URL that holds something already is refused unless ``--overwrite``."""
     url = opt.out.rstrip("/")
-    if remote.exists(url, "--out") and not opt.overwrite:
-        raise UserError(f"--out {url} already holds something; pass --overwrite to write over "
-                        f"it, or choose another URL")
+    if remote.exists(url, "--out"):
+        if not opt.overwrite:
+            raise UserError(f"--out {url} already holds something; pass --overwrite to write "
+                            f"over it, or choose another URL")
+        if not remote.exists(f"{url}/meta.json", "--out"):  # only what prepare wrote
+            raise UserError(f"--out {url} holds files `electra prepare` did not write (no "
+                            f"meta.json): nothing was changed; choose another URL")
     staging = remote.cache_root() / "outgoing" / hashlib.sha1(url.encode()).hexdigest()[:16]
     meta = prepare(replace(opt, out=str(staging / url.rpartition("/")[2]), overwrite=True))
     remote.upload(staging / url.rpartition("/")[2], url, "--out")

@@ -4,9 +4,10 @@ files) and as ``prepare --out``.
 
 Reading: a URL's file or folder is mirrored into a local cache (``ELECTRA_CACHE``, else
 ``~/.cache/electra/remote``), one folder per URL, each file fetched to ``NAME.part`` and
-renamed when whole, so an interrupted fetch resumes where it stopped and a complete file is
-never fetched again (a prepared folder's shards are checked against the sizes and checksums
-its meta.json records when it is opened). The cache is bounded (``ELECTRA_CACHE_GB``, 50 by
+renamed when whole, so an interrupted fetch resumes where it stopped and a file whose
+store copy has not changed (size and ETag or modification time) is never fetched again; a
+prepared folder's mirror is then opened as a local one is (its files' sizes and a sample of
+rows checked against its meta.json). The cache is bounded (``ELECTRA_CACHE_GB``, 50 by
 default): before a fetch, the mirrors used longest ago are removed until the new one fits.
 Processes that mirror the same URL at once (torchrun's ranks) take turns on a lock; the
 first fetches, the others find it whole. Writing: ``prepare --out URL`` prepares into a
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -81,33 +83,50 @@ def filesystem(url: str) -> tuple[Any, str]:
 
 
 def local(path: str | Path, flag: str) -> Path:
-    """``path`` itself, or a URL's file or folder mirrored into the cache."""
+    """``path`` itself, or a URL's file or folder mirrored into the cache. A file is fetched
+    again when the store's copy changed (its size or its stamp: ETag, else modification
+    time), so a URL prepared anew is not read stale."""
     if not is_url(path):
         return Path(path)
     url = str(path).rstrip("/")
     with reached(url, flag):
         fs, inside = filesystem(url)
-        if fs.isdir(inside):
-            files = {f: info["size"] for f, info in fs.find(inside, detail=True).items()}
+        folder = fs.isdir(inside)
+        if folder:
+            files = fs.find(inside, detail=True)
         elif fs.isfile(inside):
-            files = {inside: fs.info(inside)["size"]}
+            files = {inside: fs.info(inside)}
         else:
             raise FileNotFoundError(url)
-        base = inside if fs.isdir(inside) else inside.rpartition("/")[0]
+        base = inside if folder else inside.rpartition("/")[0]
         name = inside.rstrip("/").rpartition("/")[2] or "data"
         mirror = cache_root() / f"{hashlib.sha1(url.encode()).hexdigest()[:16]}-{name}"
         with _lock(mirror):
-            _make_room(mirror, sum(files.values()), flag, url)
-            for remote, size in sorted(files.items()):
-                target = mirror / remote[len(base):].lstrip("/")
-                if target.is_file() and target.stat().st_size == size:
-                    continue  # whole: fetched before
+            _make_room(mirror, sum(info["size"] for info in files.values()), flag, url)
+            stamps_file = mirror.with_name(mirror.name + ".stamps.json")  # beside it
+            stamps = json.loads(stamps_file.read_text()) if stamps_file.is_file() else {}
+            for remote, info in sorted(files.items()):
+                rel = remote[len(base):].lstrip("/")
+                target, stamp = mirror / rel, _stamp(info)
+                if (target.is_file() and target.stat().st_size == info["size"]
+                        and stamps.get(rel) == stamp):
+                    continue  # whole, and the store's copy unchanged: fetched before
                 target.parent.mkdir(parents=True, exist_ok=True)
                 part = target.with_name(target.name + ".part")
                 fs.get_file(remote, str(part))
                 part.replace(target)
+                stamps[rel] = stamp
+                stamps_file.write_text(json.dumps(stamps))  # after each: a rerun resumes
             os.utime(mirror)  # the mirror's last use, for the cache's bound
-    return mirror if fs.isdir(inside) else mirror / name
+    return mirror if folder else mirror / name
+
+
+def _stamp(info: dict[str, Any]) -> str:
+    """What says a store's file changed: its ETag, else its modification time, and size."""
+    for key in ("ETag", "etag", "LastModified", "mtime", "last_modified"):
+        if info.get(key) is not None:
+            return f"{info[key]}:{info['size']}"
+    return str(info["size"])
 
 
 def upload(folder: Path, url: str, flag: str) -> None:
@@ -142,14 +161,16 @@ def _make_room(mirror: Path, need: int, flag: str, url: str) -> None:
     if need > bound:
         raise UserError(f"{flag} {url}: {need / 1e9:.1f} GB is more than the cache's bound "
                         f"(ELECTRA_CACHE_GB={bound / 1e9:g}); raise it")
-    others = sorted((p for p in cache_root().iterdir() if p.is_dir() and p != mirror),
+
+    def size(folder: Path) -> int:
+        return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+    others = sorted((p for p in cache_root().iterdir()
+                     if p.is_dir() and p not in (mirror, cache_root() / "outgoing")),
                     key=lambda p: p.stat().st_mtime)
-
-    def used() -> int:
-        return sum(f.stat().st_size for f in cache_root().rglob("*") if f.is_file())
-
-    here = sum(f.stat().st_size for f in mirror.rglob("*") if f.is_file())
-    while others and used() - here + need > bound:
+    sizes = {p: size(p) for p in others}
+    used = sum(sizes.values())  # the others; this mirror's own files are replaced in place
+    while others and used + need > bound:
         old = others.pop(0)
         shutil.rmtree(old, ignore_errors=True)
-        Path(str(old) + ".lock").unlink(missing_ok=True)
+        used -= sizes[old]

@@ -121,8 +121,13 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
     rt, obj_cfg = trainer.rt, cfg.objective
     full = rows_without_padding(batch["attention_mask"])  # before the batch goes over
     rows = len(batch["input_ids"])  # batch_size / processes, fewer in a batch warmup
-    hosts = host_layouts(batch, micro, rt) if cfg.train.unpad else None  # no device reads
-    mine = Batch.of({k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}, full)
+    hosts = batch.get(LAYOUTS)  # made in the loader's thread (Prefetched); else here
+    if hosts is None and cfg.train.unpad:
+        hosts = host_layouts(batch, micro)
+    if hosts is not None:  # moved beside the rows: unpadding reads nothing off the device
+        hosts = [h.to(rt.device, pin=rt.pins_memory) for h in hosts]
+    mine = Batch.of({k: v.to(rt.device, non_blocking=True) for k, v in batch.items()
+                     if k != LAYOUTS}, full)
     norm, noise = step_draws(mine, rows * rt.world_size, cfg.model.vocab_size, special,
                              cfg.objective, trainer.streams["masking"], rt)
     stage = begin_step(trainer.model, obj_cfg, trainer.step)
@@ -139,13 +144,22 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
     return trainer.train_step(micro_step, tokens=norm.tokens, micro_batches=rows // micro)
 
 
-def host_layouts(batch: dict[str, torch.Tensor], micro: int, rt: Runtime) -> list[Any]:
-    """Each micro-batch's layout, computed on the host from the loader's rows and moved
-    beside them (``electra.model.kernels.HostLayout``): what unpadding (``train.unpad``)
-    would otherwise read off the device in every forward."""
+LAYOUTS = "host_layouts"  # a batch's key for its micro-batches' HostLayouts (train.unpad)
+
+
+def host_layouts(batch: dict[str, torch.Tensor], micro: int) -> list[Any]:
+    """Each micro-batch's layout, computed on the host from the loader's rows
+    (``electra.model.kernels.HostLayout``): what unpadding (``train.unpad``) would otherwise
+    read off the device in every forward. The run's loader computes them in its thread, one
+    batch ahead (:func:`with_layouts`), off the step's path."""
     mask, groups = batch["attention_mask"], batch.get("sequence_ids")
     return [HostLayout.of(mask[j : j + micro], None if groups is None else groups[j : j + micro])
-            .to(rt.device, pin=rt.pins_memory) for j in range(0, len(mask), micro)]
+            for j in range(0, len(mask), micro)]
+
+
+def with_layouts(micro: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """What the prefetching thread adds to each batch: its micro-batches' host layouts."""
+    return lambda batch: {**batch, LAYOUTS: host_layouts(batch, micro)}
 
 
 @torch.no_grad()
@@ -178,7 +192,8 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig,
         batch = Batch.of({k: v.to(rt.device) for k, v in host.items()})
         norm, noise = step_draws(batch, G, cfg.model.vocab_size, data.special,
                                  cfg.objective, rng, rt)
-        hosts = host_layouts(host, micro, rt) if tc.unpad else None
+        hosts = host_layouts(host, micro) if tc.unpad else None
+        hosts = None if hosts is None else [h.to(rt.device) for h in hosts]
         for j in range(0, per_rank, micro):
             rows = slice(j, min(j + micro, per_rank))
             part = batch.rows(rows) if hosts is None else replace(batch.rows(rows),
@@ -390,7 +405,8 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
                             f"model.max_position_embeddings={length}")
         _check_length(opt, model_cfg, length, per_rank // tc.grad_accum, rt)
     warm = batch_warmup(tc, data.seq_len)
-    loader = Prefetched(_loader(mixes, tc, warm, per_rank, rt), pin=rt.pins_memory)
+    loader = Prefetched(_loader(mixes, tc, warm, per_rank, rt), pin=rt.pins_memory,
+                        prepare=with_layouts(per_rank // tc.grad_accum) if tc.unpad else None)
     # The run's config names its slots (unset: derived from the data's sequence length) and
     # its first phase's mask rate (train.phases' LEN:FRACTION:MASK).
     objective = phase_objective(cfg.objective, tc.phases, data.seq_len)
