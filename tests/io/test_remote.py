@@ -172,3 +172,30 @@ def _counting(pair, fetched):
 
     fs.get_file = get_file
     return fs, inside
+
+
+def test_credentials_the_store_refuses_are_one_line_and_a_rerun_with_good_ones_goes_on(
+        s3, tmp_path, capsys):
+    """The server checks each request's key (moto's IAM authentication): a key it does not
+    know is refused, which is one line naming the credentials, exit 2, nothing written; the
+    same command with credentials it takes then prepares the data."""
+    import s3fs
+    from moto.core.authorization import enable_iam_authentication
+
+    write_corpus(tmp_path / "c.txt", n_docs=20)
+    assert main(["tokenizer", "train", "--input", str(tmp_path / "c.txt"), "--vocab-size",
+                 "100", "--out", str(tmp_path / "tok")]) == 0
+    store().put_file(str(tmp_path / "c.txt"), "data/creds/c.txt")
+    argv = ["prepare", "--input", "s3://data/creds/c.txt", "--tokenizer",
+            str(tmp_path / "tok"), "--seq-len", "32", "--out", str(tmp_path / "p")]
+    before = snapshot(tmp_path)
+    s3fs.S3FileSystem.clear_instance_cache()  # a client made now, with the key checked
+    try:
+        with enable_iam_authentication():
+            err = cli_error(capsys, *argv)
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+    assert err.startswith("electra: error: --input s3://data/creds/c.txt: access denied; "
+                          "check the store's credentials"), err
+    assert snapshot(tmp_path) == before
+    assert main(argv) == 0 and (tmp_path / "p/meta.json").is_file()
