@@ -6,7 +6,8 @@ Each checkout's own ``electra`` (its ``src``, this venv's packages) fine-tunes a
 from random init (``--random-init tiny``, a tokenizer trained here once for both) on the
 same files: a custom CSV (two seeds, ``select=best``), tagging (JSONL), SQuAD (v1.1 layout),
 COPA (the SuperGLUE fixture) and a two-task run (custom + COPA), each in fp32 with dropout
-for 2 epochs. Every file each run leaves is compared: JSON files and ``metrics.jsonl`` lines
+for 2 epochs, on 2 threads, each into the same --out path (moved aside after). Every file
+each run leaves is compared: JSON files and ``metrics.jsonl`` lines
 without their times, weights (``*.safetensors``) tensor by tensor, any other file byte for
 byte. Exit 0 when both agree bit for bit; otherwise every difference is listed.
 
@@ -74,7 +75,10 @@ def inputs(w: Path) -> None:
 def cases(w: Path, precision: str = "fp32") -> dict[str, list[str]]:
     common = ["--random-init", "tiny", "--tokenizer", str(w / "tok"), "--quiet",
               "--device", "cpu", "--set", f"precision={precision}", "--set", "epochs=2",
-              "--set", "batch_size=8"]
+              "--set", "batch_size=8",
+              # two threads whatever the machine's load (threads=0 takes fewer on a busy
+              # machine, and another thread count sums in another order)
+              "--set", "threads=2"]
     return {
         "custom": [*common, "--task", "custom", "--train", str(w / "train.csv"),
                    "--dev", str(w / "dev.csv"), "--seeds", "1,2", "--set", "select=best"],
@@ -168,7 +172,11 @@ def main() -> None:
         table, failed = cases(w, args.precision), 0
         for name in args.cases.split(","):
             for side, checkout in (("A", args.a), ("B", args.b)):
-                run(checkout.resolve(), table[name], w / side / name)
+                # one --out path for both (the cards and config.json name the command), and
+                # moved aside after
+                run(checkout.resolve(), table[name], w / "run")
+                (w / side).mkdir(exist_ok=True)
+                (w / "run").rename(w / side / name)
             diffs = compare(w / "A" / name, w / "B" / name)
             n = len(files(w / "A" / name))
             print(f"{name}: {'bitwise equal' if not diffs else 'DIFFERS'} ({n} files)")

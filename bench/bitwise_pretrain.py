@@ -50,6 +50,9 @@ def run(checkout: Path, work: Path, text: Path, vocab: Path, precision: str = "f
                                    f"train.precision={precision}", "train.log_every=3",
                                    "train.eval_every=6", "train.save_every=6",
                                    "train.warmup_steps=4",
+                                   # two threads whatever the machine's load (0 takes fewer
+                                   # on a busy one: another order of sums)
+                                   "train.threads=2",
                                    # the slots older checkouts used at every length
                                    "objective.max_predictions=19")
                       for a in ("--set", kv)]],

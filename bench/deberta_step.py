@@ -26,9 +26,9 @@ from __future__ import annotations
 import peer_step
 import torch
 
-from electra.config import model_preset
 from electra.data.tokenizer import SpecialTokens
-from electra.objectives.config import OBJECTIVE_PRESETS, ObjectiveConfig
+from electra.model.bodies import model_preset, recipe
+from electra.objectives.config import ObjectiveConfig
 
 PRESET = "debertav3-xsmall"
 VOCAB = 128_100
@@ -46,15 +46,15 @@ def batch(B: int, T: int, seed: int) -> dict[str, torch.Tensor]:
 def build(side: str, B: int, T: int):
     """The step function of one side."""
     cfg = model_preset(PRESET, vocab_size=VOCAB)
-    obj = ObjectiveConfig(**{**OBJECTIVE_PRESETS[PRESET], "max_predictions": int(0.155 * T)})
+    obj = ObjectiveConfig(**{**recipe(PRESET).objective, "max_predictions": int(0.155 * T)})
     torch.manual_seed(0)
     if side == "ours":
         return peer_step.ours(cfg, obj, SPECIAL, B)
 
     from transformers import DebertaV2ForMaskedLM, DebertaV2ForTokenClassification
 
+    from electra.model.bodies.deberta.hf import to_config as to_deberta_config
     from electra.objectives.masking import mask_inputs
-    from electra.saved.hf_format import to_deberta_config
 
     gen = DebertaV2ForMaskedLM(to_deberta_config(cfg.generator_config())).train()
     disc = DebertaV2ForTokenClassification(to_deberta_config(cfg, num_labels=2)).train()

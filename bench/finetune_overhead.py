@@ -26,7 +26,7 @@ import torch
 from finetune_step import sst2_batches
 from op_count import top_level_ops
 
-from electra.config import model_preset
+from electra.model.bodies import model_preset
 from electra.model.cast import CastOnce
 from electra.model.kernels import FAST_CPU
 from electra.runtime import autocast

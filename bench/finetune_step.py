@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from tokenizers import BertWordPieceTokenizer
 
-from electra.config import model_preset
+from electra.model.bodies import model_preset
 from electra.model.kernels import FAST_CPU
 from electra.runtime import autocast
 from electra.tasks.sequence.head import SequenceClassifier

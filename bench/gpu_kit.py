@@ -77,8 +77,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
 
-from electra.config import model_preset  # noqa: E402
 from electra.data.tokenizer import SpecialTokens  # noqa: E402
+from electra.model.bodies import model_preset  # noqa: E402
 from electra.objectives.config import ObjectiveConfig  # noqa: E402
 
 SPECIAL = SpecialTokens(pad=0, unk=100, cls=101, sep=102, mask=103)  # bert-base-uncased
@@ -266,9 +266,9 @@ def hf_step(preset: str, B: int, T: int, dev: torch.device,
     sequences, as transformers reads a row)."""
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
+    from electra.model.bodies.bert.hf import to_config as to_hf_config
     from electra.objectives.masking import mask_inputs
     from electra.runtime import autocast
-    from electra.saved.hf_format import to_hf_config
     from electra.train.optim import adamw, param_groups
 
     cfg = model_preset(preset, vocab_size=VOCAB, max_position_embeddings=max(512, T))
@@ -493,10 +493,10 @@ def scale_stage(kit: Kit, preset: str, T: int, variants: tuple[str, ...]) -> dic
     largest micro-batch that fits and the rest by accumulation; ``variants``: names of
     :data:`LEVERS` and ``hf`` (transformers' ELECTRA step, bf16, the same rows). Each:
     real tokens/s over three windows, MFU, the GPU's busy fraction; and over the default."""
-    from electra.config import TRAIN_PRESETS
+    from electra.model.bodies import recipe
     from electra.objectives.flops import step_flops_per_sequence
 
-    B = 8 if SMOKE else TRAIN_PRESETS[preset]["batch_size"]
+    B = 8 if SMOKE else recipe(preset).train["batch_size"]
     warmup, per = (2, 1) if SMOKE else (3, 3)
     batches = shard_batches(B, T, warmup + 4 * per, packed=True)
     cfg = model_preset(preset, vocab_size=VOCAB, max_position_embeddings=max(512, T))

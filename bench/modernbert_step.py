@@ -24,8 +24,8 @@ from __future__ import annotations
 import peer_step
 import torch
 
-from electra.config import model_preset
 from electra.data.tokenizer import SpecialTokens
+from electra.model.bodies import model_preset
 from electra.objectives.config import ObjectiveConfig
 
 VOCAB = 30522
@@ -50,8 +50,8 @@ def build(side: str, B: int, T: int):
 
     from transformers import ModernBertForMaskedLM
 
+    from electra.model.bodies.modernbert.hf import to_config as to_modernbert_config
     from electra.objectives.masking import mask_inputs
-    from electra.saved.hf_format import to_modernbert_config
 
     hf_cfg = to_modernbert_config(cfg)
     hf_cfg._attn_implementation = "sdpa"

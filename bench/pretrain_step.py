@@ -36,8 +36,8 @@ from pathlib import Path
 
 import torch
 
-from electra.config import model_preset
 from electra.data.tokenizer import SpecialTokens
+from electra.model.bodies import model_preset
 from electra.objectives.config import ObjectiveConfig
 from electra.objectives.flops import step_flops_per_sequence
 
@@ -92,8 +92,9 @@ def build(side: str, dropout: float = 0.1):
 
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
+    from electra.model.bodies.bert.hf import to_config as to_hf_config
+    from electra.model.bodies.bert.hf import to_state as to_hf_state_dict
     from electra.objectives.masking import mask_inputs
-    from electra.saved.hf_format import to_hf_config, to_hf_state_dict
 
     disc = ElectraForPreTraining(to_hf_config(cfg))
     gen = ElectraForMaskedLM(to_hf_config(cfg.generator_config()))
@@ -150,8 +151,9 @@ def disc_loss_on_same_corruption() -> float:
     from transformers import ElectraForPreTraining
 
     from electra.model import Discriminator
+    from electra.model.bodies.bert.hf import to_config as to_hf_config
+    from electra.model.bodies.bert.hf import to_state as to_hf_state_dict
     from electra.objectives.losses import discriminator_loss
-    from electra.saved.hf_format import to_hf_config, to_hf_state_dict
 
     cfg = model_preset("small", hidden_dropout=0.0, attention_dropout=0.0)
     torch.manual_seed(0)

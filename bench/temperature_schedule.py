@@ -24,10 +24,11 @@ import time
 from pathlib import Path
 
 from electra.commands.pretrain import PretrainOptions, pretrain
-from electra.config import TrainConfig, model_preset
+from electra.config import TrainConfig
 from electra.data.prepare import PrepareOptions, prepare
 from electra.data.tokenizer import train_tokenizer
 from electra.experiments.demo import write_corpus
+from electra.model.bodies import model_preset
 from electra.objectives.config import ObjectiveConfig, RunConfig
 from electra.runtime import start
 from electra.train.metrics import iter_metrics

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from electra.config import ModelConfig, model_preset
+from electra.config import ModelConfig
 from electra.data.tokenizer import SpecialTokens, train_tokenizer
+from electra.model.bodies import model_preset
 from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.saved import folders
 

@@ -8,8 +8,9 @@ import re
 import pytest
 from helpers import ROOT
 
-from electra.config import FinetuneConfig, ModelConfig, TrainConfig, model_preset
+from electra.config import FinetuneConfig, ModelConfig, TrainConfig
 from electra.errors import UserError
+from electra.model.bodies import model_preset
 from electra.objectives.config import ObjectiveConfig, load_run_config
 
 

@@ -63,8 +63,8 @@ def test_sts_is_the_spearman_of_the_cosines(tmp_path):
     (tmp_path / "c.txt").write_text("\n".join(r.split("\t")[7] + " " + r.split("\t")[8]
                                               for r in rows[1:]) + "\n")
     tok = train_tokenizer([str(tmp_path / "c.txt")], 300, tmp_path / "tok")
-    from electra.config import model_preset
     from electra.model import Discriminator
+    from electra.model.bodies import model_preset
     from electra.saved import folders
 
     torch.manual_seed(0)

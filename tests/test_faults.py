@@ -328,8 +328,8 @@ def add_issue_58_fixtures(w: Path) -> None:
     (random weights, the world's vocabulary), exported as electra writes them."""
     import torch
 
-    from electra.config import model_preset
     from electra.data.tokenizer import load_tokenizer
+    from electra.model.bodies import model_preset
     from electra.objectives.pretraining import ElectraPretrainingModel
     from electra.saved import folders
 

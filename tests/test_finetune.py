@@ -13,9 +13,9 @@ from helpers import cli_error, ctrl_c_in_step, shared_data, snapshot, write_sent
 from safetensors.torch import load_file
 
 from electra.cli import main
-from electra.config import model_preset
 from electra.data.tokenizer import train_tokenizer
 from electra.model import Discriminator
+from electra.model.bodies import model_preset
 from electra.saved import folders
 from electra.tasks.sequence.head import Sequence, SequenceClassifier
 from electra.train.metrics import TIMING_KEYS

@@ -11,10 +11,10 @@ import torch
 from helpers import write_sentiment
 
 from electra.cli import main
-from electra.config import model_preset
 from electra.data.examples import read_custom
 from electra.data.tokenizer import train_tokenizer
 from electra.model import Discriminator
+from electra.model.bodies import model_preset
 from electra.saved import folders
 
 

@@ -144,8 +144,10 @@ def test_a_taken_name_is_refused_and_the_registries_are_read_when_used(registere
         hf_keys = (("toy.weight", "hf_toy.weight"),)
 
     registered(heads, Exported())
-    assert hf_format.hf_class("exported") == "HFExported"
-    assert ("toy.weight", "hf_toy.weight") in hf_format.key_table("exported")
+    from electra.model.bodies.bert.hf import key_table
+
+    assert hf_format.export_of(tiny_config()).cls("exported") == "HFExported"
+    assert ("toy.weight", "hf_toy.weight") in key_table("exported", hf_format.task_of("exported"))
 
 
 def test_a_new_family_is_one_file_and_one_registry_line(registered, tmp_path, capsys):

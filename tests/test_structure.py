@@ -21,7 +21,7 @@ LOOPS = {"electra.commands.pretrain": {"electra.experiments.demo", "electra.expe
 # live names; electra.objectives.config: the run's sections, for --set help; no torch)
 CLI_IMPORTS = {"electra", "electra.config", "electra.errors", "electra.io.files",
                "electra.objectives.registry", "electra.objectives.config",
-               "electra.tasks.registry",
+               "electra.tasks.registry", "electra.model.bodies",  # presets, help only
                "electra.data.examples", "electra.runtime",
                "electra.invocation", "electra.train.stop"}  # stdlib alone: the advice, signals
 

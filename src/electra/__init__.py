@@ -33,7 +33,7 @@ _LAZY = {  # name -> (module, its attribute)
     "ModelConfig": ("electra.config", "ModelConfig"),
     "ObjectiveConfig": ("electra.objectives.config", "ObjectiveConfig"),
     "FinetuneConfig": ("electra.config", "FinetuneConfig"),
-    "model_preset": ("electra.config", "model_preset"),
+    "model_preset": ("electra.model.bodies", "model_preset"),
     "UserError": ("electra.errors", "UserError"),
     "Discriminator": ("electra.model", "Discriminator"),
     "Generator": ("electra.model", "Generator"),

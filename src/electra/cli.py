@@ -19,7 +19,6 @@ from typing import Any, NoReturn
 from electra import __version__, invocation
 from electra.config import (
     DEFAULT_TIMEOUT_S,
-    MODEL_PRESETS,
     FinetuneConfig,
     ModelConfig,
     TrainConfig,
@@ -54,6 +53,12 @@ def _tasks() -> str:
     from electra.tasks.registry import HEADS  # the live registry (torch: see Later)
 
     return "; ".join(h.help for h in HEADS.values() if h.help)
+
+
+def _presets() -> str:
+    from electra.model.bodies import preset_names  # every body's recipes (torch: see Later)
+
+    return ", ".join(preset_names())
 
 
 def _objectives() -> list[str]:
@@ -210,8 +215,9 @@ COMMANDS: dict[str, Command] = {
         "and --out. Or check a prepared folder: --verify DATA."),
     "pretrain": Command(
         "pretrain generator + discriminator (ELECTRA)", "electra.commands.pretrain:main", (
-            OneOf((arg("--preset", choices=list(MODEL_PRESETS),
-                       help="the paper's model size and pretraining hyperparameters"),
+            OneOf((arg("--preset", metavar="NAME", help=Later(
+                       lambda: "the paper's model size and pretraining hyperparameters (a "
+                       "body's recipe): " + _presets())),
                    arg("--config", metavar="FILE.toml", help="[model] [objective] [train] "
                        "tables; `preset = \"small\"` at the top starts from a preset"))),
             arg("--data", help="a folder written by `electra prepare`, or a weighted mixture "
@@ -287,8 +293,8 @@ COMMANDS: dict[str, Command] = {
             arg("--data", required=True, help="a folder written by `electra prepare`"),
             OneOf((arg("--config", metavar="BASE.toml", help="the model and training settings "
                        "every objective shares (no objective.kind)"),
-                   arg("--preset", choices=list(MODEL_PRESETS),
-                       help="instead of --config: a preset"))),
+                   arg("--preset", metavar="NAME", help=Later(
+                       lambda: "instead of --config: a preset, one of " + _presets())))),
             arg("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                 help="override a base setting, e.g. --set train.batch_size=64"),
             arg("--objectives", default="electra,mlm,random", help=Later(

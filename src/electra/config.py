@@ -228,13 +228,7 @@ class ModelConfig:
                f"model.layer_norm_eps ({self.layer_norm_eps!r}) and model.initializer_range "
                f"({self.initializer_range!r}) must be > 0; BERT uses 1e-12 and 0.02")
         _check_ranges(self)
-        _check(self.local_attention >= 2 and self.local_attention % 2 == 0,
-               f"model.local_attention={self.local_attention} must be an even number of "
-               f"tokens >= 2 (ModernBERT's is 128)")
-        if self.body == "deberta":  # its relative positions (the other bodies have none)
-            self._check_positions()
-        if self.body == "modernbert":  # RoPE turns pairs of a head's dimensions
-            self._check_rope_heads()
+        # a body's own settings are its own to check (electra.model.bodies: Body.check)
         _check(self.generator_layers <= self.num_layers,
                f"model.generator_layers={self.generator_layers} is deeper than the "
                f"discriminator's {self.num_layers} blocks; give at most {self.num_layers} "
@@ -243,46 +237,6 @@ class ModelConfig:
                f"model.pad_token_id={self.pad_token_id} is outside the vocabulary "
                f"(size {self.vocab_size})")
         self._check_memory()
-
-    def check_exportable(self) -> None:
-        """What a pretraining run checks before it starts: a deberta or modernbert body
-        whose embeddings are narrower than its blocks trains, but transformers' classes have
-        no place for ELECTRA's projection, so ``electra export`` would refuse it hours later."""
-        if self.body in ("deberta", "modernbert"):
-            _check(self.embedding_size == self.hidden_size,
-                   f"model.embedding_size={self.embedding_size} differs from "
-                   f"model.hidden_size={self.hidden_size}: a {self.body} body's embeddings are "
-                   f"as wide as its blocks (transformers' classes have no place for ELECTRA's "
-                   f"projection, so the model could not be exported); set "
-                   f"model.embedding_size={self.hidden_size}")
-
-    def _check_rope_heads(self) -> None:
-        heads = {"discriminator": (self.hidden_size, self.num_heads)}
-        if self.generator_size != 1.0:
-            m = self.generator_size
-            g_heads = max(1, round(self.num_heads * m))
-            g_hidden = max(g_heads, round(self.hidden_size * m))
-            heads["generator"] = (g_hidden - g_hidden % g_heads, g_heads)
-        for part, (hidden, n) in heads.items():
-            _check((hidden // n) % 2 == 0,
-                   f"model: the {part}'s heads are {hidden // n} wide ({hidden} / {n} heads);"
-                   f" ModernBERT's rotary positions turn pairs of a head's dimensions, so give "
-                   f"model.hidden_size and model.num_heads (and model.generator_size) that "
-                   f"make an even head width (e.g. 64)")
-
-    def _check_positions(self) -> None:
-        """DeBERTa's relative-position settings: terms it knows, buckets the log scale can
-        place (an even count of 4 or more, and distances beyond half of them)."""
-        terms = [t for t in self.pos_att_type.split("|") if t]
-        _check(all(t in ("c2p", "p2c") for t in terms) and len(set(terms)) == len(terms),
-               f"model.pos_att_type={self.pos_att_type!r}: give c2p and/or p2c, |-separated "
-               f"(DeBERTa-V3's p2c|c2p), or empty for content only")
-        far = self.max_relative_positions or self.max_position_embeddings
-        b = self.position_buckets
-        _check(not b or (b >= 4 and b % 2 == 0 and far > b // 2 + 1),
-               f"model.position_buckets={b} cannot be placed on a log scale out to "
-               f"{far} positions: give an even count >= 4 below 2 x (max_relative_positions "
-               f"- 1) (DeBERTa-V3: 256 buckets, 512 positions), or 0 for none")
 
     def parameters(self) -> int:
         """About how many parameters the discriminator has (embeddings and blocks)."""
@@ -324,61 +278,6 @@ class ModelConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-BODY_DEFAULTS: dict[str, dict[str, Any]] = {
-    "bert": {"hidden_dropout": 0.1, "attention_dropout": 0.1, "layer_norm_eps": 1e-12},
-    "modernbert": {"hidden_dropout": 0.0, "attention_dropout": 0.0, "layer_norm_eps": 1e-5},
-    "deberta": {"hidden_dropout": 0.1, "attention_dropout": 0.1, "layer_norm_eps": 1e-7},
-}
-"""What a body brings when a config switches to it (``--set model.body=modernbert`` on a BERT
-preset): its published dropout and LayerNorm epsilon (ModernBERT: none and 1e-5; DeBERTa-V3:
-0.1 and 1e-7), unless the same config sets them."""
-
-MODEL_PRESETS: dict[str, ModelConfig] = {
-    # For tests and the demo: a few minutes of CPU pretraining show it learning.
-    "tiny": ModelConfig(embedding_size=128, hidden_size=128, num_layers=4, num_heads=2,
-                        intermediate_size=512, max_position_embeddings=512),
-    # The paper's sizes (Table 6): ELECTRA-Small, -Base, -Large.
-    "small": ModelConfig(embedding_size=128, hidden_size=256, num_layers=12, num_heads=4,
-                         intermediate_size=1024, generator_size=0.25),
-    "base": ModelConfig(embedding_size=768, hidden_size=768, num_layers=12, num_heads=12,
-                        intermediate_size=3072, generator_size=1 / 3),
-    "large": ModelConfig(embedding_size=1024, hidden_size=1024, num_layers=24, num_heads=16,
-                         intermediate_size=4096, generator_size=0.25),
-    # ModernBERT bodies: the published base (22 x 768, GeGLU 1152, 8,192 tokens) and a small
-    # one sized like the published ~17M encoders (7 x 256); no dropout, as published.
-    "modernbert-small": ModelConfig(body="modernbert", embedding_size=256, hidden_size=256,
-                                    num_layers=7, num_heads=4, intermediate_size=384,
-                                    max_position_embeddings=8192, generator_size=0.25,
-                                    **BODY_DEFAULTS["modernbert"]),
-    "modernbert-base": ModelConfig(body="modernbert", embedding_size=768, hidden_size=768,
-                                   num_layers=22, num_heads=12, intermediate_size=1152,
-                                   max_position_embeddings=8192, generator_size=1 / 3,
-                                   **BODY_DEFAULTS["modernbert"]),
-}
-# ModernBERT's recipe on those bodies: 30% masking, the trapezoidal schedule (wsd with a
-# 1-sqrt decay); the objective's part is electra.objectives.config.OBJECTIVE_PRESETS.
-MODEL_PRESETS["modernbert-small-mask30"] = MODEL_PRESETS["modernbert-small"]
-MODEL_PRESETS["modernbert-base-mask30"] = MODEL_PRESETS["modernbert-base"]
-# DeBERTa-V3's released shapes (microsoft/DeBERTa's experiments/language_model/rtd_*.json):
-# the generator as wide as the discriminator and half as deep, 256 position buckets over 512
-# positions, LayerNorm eps 1e-7; the objective's part (RTD, GDES) is OBJECTIVE_PRESETS'.
-for _name, (_layers, _width, _heads) in {"xsmall": (12, 384, 6), "small": (6, 768, 12),
-                                          "base": (12, 768, 12)}.items():
-    MODEL_PRESETS[f"debertav3-{_name}"] = ModelConfig(
-        body="deberta", embedding_size=_width, hidden_size=_width, num_layers=_layers,
-        num_heads=_heads, intermediate_size=4 * _width, max_position_embeddings=512,
-        generator_size=1.0, generator_layers=_layers // 2, **BODY_DEFAULTS["deberta"])
-
-
-def model_preset(name: str, **overrides: Any) -> ModelConfig:
-    """A named preset (``tiny``, ``small``, ``base``, ``large``; ``modernbert-small``,
-    ``modernbert-base``, and each with ``-mask30``; ``debertav3-xsmall``, ``-small``,
-    ``-base``) with ``overrides`` applied."""
-    if name not in MODEL_PRESETS:
-        raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(MODEL_PRESETS)}")
-    return MODEL_PRESETS[name].replace(**overrides)
 
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
@@ -636,35 +535,6 @@ def _check_adam(beta1: float, beta2: float, eps: float, prefix: str) -> None:
            f"{prefix}adam_beta1 ({beta1!r}) and {prefix}adam_beta2 ({beta2!r}) must be in "
            f"[0, 1); ELECTRA uses 0.9 and 0.999")
     _check(eps > 0.0, f"{prefix}adam_eps must be > 0, got {eps!r}; ELECTRA uses 1e-6")
-
-
-TRAIN_PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": {"lr": 1e-3, "batch_size": 32, "warmup_steps": 100, "max_steps": 2000},
-    # The paper's Table 6 (ELECTRA-Small uses seq 128, Base 512).
-    "small": {"lr": 5e-4, "batch_size": 128, "warmup_steps": 10_000, "max_steps": 1_000_000},
-    "base": {"lr": 2e-4, "batch_size": 256, "warmup_steps": 10_000, "max_steps": 766_000},
-    "large": {"lr": 2e-4, "batch_size": 2048, "warmup_steps": 10_000, "max_steps": 400_000},
-    # ELECTRA's schedules at the same sizes (ModernBERT's own recipe: issue 44's recipes).
-    "modernbert-small": {"lr": 5e-4, "batch_size": 128, "warmup_steps": 10_000,
-                         "max_steps": 1_000_000},
-    "modernbert-base": {"lr": 2e-4, "batch_size": 256, "warmup_steps": 10_000,
-                        "max_steps": 766_000},
-    # ModernBERT's trapezoid: the peak until the last 10%, then 1 - sqrt to 0.
-    "modernbert-small-mask30": {"lr": 5e-4, "batch_size": 128, "warmup_steps": 10_000,
-                                "max_steps": 1_000_000, "schedule": "wsd",
-                                "decay_fraction": 0.1, "decay_shape": "1-sqrt"},
-    "modernbert-base-mask30": {"lr": 2e-4, "batch_size": 256, "warmup_steps": 10_000,
-                               "max_steps": 766_000, "schedule": "wsd", "decay_fraction": 0.1,
-                               "decay_shape": "1-sqrt"},
-    # microsoft/DeBERTa's experiments/language_model/rtd.sh (its xsmall's for small, which it
-    # does not list): 10k warmup steps, 1M steps
-    "debertav3-xsmall": {"lr": 3e-4, "batch_size": 64, "warmup_steps": 10_000,
-                         "max_steps": 1_000_000},
-    "debertav3-small": {"lr": 3e-4, "batch_size": 64, "warmup_steps": 10_000,
-                        "max_steps": 1_000_000},
-    "debertav3-base": {"lr": 1e-4, "batch_size": 256, "warmup_steps": 10_000,
-                       "max_steps": 1_000_000},
-}
 
 
 def parse_value(text: str) -> Any:

@@ -12,7 +12,7 @@ import torch
 from helpers import make_run, write_sentiment
 
 from electra.cli import main
-from electra.config import model_preset
+from electra.model.bodies import model_preset
 from electra.saved import cards
 from electra.train.metrics import iter_metrics
 
@@ -30,7 +30,7 @@ def card(folder: Path):
 def downloaded(tmp_path: Path) -> Path:
     """A random-weight ELECTRA discriminator where the hub's cache keeps google's, with the
     README (license) the hub serves beside it."""
-    from electra.saved.hf_format import to_hf_config
+    from electra.model.bodies.bert.hf import to_config as to_hf_config
 
     folder = tmp_path / "hub/models--google--electra-tiny-discriminator/snapshots/0a1b2c"
     run, _ = make_run(tmp_path, "tiny")  # a vocabulary of the corpus c.txt

@@ -13,8 +13,8 @@ from helpers import cli_error, make_batch, make_run, write_corpus
 from safetensors.torch import load_file
 
 from electra.cli import main
-from electra.config import model_preset
 from electra.data.tokenizer import SpecialTokens, load_tokenizer, train_tokenizer
+from electra.model.bodies import model_preset
 from electra.saved import folders
 
 transformers = pytest.importorskip("transformers")
@@ -75,7 +75,7 @@ def test_export_then_import_is_bitwise(tmp_path, capsys):
 
 
 def test_import_a_transformers_model_and_a_fresh_generator(tmp_path):
-    from electra.saved.hf_format import to_hf_config
+    from electra.model.bodies.bert.hf import to_config as to_hf_config
 
     cfg = model_preset("tiny", vocab_size=120)
     torch.manual_seed(1)
@@ -107,7 +107,7 @@ def test_bad_input(tmp_path, capsys):
     assert "--overwrite" in err("export", run, "--out", tmp_path / "hf")
     assert "no config.json" in err("import", tmp_path / "tok", "--out", tmp_path / "y")
     # A generator whose vocabulary differs from the discriminator's.
-    from electra.saved.hf_format import to_hf_config
+    from electra.model.bodies.bert.hf import to_config as to_hf_config
 
     g = transformers.ElectraForMaskedLM(to_hf_config(model_preset("tiny", vocab_size=99)
                                                      .generator_config()))

@@ -251,8 +251,8 @@ def test_a_released_v3_folder_imports_and_continues_pretraining_with_rtd(
 def test_starting_from_a_plain_pair_under_gdes_keeps_the_discriminators_table():
     """`pretrain --init` into a GDES model: the generator's weights as they are, and E_Δ the
     discriminator's table less the generator's, so the discriminator reads its own table."""
-    from electra.config import model_preset
     from electra.model import Discriminator, Generator
+    from electra.model.bodies import model_preset
     from electra.objectives.config import ObjectiveConfig
     from electra.objectives.pretraining import ElectraPretrainingModel
 

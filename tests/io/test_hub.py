@@ -57,8 +57,8 @@ def offline(tmp_path, monkeypatch) -> Path:
 def electra_folder(tmp_path: Path) -> tuple[Path, Path]:
     """A transformers ElectraForPreTraining folder with random weights and the vocabulary of
     a letters corpus (and that corpus)."""
-    from electra.config import model_preset
-    from electra.saved.hf_format import to_hf_config
+    from electra.model.bodies import model_preset
+    from electra.model.bodies.bert.hf import to_config as to_hf_config
 
     (tmp_path / "src").mkdir()
     run, _ = make_run(tmp_path / "src", "tiny")

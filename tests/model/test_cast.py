@@ -25,7 +25,7 @@ def model_for(body: str, seed: int = 0) -> torch.nn.Module:
     preset = over.pop("preset", None)
     cfg = tiny_config(hidden_dropout=0.1, attention_dropout=0.1, **over)
     if preset is not None:
-        from electra.config import model_preset
+        from electra.model.bodies import model_preset
 
         cfg = model_preset(preset, **{k: getattr(cfg, k) for k in (
             "vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads",

@@ -12,7 +12,7 @@ import torch
 from helpers import make_batch
 
 from electra.config import ModelConfig
-from electra.model.deberta import DebertaEncoder, relative_buckets
+from electra.model.bodies.deberta.model import DebertaEncoder, relative_buckets
 
 transformers = pytest.importorskip("transformers")
 
@@ -109,7 +109,7 @@ def test_flops_a_token_equal_torchs_count_of_a_forward():
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    from electra.model.deberta import deberta_macs_per_token, table_rows
+    from electra.model.bodies.deberta.model import deberta_macs_per_token, table_rows
 
     ours, _ = pair()
     T = 32
@@ -128,7 +128,7 @@ def test_the_rows_a_row_reads_are_the_ones_its_distances_reach():
     """table_rows holds every bucket of the row's distances (the gathers index inside it),
     for lengths in and beyond the exact range, with and without buckets; at V3's 256 buckets
     a row of 128 tokens reads 257 of the 512 rows, one of 512 tokens all of them."""
-    from electra.model.deberta import position_span, table_rows
+    from electra.model.bodies.deberta.model import position_span, table_rows
 
     for cfg in (ModelConfig(body="deberta", position_buckets=16, max_relative_positions=64),
                 ModelConfig(body="deberta", position_buckets=0, max_relative_positions=24),

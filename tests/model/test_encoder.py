@@ -6,13 +6,15 @@ import pytest
 import torch
 from helpers import make_batch, tiny_config
 
-from electra.config import model_preset
 from electra.data.tokenizer import SpecialTokens
 from electra.errors import UserError
 from electra.model import Discriminator, count_parameters
+from electra.model.bodies import model_preset
+from electra.model.bodies.bert.hf import from_state as from_hf_state_dict
+from electra.model.bodies.bert.hf import to_config as to_hf_config
+from electra.model.bodies.bert.hf import to_state as to_hf_state_dict
 from electra.objectives.config import ObjectiveConfig
 from electra.objectives.pretraining import ElectraPretrainingModel
-from electra.saved.hf_format import from_hf_state_dict, to_hf_config, to_hf_state_dict
 
 transformers = pytest.importorskip("transformers")
 

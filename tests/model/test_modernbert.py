@@ -8,10 +8,11 @@ import pytest
 import torch
 from helpers import make_batch
 
-from electra.config import model_preset
 from electra.model import Discriminator, Generator, encoder_for
+from electra.model.bodies import model_preset
+from electra.model.bodies.modernbert.hf import to_config as to_modernbert_config
+from electra.model.bodies.modernbert.hf import to_state as to_modernbert_state_dict
 from electra.model.kernels import FAST_CPU, Kernels
-from electra.saved.hf_format import to_modernbert_config, to_modernbert_state_dict
 
 transformers = pytest.importorskip("transformers")
 
@@ -166,7 +167,7 @@ def test_each_fine_tuning_head_equals_its_modernbert_for_class(head):
     """A fine-tuning head on the ModernBERT body is ModernBERT's (dense -> GELU -> norm, then
     the classifier; [CLS] pooling for a sequence or a choice): through the export key table,
     transformers' ModernBertFor* class gives our logits within 1e-5 on padded rows."""
-    from electra.saved.hf_format import EXPORTS
+    from electra.saved.hf_format import export_of
     from electra.tasks.choice.head import MultipleChoice
     from electra.tasks.qa.head import QuestionAnswerer
     from electra.tasks.sequence.head import SequenceClassifier
@@ -181,7 +182,7 @@ def test_each_fine_tuning_head_equals_its_modernbert_for_class(head):
         "qa": (QuestionAnswerer(cfg), "qa", "ModernBertForQuestionAnswering", {}),
         "choice": (MultipleChoice(cfg), "multiple_choice", "ModernBertForMultipleChoice", {}),
     }[head]
-    fmt = EXPORTS["modernbert"]
+    fmt = export_of(cfg)
     assert fmt.cls(part) == cls and fmt.why_not(cfg, part) is None
     randomized(ours)
     hf_cfg = fmt.config(cfg, **extra)

@@ -224,8 +224,8 @@ def write_qa(path, n_articles: int, seed: int = 0, impossible: bool = False) -> 
 def qa_run(tmp_path_factory):
     import torch
 
-    from electra.config import model_preset
     from electra.model import Discriminator
+    from electra.model.bodies import model_preset
     from electra.saved import folders
 
     root = tmp_path_factory.mktemp("qa")
@@ -251,8 +251,8 @@ def test_a_modern_body_learns_squad(qa_run, tmp_path, body):
     DebertaV2ForQuestionAnswering with its start and end logits."""
     import torch
 
-    from electra.config import model_preset
     from electra.model import Discriminator
+    from electra.model.bodies import model_preset
     from electra.saved import folders
 
     tok = load_tokenizer(qa_run / "tok")

@@ -308,9 +308,9 @@ def test_a_deberta_body_learns_a_superglue_task_and_exports_its_head(tmp_path, t
     DebertaV2ForSequenceClassification / ...ForMultipleChoice with nothing missing."""
     import torch
 
-    from electra.config import model_preset
     from electra.data.tokenizer import load_tokenizer
     from electra.model import Discriminator
+    from electra.model.bodies import model_preset
     from electra.saved import folders
 
     tokenizer = load_tokenizer(tok)

@@ -12,9 +12,9 @@ import torch
 from helpers import shared_data
 
 from electra.cli import main
-from electra.config import model_preset
 from electra.data.tokenizer import train_tokenizer
 from electra.model import Discriminator
+from electra.model.bodies import model_preset
 from electra.saved import folders
 from electra.tasks.tagging.data import (
     IGNORE,

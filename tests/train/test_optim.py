@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import small_model
 
-from electra.config import model_preset
+from electra.model.bodies import model_preset
 from electra.tasks.sequence.head import SequenceClassifier
 from electra.train.optim import (
     layer_depth,

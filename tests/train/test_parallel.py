@@ -276,8 +276,8 @@ def test_fsdp_trains_like_ddp_and_resumes(setup, runs, tmp_path):
 def test_finetune_on_two_processes_equals_one(tmp_path):
     from helpers import write_sentiment
 
-    from electra.config import model_preset
     from electra.model import Discriminator
+    from electra.model.bodies import model_preset
     from electra.saved import folders
 
     write_sentiment(tmp_path / "train.csv", 256, 0)

@@ -53,7 +53,6 @@ from electra.config import (
     FinetuneConfig,
     config_from_dict,
     load_finetune_config,
-    model_preset,
 )
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
@@ -61,6 +60,7 @@ from electra.io import hub, remote
 from electra.io.files import disk_errors, publish, read_json, write_json
 from electra.io.outputs import Claim, claim_out
 from electra.io.trackers import check_reachable, parse_log_to
+from electra.model.bodies import model_preset
 from electra.runtime import Runtime, check_compile, start
 from electra.saved import folders
 from electra.saved.models import open_model

@@ -20,7 +20,7 @@ import torch
 
 from electra import invocation
 from electra.commands import pretrain as pretrain_command  # a module: tests stop its run
-from electra.config import TrainConfig, model_preset
+from electra.config import TrainConfig
 from electra.data.prepare import PrepareOptions, prepare
 from electra.data.tokenizer import SpecialTokens, load_tokenizer, train_tokenizer
 from electra.errors import UserError
@@ -28,6 +28,7 @@ from electra.experiments.plot import plot_run
 from electra.io.checkpoint import latest_checkpoint
 from electra.io.files import write_json
 from electra.io.outputs import claim_out
+from electra.model.bodies import model_preset
 from electra.objectives.config import ObjectiveConfig, RunConfig, apply_overrides
 from electra.objectives.masking import mask_inputs
 from electra.objectives.sampling import corrupt, sample

@@ -5,10 +5,11 @@ outside (``electra.runtime``, ``electra.train.parallel``); the generator/discrim
 pair trained together is the objective's (``electra.objectives.pretraining``); the
 fine-tuning heads (:class:`EncoderWithHead` subclasses) are the tasks' (``electra.tasks``).
 Every forward takes transformers' argument order ``(input_ids, attention_mask,
-token_type_ids)``. The body (``model.body``: ``bert``, ELECTRA's, in ``bert.py``;
-``modernbert`` in ``modernbert.py``) comes from the registry in ``bodies.py``. The BERT
-body's parameters map one-to-one onto transformers' ``ElectraForMaskedLM`` (generator) and
-``ElectraForPreTraining`` (discriminator); ``electra.saved.hf`` holds that key table. Dropout
+token_type_ids)``. The body (``model.body``: ``bert``, ELECTRA's; ``modernbert``;
+``deberta``) comes from the registry in ``bodies/``, each body one folder (its model, its
+transformers format, its recipes). The BERT body's parameters map one-to-one onto
+transformers' ``ElectraForMaskedLM`` (generator) and ``ElectraForPreTraining``
+(discriminator); ``bodies/bert/hf.py`` holds that key table. Dropout
 and attention run through the kernels the model is built with (``electra.model.kernels``).
 
 Shapes: B batch, T sequence length, P predicted positions per sequence, E embedding size,
@@ -22,7 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from electra.config import ModelConfig
-from electra.model.bert import (
+from electra.model.bodies import BODIES, Body, blocks, body_of, encoder_for, task_transform
+from electra.model.bodies.bert.model import (
     QKV,
     Block,
     Embeddings,
@@ -31,7 +33,6 @@ from electra.model.bert import (
     fuse_qkv,
     split_qkv,
 )
-from electra.model.bodies import BODIES, Body, blocks, body_of, encoder_for, task_transform
 from electra.model.cast import Linear
 from electra.model.kernels import Kernels, Layout
 from electra.model.layers import GDES, Dropout, init_weights

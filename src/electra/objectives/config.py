@@ -14,9 +14,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from electra.config import (
-    BODY_DEFAULTS,
-    MODEL_PRESETS,
-    TRAIN_PRESETS,
     ModelConfig,
     TrainConfig,
     _check,
@@ -26,7 +23,6 @@ from electra.config import (
     config_from_dict,
     config_keys,
     did_you_mean,
-    model_preset,
     name_in,
     parse_set,
 )
@@ -160,10 +156,10 @@ class RunConfig:
     def __post_init__(self) -> None:
         # The bodies' registry (here, not at the top: the CLI reads this module without
         # torch): an unknown model.body is refused with the run's other settings.
-        from electra.model.bodies import body_of
+        from electra.model.bodies import check
 
         m, o, t = self.model, self.objective, self.train
-        body_of(m)
+        check(m)  # the body, and its own settings
         same_size = "; set model.generator_size = 1"
         _check(o.sharing != "all" or m.generator_size == 1.0,
                f"objective.sharing='all' ties every generator weight to the discriminator's, "
@@ -218,8 +214,10 @@ class RunConfig:
             values = {**getattr(base, name).to_dict(), **given}
             if name == "model" and given.get("body", base.model.body) != base.model.body:
                 # another body than the base's: its own defaults, unless given with it
-                body = given["body"]
-                values |= {k: v for k, v in BODY_DEFAULTS.get(body, {}).items()
+                from electra.model.bodies import BODIES  # torch: not for the CLI's parse
+
+                body = BODIES.get(given["body"])
+                values |= {k: v for k, v in (body.defaults if body else {}).items()
                            if k not in given}
             built[name] = config_from_dict(klass, values, f"[{name}]")
         return cls(**built)
@@ -233,25 +231,14 @@ def sharing_of(model: ModelConfig, objective: ObjectiveConfig) -> str:
     return objective.sharing
 
 
-OBJECTIVE_PRESETS: dict[str, dict[str, Any]] = {
-    # The paper's Table 6: ELECTRA-Large masks 25% (Small and Base the default 15%).
-    "large": {"mask_prob": 0.25},
-    # ModernBERT's 30% ("Should you mask 15% in masked language modeling?", Wettig et al.)
-    "modernbert-small-mask30": {"mask_prob": 0.3},
-    "modernbert-base-mask30": {"mask_prob": 0.3},
-    # DeBERTa-V3: RTD with gradient-disentangled embedding sharing, 15% of tokens chosen,
-    # each replaced by [MASK] in the generator's input (its masker's keep_prob=0), λ = 50
-    # (the paper's; microsoft/DeBERTa's rtd_lambda defaults to 10)
-    **{f"debertav3-{size}": {"sharing": "gdes", "mask_prob": 0.15, "mask_token_prob": 1.0,
-                             "disc_weight": 50.0} for size in ("xsmall", "small", "base")},
-}
-
-
 def run_preset(name: str) -> RunConfig:
-    """A named preset: the paper's model size with its pretraining hyperparameters."""
-    return RunConfig(model=model_preset(name),
-                     objective=ObjectiveConfig(**OBJECTIVE_PRESETS.get(name, {})),
-                     train=TrainConfig(**TRAIN_PRESETS[name]))
+    """A named preset: a body's recipe (the paper's model size with its pretraining
+    hyperparameters; ``electra.model.bodies``)."""
+    from electra.model.bodies import recipe  # torch: not for the CLI's parse
+
+    r = recipe(name)
+    return RunConfig(model=r.model, objective=ObjectiveConfig(**r.objective),
+                     train=TrainConfig(**r.train))
 
 
 def apply_overrides(d: dict[str, Any], sets: list[str]) -> dict[str, Any]:
@@ -333,9 +320,11 @@ def raw_run_config(preset: str | None = None, config_file: str | None = None,
     if preset and config_file:
         raise UserError("give either --preset or --config, not both")
     if preset:
-        if preset not in MODEL_PRESETS:
+        from electra.model.bodies import preset_names  # torch: not for the CLI's parse
+
+        if preset not in preset_names():
             raise UserError(f"--preset {preset}: unknown; valid presets: "
-                            f"{', '.join(MODEL_PRESETS)}")
+                            f"{', '.join(preset_names())}")
         d["preset"] = preset
     if config_file:
         d = read_toml(Path(config_file), "--config")

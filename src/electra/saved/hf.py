@@ -7,7 +7,8 @@ no class for it), the generator <-> ``ModernBertForMaskedLM``; a ModernBERT fold
 class imports. The DeBERTa body: the discriminator <-> ``DebertaV2Model`` with DeBERTa's RTD
 head beside it, the generator <-> ``DebertaV2ForMaskedLM``, each head <-> its
 ``DebertaV2For*``; a released V3 folder imports with its ``pytorch_model.generator.bin`` and
-``spm.model`` (``electra.saved.hf_format``: the key tables, the configs, ``EXPORTS``). The
+``spm.model`` (each body's ``hf.py``: its key tables, configs, classes; driven by
+``electra.saved.hf_format``). The
 key mappings copy tensors as they are, so ours -> transformers -> ours is bitwise identical.
 
 `electra export` writes ``DIR/discriminator`` and ``DIR/generator`` (or, for a fine-tuned model,
@@ -15,7 +16,7 @@ one ``ElectraForSequenceClassification`` folder with its label names), each with
 ``config.json``, ``model.safetensors`` and the tokenizer files, loadable with
 ``from_pretrained`` and no missing or unexpected weights. `electra import` reads such folders
 (the layout of the released google/electra-* checkpoints) into our ``RUN/discriminator`` and
-``RUN/generator``. transformers itself is needed only to write configs (``to_hf_config``).
+``RUN/generator``. transformers itself is needed only to write configs (an adapter's ``config``).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from electra.io.outputs import claim_out
 from electra.model import Discriminator, Generator, count_parameters
 from electra.saved import cards, folders
 from electra.saved.hf_format import (
-    GENERATOR_WEIGHTS,
     export_of,
+    generator_beside,
     need_transformers,
     read_hf_folder,
 )
@@ -228,7 +229,7 @@ def import_hf(hf_dir: str | Path, out: str | Path, generator: str | Path | None 
         d_cfg, d_state, head_fresh = read_hf_folder(disc_dir, "discriminator")
         disc = Discriminator(d_cfg)
         folders.fit(disc, d_state, disc_dir)
-        if generator is None and (disc_dir / GENERATOR_WEIGHTS).is_file():
+        if generator is None and generator_beside(disc_dir) is not None:
             generator = disc_dir  # a released DeBERTa-V3 folder: its generator beside it
         if generator is not None:
             g_cfg, g_state, _ = read_hf_folder(Path(generator), "generator")
@@ -284,7 +285,7 @@ def import_line(disc_dir: Path, disc: torch.nn.Module, gen: torch.nn.Module,
     if generator is None:
         fresh.append(f"{shape}, sharing the discriminator's embeddings)")
     elif Path(generator) == disc_dir:
-        took.append(f"{shape}, from {GENERATOR_WEIGHTS})")
+        took.append(f"{shape}, from {generator_beside(disc_dir).name})")  # type: ignore[union-attr]
     else:
         took.append(f"{shape}, from {generator})")
     return (f"import {disc_dir}: loaded {' and '.join(took)}; "

@@ -51,7 +51,7 @@ from electra.runtime import (
     rows_without_padding,
     use_threads,
 )
-from electra.saved.hf_format import GENERATOR_WEIGHTS
+from electra.saved.hf_format import generator_beside
 from electra.saved.models import open_model
 from electra.train.optim import (
     BatchSizes,
@@ -377,7 +377,7 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
     model_cfg = (init[0] if init else cfg.model).replace(vocab_size=data.vocab_size,
                                                         pad_token_id=data.special.pad)
     if not (init or opt.resume):  # a new model: one export would refuse, refused now
-        model_cfg.check_exportable()
+        body_of(model_cfg).check_exportable(model_cfg)
     if init:
         if init[0].vocab_size != data.vocab_size:
             raise UserError(f"--init {opt.init}: the model's vocabulary has "
@@ -598,7 +598,7 @@ def _lone_transformers_model(folder: Path) -> bool:
         folder / "config.json").is_file() else {}
     return (isinstance(meta, dict) and "model_type" in meta
             and not any(a.endswith("ForMaskedLM") for a in meta.get("architectures") or [])
-            and not (folder / GENERATOR_WEIGHTS).is_file())  # a released V3 generator
+            and generator_beside(folder) is None)  # a released V3 generator
 
 
 def fit(opt: PretrainOptions, p: Pretraining, rt: Runtime) -> None:

@@ -1,78 +1,28 @@
-"""Every body by name (``model.body``): what builds its encoder, its embeddings under GDES,
-its block, its MACs and whether its heads carry biases. The generator, the discriminator, every
-task head, the objectives and the FLOP count build through :func:`encoder_for` and the
-body's entry, and never ask which body they hold. Adding a body is a module in
-``electra/model/`` and one line here."""
+"""Every body by name (``model.body``). A body is one folder, ``bodies/<name>/``: its
+encoder (``model.py``), its transformers format (``hf.py``: key tables, config both ways,
+classes, the folder reader), its recipes, defaults and the checks of its own settings
+(``recipes.py``), joined in one :class:`~electra.model.bodies.spec.Body`. The generator,
+the discriminator, every task head, the objectives, the FLOP count, ``--preset``, export and
+import reach a body through this registry and never ask which body they hold. Adding a body
+is a folder here and one line below (``tests/toy_body`` is one)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
 from electra.errors import UserError
-from electra.model.bert import (
-    Block,
-    Encoder,
-    GDESEmbeddings,
-    bert_macs_per_token,
-)
-from electra.model.deberta import (
-    DebertaBlock,
-    DebertaEncoder,
-    DebertaGDESEmbeddings,
-    deberta_macs_per_token,
-)
-from electra.model.modernbert import (
-    ModernBlock,
-    ModernEncoder,
-    ModernGDESEmbeddings,
-    ModernHead,
-    modern_length_error,
-    modern_macs_per_token,
-)
+from electra.model.bodies import bert, deberta, modernbert
+from electra.model.bodies.spec import Adapter, Body, Recipe
 from electra.registry import Registry
 
-
-@dataclass(frozen=True)
-class Body:
-    """One body: ``encoder(cfg, embeddings, kernels)`` (its own embeddings when None),
-    ``gdes(cfg, shared_table, kernels)``, its block class (the unit FSDP shards and
-    ``train.compile`` compiles), its multiply-accumulates per token of a sequence (what the
-    FLOP count adds up), ``bias``: whether the heads' dense layers and norms carry biases
-    (BERT's do, ModernBERT's do not), ``length_error(cfg, seq_len)``: why rows of that
-    length do not suit the body's settings (None: they do), and ``task_head``: the module a
-    fine-tuning head applies before its classifier (ModernBERT's dense -> GELU -> norm, as
-    its ``ModernBertFor*`` classes; None: each head its own, as ELECTRA's classes),
-    ``packed_rows``: whether it reads rows of several sequences (``prepare --pack``),
-    ``rtd_context``: whether the discriminator's head first norms each state plus its row's
-    [CLS] state (DeBERTa's replaced-token head; ELECTRA's reads the state alone)."""
-
-    name: str
-    encoder: Callable[..., nn.Module]
-    gdes: Callable[..., nn.Module]
-    block: type[nn.Module]
-    macs_per_token: Callable[[Any, int], int]
-    bias: bool = True
-    length_error: Callable[[Any, int], str | None] = lambda cfg, seq_len: None
-    task_head: Callable[[Any], nn.Module] | None = None
-    packed_rows: bool = True  # whether it keeps the sequences of a packed row apart
-    rtd_context: bool = False
-
+__all__ = ["BODIES", "Adapter", "Body", "Recipe", "adapter_of", "blocks", "body_of", "check",
+           "encoder_for", "model_preset", "model_types", "preset_names", "recipe",
+           "register", "task_transform"]
 
 BODIES: Registry[Body] = Registry("body")
-for _body in (
-    # BERT's (ELECTRA's): absolute positions, post-LN, GELU, full attention
-    Body("bert", Encoder, GDESEmbeddings, Block, bert_macs_per_token),
-    # ModernBERT's: RoPE, pre-LN without biases, GeGLU, global and local attention
-    Body("modernbert", ModernEncoder, ModernGDESEmbeddings, ModernBlock, modern_macs_per_token,
-         bias=False, length_error=modern_length_error, task_head=ModernHead),
-    # DeBERTa's (V3's settings): disentangled attention over log-bucketed relative positions
-    Body("deberta", DebertaEncoder, DebertaGDESEmbeddings, DebertaBlock,
-         deberta_macs_per_token, packed_rows=False, rtd_context=True),
-):
+for _body in (bert.BODY, modernbert.BODY, deberta.BODY):  # a new body: one more here
     BODIES.add(_body.name, _body)
 
 
@@ -84,9 +34,15 @@ def body_of(cfg: Any) -> Body:
     return BODIES[cfg.body]
 
 
+def check(cfg: Any) -> None:
+    """``cfg``'s body exists and accepts its own settings (``Body.check``)."""
+    body_of(cfg).check(cfg)
+
+
 def encoder_for(cfg: Any, embeddings: nn.Module | None = None,
                 kernels: Any = None) -> nn.Module:
     """The encoder of ``cfg``'s body, with ``embeddings`` (shared) or its own."""
+    check(cfg)
     return body_of(cfg).encoder(cfg, embeddings, kernels)
 
 
@@ -100,3 +56,50 @@ def task_transform(cfg: Any) -> nn.Module | None:
     None where each head keeps its own (the BERT body: ELECTRA's heads)."""
     make = body_of(cfg).task_head
     return None if make is None else make(cfg)
+
+
+def _recipes() -> dict[str, Recipe]:
+    return {name: r for b in BODIES.values() for name, r in b.recipes.items()}
+
+
+def preset_names() -> list[str]:
+    """Every body's recipe names (``--preset``), in the registry's order."""
+    return list(_recipes())
+
+
+def recipe(name: str) -> Recipe:
+    """The recipe ``name``; an unknown one is a UserError naming the presets."""
+    found = _recipes().get(name)
+    if found is None:
+        raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(_recipes())}")
+    return found
+
+
+def model_preset(name: str, **overrides: Any) -> Any:
+    """A named preset's model (``tiny``, ``small``, ``base``, ``large``;
+    ``modernbert-small``, ``modernbert-base``, and each with ``-mask30``;
+    ``debertav3-xsmall``, ``-small``, ``-base``) with ``overrides`` applied."""
+    cfg = recipe(name).model.replace(**overrides)
+    check(cfg)
+    return cfg
+
+
+def model_types() -> dict[str, Body]:
+    """Each transformers ``model_type`` a body reads -> that body."""
+    return {b.adapter.model_type: b for b in BODIES.values() if b.adapter is not None}
+
+
+def adapter_of(cfg: Any) -> Adapter:
+    """How ``cfg``'s body exports; a body without a transformers mapping is a UserError."""
+    adapter = body_of(cfg).adapter
+    if adapter is None:
+        raise UserError(f"export: the {cfg.body} body has no transformers mapping yet (its "
+                        f"transformers classes are to come); the model folders work with "
+                        f"electra's own commands (finetune, predict, detect)")
+    return adapter
+
+
+def register(body: Body) -> Body:
+    """Add a body (a plug-in, or a test's toy) under its name; returns it. A name already
+    registered is refused (ValueError)."""
+    return BODIES.add(body.name, body)

@@ -1,6 +1,6 @@
 """The BERT body (ELECTRA's): word + position + token-type embeddings, post-LN blocks with
 GELU feed-forward layers and full attention. Parameters map one-to-one onto transformers'
-``ElectraModel`` (``electra.saved.hf_format`` holds that key table).
+``ElectraModel`` (the key table is this folder's ``hf.py``).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from torch import nn
 
 from electra.config import ModelConfig
 from electra.errors import UserError
-from electra.model.bert import Block
+from electra.model.bodies.bert.model import Block
 from electra.model.cast import Linear
 from electra.model.kernels import FAST_CPU, Kernels, Layout
 from electra.model.layers import GDES, Dropout, TokenTable
@@ -102,7 +102,7 @@ class DebertaGDESEmbeddings(GDES, DebertaEmbeddings):
 
 class DebertaBlock(Block):
     """Disentangled self-attention, then BERT's post-LN block (its fused Q/K/V, output
-    projection, norms and feed-forward layers: :class:`electra.model.bert.Block`'s)."""
+    projection, norms and feed-forward layers: :class:`electra.model.bodies.bert.model.Block`'s)."""
 
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
         super().__init__(cfg, kernels)

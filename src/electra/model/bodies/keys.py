@@ -1,0 +1,53 @@
+"""The key-table machinery every body's transformers adapter (its ``hf.py``) uses: a table
+is a list of (our key pattern, transformers' key pattern), ``{i}`` a layer index; a config
+table is (our ModelConfig field, transformers' key, the default where the file has none)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+from electra.config import ModelConfig
+from electra.errors import UserError
+
+REQUIRED = object()  # a config.json key without a default
+
+
+def _compile(table: list[tuple[str, str]], reverse: bool) -> list[tuple[re.Pattern[str], str]]:
+    out = []
+    for ours, theirs in table:
+        src, dst = (theirs, ours) if reverse else (ours, theirs)
+        pattern = re.escape(src).replace(re.escape("{i}"), r"(\d+)")
+        out.append((re.compile(f"^{pattern}$"), dst.replace("{i}", r"\1")))
+    return out
+
+
+def rename(state: dict[str, torch.Tensor], table: list[tuple[str, str]],
+           reverse: bool) -> dict[str, torch.Tensor]:
+    """``state`` with every key renamed by ``table`` (ours -> theirs; theirs -> ours when
+    ``reverse``); a key no row maps is a KeyError naming it."""
+    rules = _compile(table, reverse)
+    out = {}
+    for key, value in state.items():
+        for pattern, repl in rules:
+            if pattern.match(key):
+                out[pattern.sub(repl, key)] = value
+                break
+        else:
+            raise KeyError(f"no mapping for parameter {key!r}")
+    return out
+
+
+def config_from(hf: dict[str, Any], table: list[tuple[str, str, Any]], where: str,
+                what: str, **fixed: Any) -> ModelConfig:
+    """Our ModelConfig from a transformers ``config.json`` by ``table``, ``fixed`` beside;
+    a required key missing is a UserError naming it."""
+    missing = [theirs for _, theirs, default in table if default is REQUIRED
+               and theirs not in hf]
+    if missing:
+        raise UserError(f"{where}: {what} config needs {missing[0]!r}; the file is incomplete")
+    values = {ours: hf.get(theirs, default) for ours, theirs, default in table}
+    return ModelConfig(**values, pad_token_id=hf.get("pad_token_id", 0) or 0, **fixed)
+

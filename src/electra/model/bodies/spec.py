@@ -1,0 +1,112 @@
+"""What a body is (:class:`Body`), how it reads and writes transformers' folders
+(:class:`Adapter`, its ``hf.py``) and its named recipes (:class:`Recipe`, its
+``recipes.py``). A body is one folder, ``electra/model/bodies/<name>/``: ``model.py`` (its
+encoder), ``hf.py``, ``recipes.py`` (its presets, defaults and the checks of its own settings),
+and ``__init__.py`` joining them in one :class:`Body`; ``electra.model.bodies`` registers it
+in one line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from electra.config import ModelConfig
+from electra.errors import UserError
+
+State = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A named preset: the model, and the objective's and the training loop's settings that
+    differ from their defaults (``--preset NAME``)."""
+
+    model: ModelConfig
+    train: dict[str, Any] = field(default_factory=dict)
+    objective: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """How one body's models are transformers folders. ``task`` is a fine-tuning head's
+    transformers mapping (its ``hf_keys`` and ``hf_class``, ELECTRA's names), None for the
+    pretraining parts (``discriminator``, ``generator``).
+
+    ``config(cfg, **extra)``: a transformers config of ``cfg``'s shape; ``state(state, part,
+    task)``: our weights in transformers' names; ``cls(part, task)``: the class ``part``
+    exports as; ``read(folder, hf, state, part, read_weights, fresh_discriminator)``: a
+    folder of ``model_type`` (its config.json ``hf``, its weights ``state``) as our
+    ``(config, weights, head_fresh)``, a discriminator without a replaced-token head given
+    ``fresh_discriminator(config)``'s, anything it does not hold refused in one line;
+    ``why_not(cfg, part, task)``: why such a model cannot be exported (None: it can)."""
+
+    model_type: str
+    config: Callable[..., Any]
+    state: Callable[[State, str, Any], State]
+    cls: Callable[[str, Any], str]
+    read: Callable[[Path, dict[str, Any], State, str, Callable[[Path], State],
+                    Callable[[ModelConfig], State]], tuple[ModelConfig, State, bool]]
+    input_names: tuple[str, ...]
+    why_not: Callable[[ModelConfig, str, Any], str | None] = lambda cfg, part, task: None
+    specials_in_config: bool = False  # the config names [CLS]/[SEP]'s ids
+    note: str | None = None  # what a user of the exported pretraining folders should know
+    generator_weights: str | None = None  # a file beside a discriminator holding a generator
+
+
+def _no_check(cfg: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Body:
+    """One body: ``encoder(cfg, embeddings, kernels)`` (its own embeddings when None),
+    ``gdes(cfg, shared_table, kernels)``, its block class (the unit FSDP shards and
+    ``train.compile`` compiles), its multiply-accumulates per token of a sequence (what the
+    FLOP count adds up), ``bias``: whether the heads' dense layers and norms carry biases
+    (BERT's do, ModernBERT's do not), ``length_error(cfg, seq_len)``: why rows of that
+    length do not suit the body's settings (None: they do), and ``task_head``: the module a
+    fine-tuning head applies before its classifier (ModernBERT's dense -> GELU -> norm, as
+    its ``ModernBertFor*`` classes; None: each head its own, as ELECTRA's classes),
+    ``packed_rows``: whether it reads rows of several sequences (``prepare --pack``),
+    ``rtd_context``: whether the discriminator's head first norms each state plus its row's
+    [CLS] state (DeBERTa's replaced-token head; ELECTRA's reads the state alone).
+
+    Its settings: ``check(cfg)`` refuses values of its own settings it cannot run (a
+    UserError), ``check_exportable(cfg)`` what a pretraining run refuses before it starts
+    because export would, ``defaults`` what a config switching to it brings (its published
+    dropout and LayerNorm epsilon), ``recipes`` its named presets, ``adapter`` its
+    transformers format (None: the folders work with electra's own commands only)."""
+
+    name: str
+    encoder: Callable[..., nn.Module]
+    gdes: Callable[..., nn.Module]
+    block: type[nn.Module]
+    macs_per_token: Callable[[Any, int], int]
+    bias: bool = True
+    length_error: Callable[[Any, int], str | None] = lambda cfg, seq_len: None
+    task_head: Callable[[Any], nn.Module] | None = None
+    packed_rows: bool = True  # whether it keeps the sequences of a packed row apart
+    rtd_context: bool = False
+    check: Callable[[Any], None] = _no_check
+    check_exportable: Callable[[Any], None] = _no_check
+    defaults: dict[str, Any] = field(default_factory=dict)
+    recipes: dict[str, Recipe] = field(default_factory=dict)
+    adapter: Adapter | None = None
+
+
+def as_wide_as_blocks(cfg: Any) -> None:
+    """A body whose transformers classes have no place for ELECTRA's projection of narrower
+    embeddings: such a model trains, but ``electra export`` would refuse it hours later, so
+    a pretraining run refuses it before it starts (``Body.check_exportable``)."""
+    if cfg.embedding_size != cfg.hidden_size:
+        raise UserError(
+            f"model.embedding_size={cfg.embedding_size} differs from "
+            f"model.hidden_size={cfg.hidden_size}: a {cfg.body} body's embeddings are "
+            f"as wide as its blocks (transformers' classes have no place for ELECTRA's "
+            f"projection, so the model could not be exported); set "
+            f"model.embedding_size={cfg.hidden_size}")
