@@ -121,3 +121,68 @@ def test_a_sentence_transformers_export_embeds_as_electra_does(tmp_path):
     theirs = st.SentenceTransformer(str(tmp_path / "st-ft"), device="cpu").encode(TEXTS)
     np.testing.assert_allclose(theirs, electra.encode(tmp_path / "ft/seed-1", TEXTS),
                                atol=1e-5)
+
+
+def test_retrieval_scores_equal_trec_evals_on_the_whole_ranking(tmp_path, capsys):
+    """`electra evaluate --task retrieval` on a SQuAD file (its first articles): each
+    question against every unique paragraph; the scores equal pytrec_eval's on the full
+    ranking of the same embeddings (nDCG@10, Recall@100; MRR@10 on its first 10)."""
+    import json
+
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    from electra.cli import main
+
+    squad = json.loads((shared_data("squad") / "dev-v1.1.json").read_text())
+    (tmp_path / "sq.json").write_text(json.dumps({"data": squad["data"][:2]}))
+    run, _ = make_run(tmp_path, "tiny")
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(run), "--task", "retrieval", "--data",
+                 str(tmp_path / "sq.json")]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["retrieval"]
+    paragraphs = [p for a in squad["data"][:2] for p in a["paragraphs"]]
+    docs = {f"p{i}": p["context"] for i, p in enumerate(paragraphs)}
+    questions = {q["id"]: (q["question"], f"p{i}") for i, p in enumerate(paragraphs)
+                 for q in p["qas"]}
+    assert (got["queries"], got["documents"]) == (len(questions), len(docs))
+    D = electra.encode(run, list(docs.values()))
+    Q = electra.encode(run, [q for q, _ in questions.values()])
+    sims = Q @ D.T
+    full = {qid: {d: float(s) for d, s in zip(docs, row, strict=True)}
+            for qid, row in zip(questions, sims, strict=True)}
+    qrels = {qid: {doc: 1} for qid, (_, doc) in questions.items()}
+    ev = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100"}).evaluate(full)
+    top10 = {q: dict(sorted(r.items(), key=lambda kv: -kv[1])[:10]) for q, r in full.items()}
+    rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
+    n = len(qrels)
+    assert got["ndcg@10"] == pytest.approx(sum(v["ndcg_cut_10"] for v in ev.values()) / n,
+                                           abs=1e-6)
+    assert got["recall@100"] == pytest.approx(sum(v["recall_100"] for v in ev.values()) / n,
+                                              abs=1e-6)
+    assert got["mrr@10"] == pytest.approx(sum(v["recip_rank"] for v in rr.values()) / n,
+                                          abs=1e-6)
+
+
+def test_sts_on_a_file_of_scored_pairs_and_its_bad_input(tmp_path, capsys):
+    """`evaluate --task sts --dev FILE` (sentence1, sentence2, score): the Spearman of the
+    cosines, as `electra.sts` gives; a file without a second text column is one line."""
+    import json
+
+    from helpers import cli_error
+
+    from electra.cli import main
+
+    run, _ = make_run(tmp_path, "tiny")
+    rows = [("a b c", "a b d", 4.0), ("x y", "q r s", 0.5), ("the cat", "a cat", 3.0),
+            ("one two", "three", 1.0)]
+    (tmp_path / "pairs.csv").write_text("sentence1,sentence2,score\n" + "".join(
+        f"{a},{b},{s}\n" for a, b, s in rows))
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(run), "--task", "sts", "--dev",
+                 str(tmp_path / "pairs.csv"), "--label-column", "score"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got == electra.sts(run, dev=tmp_path / "pairs.csv", label_column="score")
+    (tmp_path / "one.csv").write_text("sentence1,score\na,1\nb,2\n")
+    err = cli_error(capsys, "evaluate", "--model", run, "--task", "sts", "--dev",
+                    tmp_path / "one.csv", "--label-column", "score")
+    assert "sentence2" in err
+    assert "one of them" in cli_error(capsys, "evaluate", "--model", run, "--task", "sts")

@@ -1061,6 +1061,18 @@ CASES += [
     ("model", ("evaluate", "--model", P("mt", "seed-1"), "--task", "custom", "--dev",
                P("dev.csv")), "it holds one model per task (a multi-task fine-tune): give "
      "{w}/mt/seed-1/TASK, e.g. {w}/mt/seed-1/custom"),
+    # -- issue 62: sts and retrieval on any model's embeddings --
+    ("task", ("evaluate", "--model", P("run"), "--task", "sts"), "--task sts reads --data "
+     "(GLUE's STS-B folder) or --dev"),
+    ("task", ("evaluate", "--model", P("run"), "--task", "sts", "--dev", P("dev.csv")),
+     "sentence1"),
+    ("task", ("evaluate", "--model", P("run"), "--task", "retrieval", "--data", P("dev.csv")),
+     "not a BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) or a SQuAD .json"),
+    ("task", ("evaluate", "--model", P("run"), "--task", "retrieval", "--data", P("data")),
+     "no corpus.jsonl; a BEIR folder holds"),
+    ("config", ("evaluate", "--model", P("run"), "--task", "sts", "--dev", P("dev.csv"),
+                "--text-columns", "text,text", "--pooling", "max"),
+     "pooling='max': choose one of mean, cls"),
 ]
 
 

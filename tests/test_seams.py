@@ -103,7 +103,7 @@ class Parity(Sequence):
     def meta(self, data: TaskData) -> dict:
         return {"head": self.name}
 
-    def build(self, cfg, labels, regression, kernels=None):
+    def build(self, cfg, labels, regression, kernels=None, settings=None):
         return ParityClassifier(cfg, len(labels), kernels)
 
 

@@ -61,7 +61,7 @@ class WordCount(Head):
     def read_inputs(self, path: Path, meta: dict[str, Any]) -> list[Any]:
         return read(path)
 
-    def build(self, cfg, labels, regression, kernels=None) -> nn.Module:
+    def build(self, cfg, labels, regression, kernels=None, settings=None) -> nn.Module:
         return WordCounter(cfg, kernels)
 
     def encode(self, tok, examples, data, cfg) -> dict[str, torch.Tensor]:

@@ -17,6 +17,7 @@ raised as :class:`UserError`), and the parts to build models from.
     electra.plot(run)                                    the run's curves.png (its path)
     electra.encode(model, texts)                         sentence embeddings (N, H)
     electra.sts(model, data="glue/STS-B")                STS-B Spearman, zero-shot
+    electra.retrieval(model, data="dev-v1.1.json")       nDCG@10, MRR@10, Recall@100
 
 Importing the package is cheap (no torch): the names below load on first use, so the CLI
 and data-preparation workers start fast.
@@ -56,6 +57,7 @@ _LAZY = {  # name -> (module, its attribute)
     "plot": ("electra.experiments.plot", "plot_run"),
     "encode": ("electra.commands.embed", "encode"),
     "sts": ("electra.commands.embed", "sts"),
+    "retrieval": ("electra.commands.embed", "retrieval"),
     "Encoder": ("electra.commands.embed", "Encoder"),
 }
 __all__ = sorted(_LAZY)

@@ -129,8 +129,10 @@ def _dist_timeout() -> Arg:
 def _task_args(evaluate: bool = False) -> tuple[Arg, ...]:
     return (
         arg("--task", required=True, help=Later(lambda: _tasks() + (
-            "" if evaluate else "; several, comma-separated, fine-tune together "
-            "(multi-task)"))),
+            "; sts, retrieval: any model's sentence embeddings (a run, a transformers "
+            "folder, a hub id), on GLUE's STS-B folder or a --dev file of scored pairs; on a "
+            "BEIR folder or a SQuAD .json as --data" if evaluate else
+            "; several, comma-separated, fine-tune together (multi-task)"))),
         arg("--data", help="the GLUE or SuperGLUE task folder (e.g. glue/SST-2)"
             + ("" if evaluate else "; with several tasks one per task, comma-separated "
                "(empty for tasks read from --train/--dev, which take such lists too)")),
@@ -329,9 +331,13 @@ COMMANDS: dict[str, Command] = {
         interrupted="(what is done is kept)", continues=()),
     "evaluate": Command(
         "reload a fine-tuned model and score a split", "electra.commands.finetune:evaluate", (
-            arg("--model", required=True, help="OUT/seed-N from `electra finetune`"),
+            arg("--model", required=True, help="OUT/seed-N from `electra finetune`; sts, "
+                "retrieval: any model"),
             *_task_args(evaluate=True),
-            arg("--split", default="dev", help="dev (all dev sets), or e.g. dev_matched"),
+            arg("--split", default="dev", help="dev (all dev sets), or e.g. dev_matched; "
+                "retrieval: the BEIR folder's qrels/SPLIT.tsv (dev: its only one)"),
+            arg("--pooling", help="sts, retrieval: the embedding, mean or cls (default: an "
+                "embedding model's own, else mean)"),
             _precision())),
     "predict": Command(
         "apply a fine-tuned model to an unlabelled file (one JSON line per input)",

@@ -580,7 +580,8 @@ class FinetuneConfig(LoopConfig):
         "task_sampling_alpha": "[0, 100]", "freeze": FREEZES, "max_train_examples": ">= 0",
         "save_every": ">= 0", "keep_checkpoints": ">= 1", "eval_every": ">= 0",
         "select": SELECTIONS, "doc_stride": ">= 1", "max_query_length": ">= 1",
-        "n_best": ">= 1", "max_answer_length": ">= 1", "article_split": "[0, 1)"}
+        "n_best": ">= 1", "max_answer_length": ">= 1", "article_split": "[0, 1)",
+        "pooling": ("mean", "cls"), "temperature": "> 0"}
     lr: float | None = None
     """Peak learning rate; None: 3e-4 up to width 256 (Small), else 1e-4 (Base, Large)."""
     layer_decay: float | None = None
@@ -631,6 +632,16 @@ class FinetuneConfig(LoopConfig):
     article_split: float = 0.0
     """SQuAD, > 0: train on this fraction of the articles of --train and evaluate on the
     others of --dev (one file for both: a stand-in when there is no separate train set)."""
+    pooling: str = "mean"
+    """embedding: a text's embedding, the mean of the encoder's last states over its real
+    tokens (sentence-transformers' default) or cls (its first position's)."""
+    temperature: float = 0.05
+    """embedding: InfoNCE's temperature (similarities divided by it; sentence-transformers'
+    MultipleNegativesRankingLoss: 0.05); with learn_temperature, where learning starts."""
+    learn_temperature: bool = False
+    """embedding: learn the temperature with the model (CLIP's log-scale), from temperature."""
+    normalize: bool = True
+    """embedding: L2-normalised embeddings, compared by cosine; off: by dot product."""
 
     def __post_init__(self) -> None:
         _check_types(self)

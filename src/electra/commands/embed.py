@@ -1,10 +1,11 @@
-"""Sentence embeddings from any electra or transformers model's encoder, and STS-B scored with
-them zero-shot (issue 62's first part: the embedding fine-tuning, the sentence-transformers
-export and retrieval are to come).
+"""Sentence embeddings from any electra or transformers model's encoder, and what they are
+scored on: STS (Spearman of cosines) and dense retrieval (nDCG@10, MRR@10, Recall@100).
 
     electra.encode(MODEL, ["a sentence", ...])        -> (N, H) float32, L2-normalised
     Encoder(MODEL).encode(sentences, batch_size=32)   the object MTEB's runner takes
     electra.sts(MODEL, data="glue/STS-B")             -> {"dev": {"spearman": ...}}
+    electra.retrieval(MODEL, data="squad/dev-v1.1.json")  -> {"ndcg@10": ..., ...}
+    electra evaluate --model MODEL --task sts|retrieval --data ...
 
 The encoder is the model's discriminator's (or a fine-tuned model's) as `electra detect` and
 `finetune --model` open it: a run, one of its parts or checkpoints, a transformers folder, a
@@ -21,11 +22,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from electra.data.retrieval import read_retrieval
 from electra.data.tokenizer import SpecialTokens, load_tokenizer
 from electra.errors import UserError
-from electra.io import hub
+from electra.io import hub, remote
 from electra.runtime import autocast
 from electra.saved.models import open_model
+from electra.tasks.base import head_of
 from electra.tasks.registry import load_task
 
 POOLINGS = ("mean", "cls")
@@ -35,13 +38,18 @@ class Encoder:
     """A model's sentence embeddings: ``encode(sentences)`` -> (N, H) float32 (MTEB's
     runner calls it so: ``mteb.MTEB(tasks=...).run(Encoder("RUN"))``)."""
 
-    def __init__(self, model: str | Path, pooling: str = "mean", normalize: bool = True,
-                 max_length: int | None = None, precision: str = "fp32") -> None:
-        if pooling not in POOLINGS:
+    def __init__(self, model: str | Path, pooling: str | None = None,
+                 normalize: bool | None = None, max_length: int | None = None,
+                 precision: str = "fp32") -> None:
+        if pooling is not None and pooling not in POOLINGS:
             raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
         model = hub.resolve(model, "--model")  # a hub id's folder, read before opening it
         meta_kind = "classifier" if _is_classifier(model) else "discriminator"
         opened = open_model(model, meta_kind)
+        own = head_of(opened.meta).sentence_embedding(opened.meta) if (
+            meta_kind == "classifier") else None  # an embedding model's own
+        pooling = pooling or (own[0] if own else "mean")
+        normalize = (own[1] if own else True) if normalize is None else normalize
         self.module = opened[meta_kind].eval()
         self.encoder = self.module.encoder  # type: ignore[union-attr]
         self.tok = load_tokenizer(opened.tokenizer)
@@ -52,20 +60,27 @@ class Encoder:
 
     @torch.no_grad()
     def encode(self, sentences: list[str], batch_size: int = 32, **_: Any) -> np.ndarray:
-        """(len(sentences), H) float32 embeddings, in order."""
+        """(len(sentences), H) float32 embeddings, in order. Batches hold texts of similar
+        length (longest first), so little padding is computed."""
         if isinstance(sentences, str):
             raise UserError("encode takes a list of texts; give [text] for one")
+        width = self.module.config.hidden_size  # type: ignore[union-attr]
+        out = np.zeros((len(sentences), width), dtype=np.float32)
+        if not len(sentences):
+            return out
         self.tok.no_padding()
         self.tok.enable_truncation(self.max_length)
-        out = []
-        for i in range(0, len(sentences), batch_size):
-            encs = self.tok.encode_batch(list(sentences[i:i + batch_size]))
-            T = max(len(e.ids) for e in encs)
-            ids = torch.full((len(encs), T), self.pad, dtype=torch.long)
+        encs = self.tok.encode_batch(list(sentences))
+        order = sorted(range(len(encs)), key=lambda i: -len(encs[i].ids))
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            T = len(encs[rows[0]].ids)
+            ids = torch.full((len(rows), T), self.pad, dtype=torch.long)
             mask = torch.zeros_like(ids)
-            for r, e in enumerate(encs):
-                ids[r, :len(e.ids)] = torch.tensor(e.ids)
-                mask[r, :len(e.ids)] = 1
+            for r, i in enumerate(rows):
+                n = len(encs[i].ids)
+                ids[r, :n] = torch.tensor(encs[i].ids)
+                mask[r, :n] = 1
             with autocast(torch.device("cpu"), self.precision):
                 h = self.encoder(ids, mask, torch.zeros_like(ids)).float()
             if self.pooling == "cls":
@@ -75,9 +90,8 @@ class Encoder:
                 v = (h * m).sum(1) / m.sum(1).clamp(min=1)
             if self.normalize:
                 v = torch.nn.functional.normalize(v, dim=-1)
-            out.append(v.numpy())
-        return np.concatenate(out) if out else np.zeros((0, self.module.config.hidden_size),  # type: ignore[union-attr]
-                                                         dtype=np.float32)
+            out[rows] = v.numpy()
+        return out
 
 
 def _is_classifier(model: str | Path) -> bool:
@@ -88,28 +102,131 @@ def _is_classifier(model: str | Path) -> bool:
         return False
 
 
-def encode(model: str | Path, texts: list[str], pooling: str = "mean",
-           normalize: bool = True, batch_size: int = 32) -> np.ndarray:
+def encode(model: str | Path, texts: list[str], pooling: str | None = None,
+           normalize: bool | None = None, batch_size: int = 32) -> np.ndarray:
     """The embeddings of ``texts`` (the Python API's ``electra.encode``)."""
     return Encoder(model, pooling, normalize).encode(texts, batch_size)
 
 
-def sts(model: str | Path, data: str | Path, split: str = "dev", pooling: str = "mean",
-        batch_size: int = 32) -> dict[str, dict[str, float]]:
-    """STS-B zero-shot: the Spearman correlation between the cosine of each pair's
-    embeddings and its gold score, on GLUE's own STS-B files (``data``: the folder; the
-    Python API's ``electra.sts``)."""
+def sts(model: str | Path, data: str | Path | None = None, split: str = "dev",
+        pooling: str | None = None, batch_size: int = 32, dev: str | Path | None = None,
+        text_columns: str | None = None, label_column: str = "label",
+        precision: str = "fp32") -> dict[str, dict[str, float]]:
+    """STS zero-shot (or with a fine-tuned embedding model): the Spearman correlation
+    between the cosine of each pair's embeddings and its gold score, on GLUE's own STS-B
+    files (``data``: the folder; the Python API's ``electra.sts``) or on a file of scored
+    pairs (``dev``: CSV, TSV or JSONL; ``text_columns`` A,B, default sentence1,sentence2;
+    the score in ``label_column``)."""
     from scipy.stats import spearmanr  # scipy's import takes a second: only when scoring
 
-    task = load_task("stsb", data=str(data), split=split)
-    enc, out = Encoder(model, pooling, normalize=True), {}
+    if dev is not None:
+        task = load_task("custom", dev=str(dev), split="dev", text_columns=text_columns or
+                         "sentence1,sentence2", label_column=label_column, regression=True)
+        where = f"--dev {dev}"
+    else:
+        task = load_task("stsb", data=str(data), split=split)
+        where = f"--data {data}"
+    enc, out = Encoder(model, pooling, normalize=True, precision=precision), {}  # cosines
     for name, rows in task.dev.items():
         pairs = [r for r in rows if r.label is not None and r.text_b is not None]
-        if not pairs:
-            raise UserError(f"--data {data}: no scored pairs in its {name} split")
+        if len(pairs) < 2:
+            raise UserError(f"{where}: {len(pairs)} scored pair(s) in its {name} split; "
+                            f"a correlation needs at least 2")
         a = enc.encode([r.text_a for r in pairs], batch_size)
         b = enc.encode([r.text_b for r in pairs], batch_size)
         cosine = (a * b).sum(1)
         rho = spearmanr(cosine, np.array([float(r.label) for r in pairs])).statistic
         out[name] = {"spearman": float(rho)}
     return out
+
+
+# What `electra evaluate --task retrieval` reports, each as trec_eval computes it
+# (pytrec_eval): nDCG over the first 10 documents, the reciprocal rank of the first
+# relevant one within 10 (0 past it), the share of relevant documents in the first 100.
+RETRIEVAL_MEASURES = ("ndcg@10", "mrr@10", "recall@100")
+
+
+def score_run(qrels: dict[str, dict[str, int]],
+              run: dict[str, dict[str, float]]) -> dict[str, float]:
+    """The mean over ``qrels``' queries of :data:`RETRIEVAL_MEASURES` for ``run`` (query id
+    -> {document id: score}, at least its first 100 documents), scored by pytrec_eval
+    (trec_eval's own code: ties broken by document id, as trec_eval does)."""
+    try:
+        import pytrec_eval
+    except ImportError:
+        raise UserError("--task retrieval scores with pytrec_eval: pip install "
+                        "'electra[retrieval]' (or pip install pytrec-eval-terrier)") from None
+    top10 = {q: dict(sorted(docs.items(), key=lambda kv: (-kv[1], _desc(kv[0])))[:10])
+             for q, docs in run.items()}
+    full = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100"}).evaluate(run)
+    first = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
+    n = len(qrels)  # a query the run left out scores 0
+    return {"ndcg@10": sum(v["ndcg_cut_10"] for v in full.values()) / n,
+            "mrr@10": sum(v["recip_rank"] for v in first.values()) / n,
+            "recall@100": sum(v["recall_100"] for v in full.values()) / n}
+
+
+class _desc(str):
+    """A document id ordered as trec_eval breaks ties: descending."""
+
+    def __lt__(self, other: str) -> bool:  # type: ignore[override]
+        return str.__gt__(self, other)
+
+
+def ranked(queries: np.ndarray, docs: np.ndarray, query_ids: list[str],
+           doc_ids: list[str], k: int = 100, chunk: int = 1024) -> dict[str, dict[str, float]]:
+    """Each query's ``k`` most similar documents by the dot product of their embeddings
+    (the cosine, normalised), as pytrec_eval's run: query id -> {document id: score}."""
+    D = torch.from_numpy(docs)
+    k = min(k, len(doc_ids))
+    run: dict[str, dict[str, float]] = {}
+    for start in range(0, len(query_ids), chunk):
+        sims = torch.from_numpy(queries[start:start + chunk]) @ D.T
+        scores, index = sims.topk(k, dim=1)
+        for r, (s_row, i_row) in enumerate(zip(scores.tolist(), index.tolist(), strict=True)):
+            run[query_ids[start + r]] = {doc_ids[i]: s for i, s in zip(i_row, s_row,
+                                                                       strict=True)}
+    return run
+
+
+def retrieval(model: str | Path, data: str | Path, split: str = "test",
+              pooling: str | None = None, batch_size: int = 32,
+              precision: str = "fp32") -> dict[str, Any]:
+    """Dense retrieval with the model's embeddings: every query against the whole corpus of
+    ``data`` (a BEIR folder's ``split``, or the set built from a SQuAD file:
+    :mod:`electra.data.retrieval`), scored by :func:`score_run` (the Python API's
+    ``electra.retrieval``)."""
+    found = read_retrieval(remote.local(data, "--data"), split)
+    enc = Encoder(model, pooling, precision=precision)
+    doc_ids, query_ids = list(found.corpus), list(found.queries)
+    docs = enc.encode([found.corpus[d] for d in doc_ids], batch_size)
+    queries = enc.encode([found.queries[q] for q in query_ids], batch_size)
+    scores = score_run(found.qrels, ranked(queries, docs, query_ids, doc_ids))
+    return {**scores, "queries": len(query_ids), "documents": len(doc_ids)}
+
+
+EMBEDDING_TASKS = ("sts", "retrieval")
+
+
+def evaluate_embeddings(model: str, task: str, data: str | None, dev: str | None,
+                        split: str, pooling: str | None, precision: str | None,
+                        text_columns: str | None, label_column: str) -> dict[str, Any]:
+    """`electra evaluate --task sts|retrieval`: any model's embeddings, zero-shot or
+    fine-tuned, on STS pairs (GLUE's STS-B folder as --data, or a scored pairs file as
+    --dev) or on a retrieval set (a BEIR folder or a SQuAD file as --data)."""
+    if pooling is not None and pooling not in POOLINGS:  # before any file is read
+        raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
+    if task == "retrieval":
+        if not data or dev:
+            raise UserError("--task retrieval reads --data: a BEIR folder (corpus.jsonl, "
+                            "queries.jsonl, qrels/SPLIT.tsv) or a SQuAD .json file")
+        res = {"retrieval": retrieval(model, data, split, pooling,
+                                      precision=precision or "fp32")}
+    else:
+        if bool(data) == bool(dev):
+            raise UserError("--task sts reads --data (GLUE's STS-B folder) or --dev (a CSV, "
+                            "TSV or JSONL of sentence pairs with a score), one of them")
+        res = sts(model, data, split, pooling, dev=dev, text_columns=text_columns,
+                  label_column=label_column, precision=precision or "fp32")
+    print(json.dumps(res))
+    return res

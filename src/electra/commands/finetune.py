@@ -38,6 +38,7 @@ from typing import Any
 
 from torch import nn
 
+from electra.commands.embed import EMBEDDING_TASKS, evaluate_embeddings
 from electra.commands.finetuned import (
     begin,
     check_split,
@@ -210,11 +211,16 @@ def load_tasks(names: list[str], data: str | None, train: str | None, dev: str |
 
 def evaluate(model: str, task: str, data: str | None = None, dev: str | None = None,
              split: str = "dev", text_columns: str | None = None, precision: str | None = None,
-             **reading: Any) -> dict[str, Any]:
+             pooling: str | None = None, **reading: Any) -> dict[str, Any]:
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s); a
     collapsed model (nearly one class) is flagged as fine-tuning flags it. The text columns
     are the model's own (saved when it was fine-tuned) unless --text-columns names others;
-    ``precision`` runs the model at another precision than the fine-tune's."""
+    ``precision`` runs the model at another precision than the fine-tune's. ``sts`` and
+    ``retrieval`` score any model's embeddings (``pooling``) instead
+    (:func:`electra.commands.embed.evaluate_embeddings`)."""
+    if task in EMBEDDING_TASKS:
+        return evaluate_embeddings(model, task, data, dev, split, pooling, precision,
+                                   text_columns, reading.get("label_column") or "label")
     data, dev = local_files(data, "--data"), local_files(dev, "--dev")
     classifier, meta = load_classifier(model)
     if meta["task"] not in head_for_task(task).trained_on(task):

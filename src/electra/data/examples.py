@@ -93,7 +93,15 @@ def read_custom(path: str | Path, text_columns: list[str], label_column: str | N
 
 
 def _records(path: Path) -> list[Any]:
-    """The rows of a CSV/TSV (dicts by header) or the objects of a JSONL file."""
+    """The rows of a CSV/TSV (dicts by header), the objects of a JSONL file, or the records
+    of a Parquet file."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(path).to_pylist()
+        except Exception as err:  # pyarrow's errors: a damaged or foreign file
+            raise UserError(f"{path}: not a readable Parquet file ({type(err).__name__})") from None
     text = read_text(path)
     if path.suffix == ".jsonl":
         return [r for _, r in jsonl(path, text.splitlines())]

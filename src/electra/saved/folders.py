@@ -100,7 +100,8 @@ def build(part: str, cfg: ModelConfig, meta: dict[str, Any] | None = None) -> nn
     if part == "generator":
         return Generator(cfg)
     meta = meta or {}
-    return head_of(meta).build(cfg, meta.get("labels") or {}, bool(meta.get("regression")))
+    return head_of(meta).build(cfg, meta.get("labels") or {}, bool(meta.get("regression")),
+                               settings=meta.get("finetune"))
 
 
 def read_weights(path: Path) -> dict[str, Any]:

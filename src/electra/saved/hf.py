@@ -119,9 +119,12 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False,
     with claim_out(out, "export", "export", overwrite=overwrite,
                    inputs=[("the source", src)]) as claim:
         opened = open_model(src, flag="export")
-        if sentence_transformers is not None:
-            return _export_sentence_transformers(src, out, opened, sentence_transformers,
-                                                 claim)
+        own = (head_of(opened.meta).sentence_embedding(opened.meta)
+               if "classifier" in opened.parts else None)  # an embedding model's
+        if sentence_transformers is not None or own is not None:
+            pooling, normalize = (sentence_transformers or own[0],  # type: ignore[index]
+                                  own[1] if own else True)
+            return _export_sentence_transformers(src, out, opened, pooling, claim, normalize)
         if "classifier" in opened.parts:
             model, meta = opened["classifier"], opened.meta
             head = head_of(meta)
@@ -155,10 +158,10 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False,
 
 
 def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: str,
-                                  claim: Any) -> Path:
+                                  claim: Any, normalize: bool = True) -> Path:
     """OUT as sentence-transformers saves a model: the encoder (transformers' folder of the
-    discriminator, or of a fine-tuned model's encoder), the pooling, a normaliser; built and
-    saved by sentence-transformers itself."""
+    discriminator, or of a fine-tuned model's encoder), the pooling, a normaliser (where
+    the embeddings are normalised); built and saved by sentence-transformers itself."""
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:
@@ -188,11 +191,13 @@ def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: st
             width = (getattr(first, "get_embedding_dimension", None)  # 6.x's name
                      or first.get_word_embedding_dimension)()
             pool = models.Pooling(width, pooling_mode=pooling)
-            SentenceTransformer(modules=[first, pool, models.Normalize()],
+            SentenceTransformer(modules=[first, pool, *([models.Normalize()] if normalize
+                                                          else [])],
                                 device="cpu").save(str(tmp))
         finally:
             shutil.rmtree(encoder_dir, ignore_errors=True)
-    print(f"wrote {out} (sentence-transformers: the encoder, {pooling} pooling, normalised)")
+    print(f"wrote {out} (sentence-transformers: the encoder, {pooling} pooling"
+          + (", normalised)" if normalize else ")"))
     return out
 
 

@@ -120,7 +120,11 @@ class Head(abc.ABC):
     # -- training ---------------------------------------------------------------------
     @abc.abstractmethod
     def build(self, cfg: ModelConfig, labels: dict[str, int], regression: bool,
-              kernels: Kernels | None = None) -> nn.Module:
+              kernels: Kernels | None = None, settings: dict[str, Any] | None = None
+              ) -> nn.Module:
+        """The module on the encoder; ``settings``: the fine-tuning settings it was (or is
+        being) trained with (config.json's ``finetune``), for a module they shape (the
+        embedding head's pooling and temperature); None where unknown."""
         raise NotImplementedError
 
     def augment(self, examples: list[Any], cfg: FinetuneConfig) -> list[Any]:
@@ -175,6 +179,12 @@ class Head(abc.ABC):
     def meta(self, data: TaskData) -> dict[str, Any]:
         """What a fine-tuned model's config.json adds to say which head it has."""
         return {"head": self.name}
+
+    def sentence_embedding(self, meta: dict[str, Any]) -> tuple[str, bool] | None:
+        """An embedding model's (pooling, normalised): what `electra export` writes as a
+        sentence-transformers folder and `electra.encode` embeds with (None: a head whose
+        output is not a text's embedding)."""
+        return None
 
     def export_note(self, meta: dict[str, Any]) -> str | None:
         """What the transformers export cannot do that this head does (said by `export`)."""

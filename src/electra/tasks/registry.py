@@ -8,6 +8,7 @@ from typing import Any
 
 from electra.tasks.base import HEADS, Head, TaskData
 from electra.tasks.choice.head import Choice
+from electra.tasks.embedding.head import Embedding
 from electra.tasks.qa.head import QA
 from electra.tasks.sequence.head import Sequence
 from electra.tasks.superglue.head import SuperGLUE
@@ -19,6 +20,7 @@ for _head in (
     QA(),
     SuperGLUE(),
     Choice(),
+    Embedding(),
 ):
     HEADS.add(_head.name, _head)
 

@@ -314,8 +314,8 @@ def setup(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
     decay) and schedule. ``cfgs``: each task's settings, ``cfg`` the run's."""
     torch.manual_seed(seed)
     kernels = rt.model_kernels(cfg.unpad)
-    models = {t: d.head.build(source.config, d.labels, d.regression, kernels)
-              for t, d in tasks.items()}
+    models = {t: d.head.build(source.config, d.labels, d.regression, kernels,
+                              cfgs[t].to_dict()) for t, d in tasks.items()}
     model = next(iter(models.values())) if len(models) == 1 else MultiTaskModel(models)
     if source.encoder is not None:
         folders.fit(model.encoder, source.encoder, source.init)  # type: ignore[arg-type]
@@ -483,7 +483,7 @@ def finetune_tasks(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
     if rt.is_main:
         for t, data in tasks.items():
             model = data.head.build(source.config, data.labels, data.regression,
-                                    rt.model_kernels(cfg.unpad))
+                                    rt.model_kernels(cfg.unpad), cfgs[t].to_dict())
             model.load_state_dict(state.model.view(t).state_dict())  # type: ignore[operator]
             state.selections.of[t].restore(model)
             models[t] = model.to(rt.device)

@@ -102,7 +102,8 @@ class Choice(Head):
         return read_choices(path, meta["task"] == "copa", labelled=False)
 
     def build(self, cfg: ModelConfig, labels: dict[str, int], regression: bool,
-              kernels: Kernels | None = None) -> nn.Module:
+              kernels: Kernels | None = None, settings: dict[str, Any] | None = None
+              ) -> nn.Module:
         return MultipleChoice(cfg, kernels)
 
     def encode(self, tok: Any, examples: list[Any], data: TaskData,

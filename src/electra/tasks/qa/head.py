@@ -127,7 +127,8 @@ class QA(Head):
         return out
 
     def build(self, cfg: ModelConfig, labels: dict[str, int], regression: bool,
-              kernels: Kernels | None = None) -> nn.Module:
+              kernels: Kernels | None = None, settings: dict[str, Any] | None = None
+              ) -> nn.Module:
         return QuestionAnswerer(cfg, kernels)
 
     def encode(self, tok: Any, examples: list[Any], data: TaskData,

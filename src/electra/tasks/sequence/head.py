@@ -164,7 +164,8 @@ class Sequence(Head):
                 if line.strip()]
 
     def build(self, cfg: ModelConfig, labels: dict[str, int], regression: bool,
-              kernels: Kernels | None = None) -> nn.Module:
+              kernels: Kernels | None = None, settings: dict[str, Any] | None = None
+              ) -> nn.Module:
         return SequenceClassifier(cfg, 1 if regression else len(labels), kernels)
 
     def augment(self, examples: list[Any], cfg: FinetuneConfig) -> list[Any]:

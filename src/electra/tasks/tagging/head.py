@@ -90,7 +90,8 @@ class Tagging(Head):
                 if line.split()]
 
     def build(self, cfg: ModelConfig, labels: dict[str, int], regression: bool,
-              kernels: Kernels | None = None) -> nn.Module:
+              kernels: Kernels | None = None, settings: dict[str, Any] | None = None
+              ) -> nn.Module:
         return TokenClassifier(cfg, len(labels), kernels)
 
     def encode(self, tok: Any, examples: list[Any], data: TaskData,

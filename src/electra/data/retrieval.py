@@ -1,0 +1,144 @@
+"""Retrieval sets: a corpus, queries and their relevant documents (qrels), read from BEIR's
+file layout or built from a SQuAD file.
+
+BEIR's layout (what ``beir`` and MTEB's retrieval tasks read)::
+
+    FOLDER/corpus.jsonl        {"_id": "d1", "title": "...", "text": "..."} a line
+    FOLDER/queries.jsonl       {"_id": "q1", "text": "..."} a line
+    FOLDER/qrels/SPLIT.tsv     query-id <TAB> corpus-id <TAB> score, after a header line
+
+A SQuAD file (v1.1 or v2.0 JSON) becomes the set people build from it: each question a
+query, each unique paragraph a document, a question's own paragraph its one relevant
+document (v2.0's unanswerable questions included: their paragraph is still theirs). A
+document is embedded as ``title + " " + text`` where it has a title (BEIR's convention for
+dense models); SQuAD's paragraphs are embedded alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from electra.errors import UserError
+
+
+@dataclass(frozen=True)
+class RetrievalSet:
+    """``corpus``: document id -> text; ``queries``: query id -> text (only those with
+    judgements); ``qrels``: query id -> {document id: relevance > 0}."""
+
+    corpus: dict[str, str]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    name: str
+
+
+def read_retrieval(path: str | Path, split: str = "test") -> RetrievalSet:
+    """A BEIR folder's ``split`` (``qrels/SPLIT.tsv``; ``dev``, `evaluate`'s default, takes
+    a folder's only qrels file whatever its name), or a SQuAD JSON file's set."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".json":
+        return squad_retrieval(path)
+    if not path.is_dir():
+        raise UserError(f"--data {path}: not a BEIR folder (corpus.jsonl, queries.jsonl, "
+                        f"qrels/SPLIT.tsv) or a SQuAD .json file")
+    missing = [n for n in ("corpus.jsonl", "queries.jsonl") if not (path / n).is_file()]
+    if missing:
+        raise UserError(f"--data {path}: no {missing[0]}; a BEIR folder holds corpus.jsonl, "
+                        f"queries.jsonl and qrels/SPLIT.tsv")
+    qrels_file = path / "qrels" / f"{split}.tsv"
+    have = sorted(p.stem for p in (path / "qrels").glob("*.tsv"))
+    if not qrels_file.is_file() and split == "dev" and len(have) == 1:
+        qrels_file = path / "qrels" / f"{have[0]}.tsv"  # `evaluate`'s default: the only one
+    if not qrels_file.is_file():
+        raise UserError(f"--data {path}: no qrels/{split}.tsv; "
+                        + (f"give --split {' or '.join(have)}" if have else
+                           "a BEIR folder holds qrels/SPLIT.tsv (query-id, corpus-id, score)"))
+    corpus = {}
+    for line_no, row in _jsonl(path / "corpus.jsonl"):
+        doc_id, text = row.get("_id"), row.get("text")
+        if not isinstance(doc_id, str | int) or not isinstance(text, str):
+            raise UserError(f"{path / 'corpus.jsonl'}:{line_no}: a document needs \"_id\" and "
+                            f"\"text\"")
+        title = row.get("title") or ""
+        corpus[str(doc_id)] = f"{title} {text}".strip() if title else text
+    if not corpus:
+        raise UserError(f"{path / 'corpus.jsonl'}: the corpus is empty; give at least one "
+                        f"document")
+    queries = {}
+    for line_no, row in _jsonl(path / "queries.jsonl"):
+        if not isinstance(row.get("_id"), str | int) or not isinstance(row.get("text"), str):
+            raise UserError(f"{path / 'queries.jsonl'}:{line_no}: a query needs \"_id\" and "
+                            f"\"text\"")
+        queries[str(row["_id"])] = row["text"]
+    qrels = _qrels(qrels_file, corpus, queries)
+    return RetrievalSet(corpus, {q: queries[q] for q in qrels}, qrels, path.name)
+
+
+def _jsonl(path: Path):
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                raise UserError(f"{path}:{i}: not a JSON line") from None
+            if not isinstance(row, dict):
+                raise UserError(f"{path}:{i}: expected a JSON object")
+            yield i, row
+
+
+def _qrels(path: Path, corpus: dict[str, str],
+           queries: dict[str, str]) -> dict[str, dict[str, int]]:
+    qrels: dict[str, dict[str, int]] = {}
+    with path.open(encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t"))
+    for i, row in enumerate(rows[1:], 2):  # BEIR's files open with a header line
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) < 3:
+            raise UserError(f"{path}:{i}: expected query-id, corpus-id and score, tab-separated")
+        q, d, score = row[0], row[1], row[2]
+        try:
+            rel = int(float(score))
+        except ValueError:
+            raise UserError(f"{path}:{i}: score {score!r} is not a number") from None
+        if q not in queries:
+            raise UserError(f"{path}:{i}: query {q!r} is not in queries.jsonl")
+        if d not in corpus:
+            raise UserError(f"{path}:{i}: document {d!r} is not in corpus.jsonl")
+        if rel > 0:
+            qrels.setdefault(q, {})[d] = rel
+    if not qrels:
+        raise UserError(f"{path}: no query has a relevant document (a score above 0)")
+    return qrels
+
+
+def squad_retrieval(path: Path) -> RetrievalSet:
+    """SQuAD's questions against its unique paragraphs (see the module's docstring)."""
+    try:
+        articles = json.loads(path.read_text(encoding="utf-8"))["data"]
+    except (ValueError, KeyError, TypeError):
+        raise UserError(f"--data {path}: not a SQuAD file (a JSON object with \"data\": "
+                        f"articles of paragraphs of questions)") from None
+    corpus: dict[str, str] = {}
+    ids: dict[str, str] = {}  # paragraph text -> its document id
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for article in articles:
+        for paragraph in article.get("paragraphs", []):
+            text = paragraph.get("context", "")
+            if not text.strip():
+                continue
+            doc = ids.setdefault(text, f"p{len(ids)}")
+            corpus[doc] = text
+            for qa in paragraph.get("qas", []):
+                qid = str(qa.get("id", f"q{len(queries)}"))
+                queries[qid] = qa.get("question", "")
+                qrels[qid] = {doc: 1}
+    if not corpus or not queries:
+        raise UserError(f"--data {path}: no paragraphs with questions")
+    return RetrievalSet(corpus, queries, qrels, path.stem)

@@ -1,0 +1,1 @@
+"""Embedding fine-tuning: contrastive (InfoNCE) training on pairs or triplets."""

@@ -1,0 +1,190 @@
+"""Embedding fine-tuning (``--task embedding``): a text's embedding, trained contrastively.
+
+Pairs (query, positive) or triplets (+ a hard negative), from CSV, TSV, JSONL or Parquet
+(``electra.tasks.embedding.data``). Each text runs through the encoder alone; its embedding
+is the mean of the last states over its real tokens, or its first position's
+(``pooling``), L2-normalised (``normalize``). The loss is InfoNCE with in-batch negatives
+(sentence-transformers' MultipleNegativesRankingLoss): each query's similarities to every
+positive and hard negative of its micro-batch, divided by a temperature (``temperature``,
+learned from it with ``learn_temperature``), and cross-entropy towards its own positive.
+Under gradient accumulation or several processes the negatives are a micro-batch's.
+
+Dev: every dev query against the dev set's documents (its positives and negatives, each
+once): MRR@10, Recall@1 and Recall@10 of its own positive. `electra evaluate --task
+sts|retrieval` scores the model on STS pairs or a BEIR retrieval set; `electra export`
+writes it as a sentence-transformers folder (the encoder, its pooling, its normaliser).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from electra.config import FinetuneConfig, ModelConfig
+from electra.data.examples import _records
+from electra.errors import UserError
+from electra.io.files import read_text
+from electra.model import EncoderWithHead, encoder_for, init_weights
+from electra.model.kernels import Kernels
+from electra.tasks.base import Head, TaskData, logits
+from electra.tasks.embedding.data import Pair, encode_pairs, read_pairs
+
+MAX_SCALE = math.log(100.0)  # a learned temperature stops at 0.01 (CLIP's bound)
+
+
+class EmbeddingModel(EncoderWithHead):
+    """Encoder + pooling (+ normalisation). ``forward`` on (N, T) inputs returns the (N, H)
+    embeddings; on (B, K, T) rows of a query and its K - 1 documents it returns the (B,
+    B * (K - 1)) similarities of every query to every document of the rows (positives
+    first, then the negatives), divided by the temperature: InfoNCE's logits."""
+
+    def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None,
+                 pooling: str = "mean", normalize: bool = True, temperature: float = 0.05,
+                 learn_temperature: bool = False) -> None:
+        super().__init__()
+        self.config = cfg
+        self.encoder = encoder_for(cfg, kernels=kernels)
+        self.pooling, self.normalize = pooling, normalize
+        self.reads_first = pooling == "cls"
+        init_weights(self, cfg.initializer_range)
+        # log(1 / temperature), CLIP's parametrisation: learned, or fixed (no gradient)
+        self.log_scale = nn.Parameter(torch.tensor(math.log(1.0 / temperature)),
+                                      requires_grad=learn_temperature)
+
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+              token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """(N, T) texts -> (N, H) embeddings (float32)."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        h = self.encoder(input_ids, attention_mask, token_type_ids,
+                         first_only=self.reads_first).float()
+        if self.reads_first:
+            v = h[:, 0]
+        else:
+            m = attention_mask[..., None].float()
+            v = (h * m).sum(1) / m.sum(1).clamp(min=1.0)
+        return F.normalize(v, dim=-1) if self.normalize else v
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        if input_ids.dim() == 2:
+            return self.embed(input_ids, attention_mask, token_type_ids)
+        B, K, T = input_ids.shape
+        if attention_mask is not None:  # the rows' all-padding columns dropped
+            T = max(1, int(attention_mask.sum(-1).max()))
+        flat = [x[..., :T].reshape(B * K, T) if x is not None else None
+                for x in (input_ids, attention_mask, token_type_ids)]
+        e = self.embed(*flat).view(B, K, -1)
+        docs = e[:, 1:].transpose(0, 1).reshape(B * (K - 1), -1)  # positives, negatives
+        scale = self.log_scale.clamp(max=MAX_SCALE).exp()
+        return scale * (e[:, 0] @ docs.T)
+
+    def temperature(self) -> float:
+        return float(1.0 / self.log_scale.detach().clamp(max=MAX_SCALE).exp())
+
+
+def ranks(queries: np.ndarray, docs: np.ndarray, gold: list[int]) -> np.ndarray:
+    """Each query's rank (1 = first) of its own document ``gold[i]`` among ``docs`` by the
+    dot product; a tie counts against it (rank after every document scoring as high)."""
+    sims = queries @ docs.T
+    own = sims[np.arange(len(gold)), gold]
+    return (sims >= own[:, None]).sum(1)
+
+
+class Embedding(Head):
+    name = "embedding"
+    tasks = ("embedding",)
+    help = "embedding (pairs or triplets: InfoNCE)"
+    hf_part = "embedding"
+    hf_class = "ElectraModel"  # exported as a sentence-transformers folder over it
+    hf_keys = ()
+    pipeline_tag = "sentence-similarity"
+
+    def load(self, task: str, train: str | None = None, dev: str | None = None,
+             text_columns: str | None = None, predict: str | None = None,
+             split: str | None = None, **_: Any) -> TaskData:
+        if predict:
+            raise UserError("--predict test writes benchmark submission files; an embedding "
+                            "model is scored with `electra evaluate --task sts|retrieval`")
+        if not dev or not (train or split is not None):
+            raise UserError("--task embedding needs --train FILE and --dev FILE (pairs "
+                            "query,positive or triplets query,positive,negative: CSV, TSV, "
+                            "JSONL or Parquet)")
+        columns = None if text_columns in (None, "text") else text_columns
+        rows = read_pairs(train, columns) if train and split is None else []
+        return TaskData(task, rows, {"dev": read_pairs(dev, columns)},
+                        ("mrr@10", "recall@1", "recall@10"), False, {}, head=self)
+
+    def read_inputs(self, path: Path, meta: dict[str, Any]) -> list[Any]:
+        """Texts to embed: a text file's lines, or the ``text`` field of a CSV, TSV, JSONL
+        or Parquet file's rows."""
+        if path.suffix in (".csv", ".tsv", ".tab", ".jsonl", ".parquet"):
+            rows = _records(path)
+            if not rows or not isinstance(rows[0], dict) or "text" not in rows[0]:
+                raise UserError(f"--input {path}: no 'text' column; give one, or a text "
+                                f"file of one text a line")
+            return [str(r["text"]) for r in rows]
+        return [line for line in read_text(path, "--input").splitlines() if line.strip()]
+
+    def build(self, cfg: ModelConfig, labels: dict[str, int], regression: bool,
+              kernels: Kernels | None = None, settings: dict[str, Any] | None = None
+              ) -> nn.Module:
+        s = settings or {}
+        return EmbeddingModel(cfg, kernels, s.get("pooling", "mean"), s.get("normalize", True),
+                              s.get("temperature", 0.05), s.get("learn_temperature", False))
+
+    def encode(self, tok: Any, examples: list[Any], data: TaskData,
+               cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
+        return encode_pairs(tok, examples, cfg.max_length or 128)
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor,
+             data: TaskData) -> torch.Tensor:
+        """Summed InfoNCE: each query's row of similarities towards its own positive (the
+        row's index: positives come first, in the rows' order)."""
+        target = torch.arange(len(logits), device=logits.device)
+        return F.cross_entropy(logits.float(), target, reduction="sum")
+
+    def embeddings(self, model: nn.Module, tok: Any, texts: list[str],
+                   cfg: FinetuneConfig) -> np.ndarray:
+        """(N, H) embeddings of ``texts``, batched by length as evaluation does."""
+        pairs = [Pair(t, t) for t in texts]
+        batch = encode_pairs(tok, pairs, cfg.max_length or 128)
+        flat = {k: batch[k][:, 0] for k in ("input_ids", "attention_mask", "token_type_ids")}
+        return logits(model, flat, cfg.precision).numpy()
+
+    def predict(self, model: nn.Module, tok: Any, examples: list[Any], data: TaskData,
+                cfg: FinetuneConfig) -> tuple[Any, Any]:
+        """Each dev query's rank of its positive among the dev documents (each once)."""
+        docs: dict[str, int] = {}
+        for p in examples:
+            for t in p.texts()[1:]:
+                docs.setdefault(t, len(docs))
+        q = self.embeddings(model, tok, [p.query for p in examples], cfg)
+        d = self.embeddings(model, tok, list(docs), cfg)
+        return ranks(q, d, [docs[p.positive] for p in examples]), None
+
+    def score(self, data: TaskData, preds: Any, labels: Any) -> dict[str, float]:
+        r = np.asarray(preds)
+        return {"mrr@10": float(np.where(r <= 10, 1.0 / r, 0.0).mean()),
+                "recall@1": float((r <= 1).mean()), "recall@10": float((r <= 10).mean())}
+
+    def records(self, model: nn.Module, tok: Any, items: list[Any], data: TaskData,
+                cfg: FinetuneConfig) -> list[dict[str, Any]]:
+        out = self.embeddings(model, tok, list(items), cfg)
+        return [{"embedding": [round(float(x), 6) for x in v]} for v in out]
+
+    def sentence_embedding(self, meta: dict[str, Any]) -> tuple[str, bool] | None:
+        settings = meta.get("finetune") or {}
+        return settings.get("pooling", "mean"), bool(settings.get("normalize", True))
+
+    def hf_labels(self, meta: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def meta(self, data: TaskData) -> dict[str, Any]:
+        return {"head": self.name}

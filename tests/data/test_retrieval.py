@@ -1,0 +1,89 @@
+"""Retrieval sets (``electra.data.retrieval``) and their scores (``score_run``): BEIR's
+layout and SQuAD's set read as written, bad files refused in one line, and the measures
+equal to hand-computed ones on a small run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from helpers import cli_error, shared_data, snapshot
+
+from electra.data.retrieval import read_retrieval, squad_retrieval
+from electra.errors import UserError
+
+pytrec_eval = pytest.importorskip("pytrec_eval")
+
+
+def beir(folder, corpus, queries, qrels, split="test"):
+    folder.mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in corpus))
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    (folder / "qrels").mkdir()
+    (folder / "qrels" / f"{split}.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{s}\n" for q, d, s in qrels))
+    return folder
+
+
+def test_a_beir_folder_is_read_as_written(tmp_path):
+    folder = beir(tmp_path / "b", [{"_id": "d1", "title": "Oslo", "text": "a city"},
+                                   {"_id": 2, "text": "a river"}],
+                  [{"_id": "q1", "text": "where"}, {"_id": "q2", "text": "unjudged"}],
+                  [("q1", "d1", 1), ("q1", "2", 0)])
+    got = read_retrieval(folder, "test")
+    assert got.corpus == {"d1": "Oslo a city", "2": "a river"}  # title + text, BEIR's way
+    assert got.queries == {"q1": "where"}  # only judged queries are asked
+    assert got.qrels == {"q1": {"d1": 1}}  # a score of 0 is not relevant
+    assert read_retrieval(folder, "dev").qrels == got.qrels  # evaluate's default: the only one
+
+
+def test_squad_becomes_its_questions_against_its_unique_paragraphs():
+    path = shared_data("squad") / "dev-v1.1.json"
+    got = squad_retrieval(path)
+    data = json.loads(path.read_text())["data"]
+    contexts = {p["context"] for a in data for p in a["paragraphs"]}
+    questions = [q for a in data for p in a["paragraphs"] for q in p["qas"]]
+    assert len(got.corpus) == len(contexts) and len(got.queries) == len(questions)
+    q = questions[0]
+    (doc,) = got.qrels[q["id"]]
+    assert got.corpus[doc] == data[0]["paragraphs"][0]["context"]
+
+
+@pytest.mark.parametrize("case, expect", [
+    ("empty corpus", "corpus.jsonl: the corpus is empty"),
+    ("unknown document", "test.tsv:2: document 'd9' is not in corpus.jsonl"),
+    ("unknown query", "test.tsv:2: query 'q9' is not in queries.jsonl"),
+    ("no split", "no qrels/train.tsv; give --split test"),
+])
+def test_bad_retrieval_sets_are_one_line(case, expect, tmp_path, capsys):
+    corpus = [] if case == "empty corpus" else [{"_id": "d1", "text": "a"}]
+    qrels = {"unknown document": [("q1", "d9", 1)], "unknown query": [("q9", "d1", 1)]}.get(
+        case, [("q1", "d1", 1)])
+    folder = beir(tmp_path / "b", corpus, [{"_id": "q1", "text": "a"}], qrels)
+    with pytest.raises(UserError) as caught:
+        read_retrieval(folder, "train" if case == "no split" else "test")
+    assert expect in str(caught.value)
+    before = snapshot(tmp_path)
+    err = cli_error(capsys, "evaluate", "--model", tmp_path / "nothing", "--task", "retrieval",
+                    "--data", folder, "--split", "train" if case == "no split" else "test")
+    assert expect in err and snapshot(tmp_path) == before
+
+
+def test_the_measures_are_trec_evals_on_a_run_scored_by_hand():
+    """nDCG@10, MRR@10 (0 past the 10th document) and Recall@100, each query's by hand."""
+    from electra.commands.embed import score_run
+
+    qrels = {"q1": {"d1": 1}, "q2": {"d3": 1, "d4": 1}, "q3": {"d5": 1}}
+    filler = {f"x{i}": 0.5 - i / 100 for i in range(12)}
+    run = {"q1": {"d2": 0.9, "d1": 0.8},  # rank 2
+           "q2": {"d3": 0.99, **dict(list(filler.items())[:9]), "d4": 0.3},  # ranks 1, 11
+           "q3": {**filler, "d5": 0.1}}  # rank 13
+    got = score_run(qrels, run)
+    ndcg = [1 / math.log2(3), 1 / (1 + 1 / math.log2(3)), 0.0]
+    mrr = [0.5, 1.0, 0.0]
+    recall = [1.0, 1.0, 1.0]
+    assert got == pytest.approx({"ndcg@10": sum(ndcg) / 3, "mrr@10": sum(mrr) / 3,
+                                 "recall@100": sum(recall) / 3}, abs=1e-12)
+    # a query the run leaves out counts 0
+    assert score_run(qrels, {"q1": run["q1"]})["mrr@10"] == pytest.approx(0.5 / 3)
