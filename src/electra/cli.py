@@ -311,7 +311,9 @@ COMMANDS: dict[str, Command] = {
                 "demo: sst2:max_train_examples=2000): GLUE tasks "
                 "(from --glue), with fine-tuning settings as TASK:key=value (e.g. "
                 "sst2:max_train_examples=10000), or custom:name=N:train=FILE:dev=FILE"
-                "[:text=COL[+COL]][:label=COL][:regression=true]"),
+                "[:text=COL[+COL]][:label=COL][:regression=true]; sts and "
+                "retrieval:data=PATH[:split=S] score each model's embeddings as they are "
+                "(STS-B from --glue; a BEIR folder or a SQuAD .json)"),
             arg("--glue", metavar="DIR", help="the folder holding GLUE's task folders "
                 "(SST-2/, MRPC/, STS-B/, RTE/, ...)"),
             arg("--seeds", default="1,2,3", help="fine-tuning seeds (default: 1,2,3)"),

@@ -274,3 +274,43 @@ def test_probes_train_the_head_alone_on_each_pretrained_model(compared, capsys):
                        if k.startswith("encoder.")), m["model"]
     assert "sent-probe (accuracy)" in (out / "results.md").read_text()
     assert main(args) == 0  # back to the full fine-tunes, read back
+
+
+def test_embedding_scores_stand_beside_the_fine_tunes(compared, capsys, tmp_path):
+    """--tasks ...,retrieval:data=BEIR: each model's embeddings scored as they are (random
+    init's drawn once, seed 0), one value each, equal to `electra.retrieval`'s on the saved
+    model, outside the average; the table says so."""
+    import electra
+
+    out, args = compared
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    docs = {f"d{i}": " ".join(c * (i + 1) for _ in range(4)) for i, c in enumerate("abcdef")}
+    (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "text": v}) + "\n"
+                                               for k, v in docs.items()))
+    (beir / "queries.jsonl").write_text("".join(
+        json.dumps({"_id": f"q{i}", "text": c * (i + 1)}) + "\n" for i, c in enumerate("abc")))
+    (beir / "qrels/test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{i}\td{i}\t1\n" for i in range(3)))
+    tasks = args.index("--tasks") + 1
+    more = [*args[:tasks], f"{args[tasks]},retrieval:data={beir}", *args[tasks + 1:]]
+    capsys.readouterr()
+    assert main(more) == 0
+    assert "compare: pretraining" not in capsys.readouterr().out  # the same pretraining
+    results = json.loads((out / "results.json").read_text())
+    assert results["metrics"] == {"sent": "accuracy", "retrieval": "ndcg@10"}
+    for m in results["models"]:
+        got = m["tasks"]["retrieval"]["seeds"]
+        model = out / "models" / m["model"]
+        assert got == [round(100 * electra.retrieval(model, beir)["ndcg@10"], 4)]
+        assert m["average"]["seeds"] == m["tasks"]["sent"]["seeds"]  # outside the average
+    table = (out / "results.md").read_text()
+    assert "retrieval (ndcg@10)" in table and "retrieval: each model's embeddings" in table
+    assert "retrieval needs data=PATH" in _error(capsys, [*args[:tasks], "retrieval",
+                                                          *args[tasks + 1:]])
+
+
+def _error(capsys, argv: list[str]) -> str:
+    capsys.readouterr()
+    assert main(argv) == 2
+    return capsys.readouterr().err

@@ -28,10 +28,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from electra.commands.finetune import model_source, parse_seeds, run_finetune
+import torch
+
+from electra.commands import embed
+from electra.commands.finetune import local_files, model_source, parse_seeds, run_finetune
 from electra.commands.pretrain import PretrainOptions, pretrain
 from electra.config import DEFAULT_TIMEOUT_S, config_diffs, load_finetune_config
 from electra.data.loader import ShardDataset
+from electra.data.retrieval import read_retrieval
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.experiments.compare_plan import Plan, make_plan, measure_rate
@@ -39,6 +43,7 @@ from electra.experiments.compare_results import plot, summarize, table
 from electra.experiments.compare_spec import (
     DEFAULT_TASKS,
     DEMO_TASKS,
+    Task,
     parse_budget,
     parse_fractions,
     parse_objectives,
@@ -49,6 +54,7 @@ from electra.io.checkpoint import step_dir
 from electra.io.files import read_json, write_json
 from electra.io.outputs import MARK, Claim, claim_out
 from electra.io.trackers import grouped
+from electra.model import Discriminator
 from electra.objectives.config import raw_run_config
 from electra.runtime import start
 from electra.saved import folders
@@ -82,10 +88,14 @@ def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random
                         f"one-process run, whose compare.json records the FLOPs")
     raw = raw_run_config(preset, config, sets or [])
     shards = ShardDataset(data, "train")
-    loaded = {t.name: load_task(t.task, **t.reading) for t in task_list}  # read now, not
-    # after hours of pretraining
+    loaded = {t.name: load_task(t.task, **t.reading) for t in task_list
+              if not t.zero_shot}  # read now, not after hours of pretraining
+    for t in task_list:
+        if t.task == "retrieval":
+            read_retrieval(local_files(t.folder, "--tasks retrieval:data"), t.dev or "test")
     inputs = [("--data", data), ("--config", config), ("--glue", glue),
-              *[(f"--tasks {t.name}", p) for t in task_list for p in (t.train, t.dev)]]
+              *[(f"--tasks {t.name}", p) for t in task_list
+                for p in ((t.folder,) if t.zero_shot else (t.train, t.dev))]]
     with start(device, dist_timeout, keep_memory=True) as rt, \
             claim_out(out, "comparison", "compare", resume=True, inputs=inputs, rt=rt) as claim:
         # --out is checked (and held) before a duration budget is measured
@@ -190,6 +200,32 @@ def _keep(run: Path, step: int, folder: Path, objective: str, fraction: float) -
                  load_tokenizer(run), step=step, objective=objective,
                  fraction=fraction)
 
+def _zero_shot(plan: Plan, out: Path, name: str, objective: str | None, task: Task,
+               folder: Path, rt: Any) -> dict[str, Any]:
+    """``sts`` or ``retrieval``: the model's embeddings scored as they are, in a results.json
+    shaped as a fine-tune's (one entry, no seed: nothing random). Random init: the first
+    objective's shape with weights drawn from seed 0."""
+    model = out / "models" / name
+    if objective is None and not (model / "discriminator/config.json").is_file():
+        shape = out / "models" / f"{next(iter(plan.objectives))}-100" / "discriminator"
+        source = model_source(random_init=str(shape))
+        torch.manual_seed(0)
+        if rt.is_main:
+            folders.save(Discriminator(source.config), "discriminator",
+                         model / "discriminator", load_tokenizer(shape))
+    result: dict[str, Any] = {}
+    if rt.is_main:
+        print(f"compare: scoring {name}'s embeddings on {task.name}", flush=True)
+        if task.task == "sts":
+            score = embed.sts(model, task.folder)["dev"]["spearman"]
+        else:
+            score = embed.retrieval(model, task.folder, task.dev or "test")[task.metric]
+        result = {"seeds": {"-": {"dev": {task.metric: score}}}, "zero_shot": True}
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / "results.json", result)
+    return result
+
+
 def _finetune_all(plan: Plan, data: str, out: Path, rt: Any, progress: bool,
                   loaded: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Fine-tune every model on every task (finished ones read back); their results.json.
@@ -201,6 +237,10 @@ def _finetune_all(plan: Plan, data: str, out: Path, rt: Any, progress: bool,
             folder = plan.finetune_folder(out, name, task)
             if (folder / "results.json").is_file():
                 scores[name][task.name] = read_json(folder / "results.json")
+                continue
+            if task.zero_shot:
+                scores[name][task.name] = _zero_shot(plan, out, name, objective, task, folder,
+                                                     rt)
                 continue
             if task.name not in loaded:
                 loaded[task.name] = load_task(task.task, **task.reading)

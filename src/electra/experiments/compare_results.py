@@ -21,7 +21,8 @@ def task_score(result: dict[str, Any], task: Task) -> list[float]:
 def averaged(plan: Plan) -> list[Task]:
     """The tasks the average is over: the full fine-tunes (``--probe beside`` keeps its
     probes out of it), or the probes where there are only probes."""
-    return [t for t in plan.tasks if not t.probe] or list(plan.tasks)
+    tasks = [t for t in plan.tasks if not t.zero_shot]  # embedding scores stand beside it
+    return [t for t in tasks if not t.probe] or tasks
 
 
 def summarize(plan: Plan, scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -36,12 +37,12 @@ def summarize(plan: Plan, scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
             per_task[task.name]["warned_seeds"] = [
                 int(s) for s, d in result.get("details", {}).items() if d.get("warnings")]
         seeds = [statistics.mean(per_task[t.name]["seeds"][i] for t in over)
-                 for i in range(len(plan.seeds))]
+                 for i in range(len(plan.seeds))] if over else []
         models.append({"model": name, "objective": objective, "fraction": fraction,
                        "pretrain_flops": flops,
                        "steps": (plan.ends(objective)[plan.fractions.index(fraction)]
                                  if objective else 0),
-                       "tasks": per_task, "average": _spread(seeds)})
+                       "tasks": per_task, "average": _spread(seeds) if seeds else None})
     return {"budget_flops": plan.budget_flops, "seeds": plan.seeds,
             "metrics": {t.name: t.metric for t in plan.tasks},
             "steps": {o: c.train.max_steps for o, c in plan.objectives.items()},
@@ -62,24 +63,28 @@ def table(plan: Plan, results: dict[str, Any]) -> str:
     lines = [f"| model | budget | pretraining FLOPs | steps | {head} |",
              f"|---|---|---|---|{'---|' * (len(names) + avg)}"]
     for m in results["models"]:
-        cells = [_cell(m["tasks"][n], len(plan.seeds))
+        cells = [_cell(m["tasks"][n])
                  + (" !" if m["tasks"][n]["warned_seeds"] else "") for n in names]
         if avg:
-            cells.append(_cell(m["average"], len(plan.seeds)))
+            cells.append(_cell(m["average"]))
         budget = f"{m['fraction']:.0%}" if m["objective"] else "-"
         lines.append(f"| {m['objective'] or RANDOM_INIT} | {budget} | "
                      f"{m['pretrain_flops']:.3g} | {m['steps']} | {' | '.join(cells)} |")
     seeds = ",".join(map(str, plan.seeds))
     warned = any(m["tasks"][n]["warned_seeds"] for m in results["models"] for n in names)
+    zero = [t.name for t in plan.tasks if t.zero_shot]
     return ("\n".join(lines) + f"\n\nMedian over seeds {seeds} of each task's dev score x100 "
             f"(min-max in brackets)" + (f"; the average is each seed's mean over "
                                         f"{', '.join(t.name for t in averaged(plan))}."
                                         if avg else ".")
+            + (f" {', '.join(zero)}: each model's embeddings as they are (mean pooling, no "
+               f"fine-tuning), one score x100." if zero else "")
             + ("\n! a seed predicted one class everywhere or its training loss never fell: "
                "see finetune/MODEL/TASK/results.md" if warned else ""))
 
-def _cell(s: dict[str, Any], n: int) -> str:
-    return f"{s['median']:.1f}" + (f" ({s['min']:.1f}-{s['max']:.1f})" if n > 1 else "")
+def _cell(s: dict[str, Any]) -> str:
+    many = len(s["seeds"]) > 1
+    return f"{s['median']:.1f}" + (f" ({s['min']:.1f}-{s['max']:.1f})" if many else "")
 
 def plot(plan: Plan, results: dict[str, Any], path: Path) -> Path:
     """compare.png: one panel per task and one for the average; score against pretraining

@@ -30,6 +30,9 @@ GLUE_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B"
 # The paper's dev metric per task (section 3.1): Spearman for STS-B, Matthews correlation for
 # CoLA, accuracy for the others; a custom regression task: Spearman.
 PAPER_METRIC = {"cola": "mcc", "stsb": "spearman"}
+# Zero-shot embedding scores of each model (no fine-tuning): STS-B's Spearman of cosines,
+# and a retrieval set's nDCG@10 (electra.commands.embed).
+EMBEDDING_METRIC = {"sts": "spearman", "retrieval": "ndcg@10"}
 
 DEMO_FLOPS = 2.0e13
 """--budget demo: training FLOPs per objective for the tiny model: ~600 ELECTRA steps of 32
@@ -56,6 +59,12 @@ class Task:
     sets: tuple[str, ...] = ()  # fine-tuning settings for this task (key=value)
 
     @property
+    def zero_shot(self) -> bool:
+        """An embedding score of the model as it is (``sts``, ``retrieval``): no fine-tune,
+        no seeds, and outside the average."""
+        return self.task in EMBEDDING_METRIC
+
+    @property
     def probe(self) -> bool:
         """A linear probe (``--probe``): the encoder frozen, the head alone trained."""
         return "freeze=encoder" in self.sets
@@ -71,21 +80,26 @@ class Task:
     def metric(self) -> str:
         if self.task == "custom":
             return "spearman" if self.regression else "accuracy"
-        return PAPER_METRIC.get(self.task, "accuracy")
+        return EMBEDDING_METRIC.get(self.task) or PAPER_METRIC.get(self.task, "accuracy")
 
 def parse_tasks(text: str, glue: str | None) -> list[Task]:
     """``--tasks``: comma-separated ``TASK[:key=value...]``. TASK is a GLUE task (read from
     ``--glue DIR``, e.g. DIR/SST-2) or ``custom`` with ``name=``, ``train=FILE``,
     ``dev=FILE``, and optionally ``text=COL[+COL]``, ``label=COL``, ``regression=true``;
     any other key=value is a fine-tuning setting for that task (e.g.
-    ``sst2:max_train_examples=10000``)."""
+    ``sst2:max_train_examples=10000``). ``sts`` (GLUE's STS-B from ``--glue``) and
+    ``retrieval:data=PATH`` (a BEIR folder or a SQuAD file; ``split=S``) score each model's
+    embeddings as they are, zero-shot."""
     tasks: list[Task] = []
     for spec in [s.strip() for s in text.split(",") if s.strip()]:
         head, *items = spec.split(":")
         key = head.lower().replace("-", "")
+        if key in EMBEDDING_METRIC:
+            tasks.append(_zero_shot(key, spec, items, glue))
+            continue
         if key not in GLUE and key != "custom":
-            raise UserError(f"--tasks {head}: unknown task; valid tasks: {', '.join(GLUE)}, or "
-                            f"custom:name=N:train=FILE:dev=FILE")
+            raise UserError(f"--tasks {head}: unknown task; valid tasks: {', '.join(GLUE)}, "
+                            f"custom:name=N:train=FILE:dev=FILE, sts, or retrieval:data=PATH")
         opts = dict(parse_set(i, "max_train_examples=10000") for i in items)
         own = {k: opts.pop(k) for k in ("name", "train", "dev", "text", "label", "regression")
                if k in opts}
@@ -123,6 +137,30 @@ def parse_tasks(text: str, glue: str | None) -> list[Task]:
                         f"sst2,mrpc,stsb,rte")
     return tasks
 
+def _zero_shot(key: str, spec: str, items: list[str], glue: str | None) -> Task:
+    """``sts`` or ``retrieval:data=PATH[:split=S]``: the model's embeddings scored as they
+    are (``Task.folder``: STS-B's folder, or the retrieval set; ``dev``: its split)."""
+    opts = dict(parse_set(i, "data=squad/dev-v1.1.json") for i in items)
+    allowed = {"sts": set(), "retrieval": {"data", "split"}}[key]
+    extra = sorted(set(opts) - allowed)
+    if extra:
+        raise UserError(f"--tasks {spec}: {key} takes no {', '.join(extra)} (it fine-tunes "
+                        f"nothing: each model's embeddings are scored as they are)"
+                        + ("; give data=PATH and split=S" if allowed else ""))
+    if key == "sts":
+        if glue is None:
+            raise UserError("--tasks sts scores GLUE's STS-B dev set: give --glue DIR, the "
+                            "folder holding STS-B/")
+        folder = Path(glue) / GLUE_FOLDERS["stsb"]
+        if not folder.is_dir():
+            raise UserError(f"--glue {glue}: no STS-B/ folder for --tasks sts")
+        return Task("sts", "sts", str(folder), dev="dev")
+    if "data" not in opts:
+        raise UserError(f"--tasks {spec}: retrieval needs data=PATH, a BEIR folder or a "
+                        f"SQuAD .json (e.g. retrieval:data=squad/dev-v1.1.json)")
+    return Task("retrieval", "retrieval", str(opts["data"]), dev=str(opts.get("split", "test")))
+
+
 PROBE_SETS = ("freeze=encoder", "lr=1e-3")  # a task's own settings come after (and win)
 
 
@@ -133,7 +171,7 @@ def with_probes(tasks: list[Task], probe: str | None) -> list[Task]:
     if probe is None:
         return tasks
     probes = [dataclasses.replace(t, name=f"{t.name}-probe", sets=(*PROBE_SETS, *t.sets))
-              for t in tasks]
+              for t in tasks if not t.zero_shot]
     return probes if probe == "only" else [*tasks, *probes]
 
 
