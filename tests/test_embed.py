@@ -90,7 +90,7 @@ def test_sts_is_the_spearman_of_the_cosines(tmp_path):
     assert -1 <= got["dev"]["spearman"] <= 1
 
 
-def test_a_sentence_transformers_export_embeds_as_electra_does(tmp_path):
+def test_a_sentence_transformers_export_embeds_as_electra_does(tmp_path, capsys):
     """`electra export --sentence-transformers mean` writes a folder
     sentence_transformers.SentenceTransformer loads, whose encode equals electra.encode's
     (within 1e-5, fp32), for a run and for a fine-tuned model's encoder."""
@@ -108,6 +108,21 @@ def test_a_sentence_transformers_export_embeds_as_electra_does(tmp_path):
                                    atol=1e-5)
     assert main(["export", str(run), "--out", str(tmp_path / "bad"),
                  "--sentence-transformers", "max"]) == 2
+    # Such a folder read back: electra embeds with its pooling and normaliser, and it
+    # imports as a run (its encoder; a fresh replaced-token head)
+    for pooling in ("mean", "cls"):
+        np.testing.assert_allclose(electra.encode(tmp_path / f"st-{pooling}", TEXTS),
+                                   electra.encode(run, TEXTS, pooling=pooling), atol=1e-6)
+    assert main(["import", str(tmp_path / "st-cls"), "--out", str(tmp_path / "back")]) == 0
+    from electra.saved.models import open_model
+
+    a = open_model(run)["discriminator"].encoder.state_dict()
+    b = open_model(tmp_path / "back")["discriminator"].encoder.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    from helpers import cli_error
+
+    assert "an encoder without a replaced-token head" in cli_error(
+        capsys, "detect", "--model", tmp_path / "st-mean", "some text")
     # A fine-tuned model: its encoder, its head left out.
     from helpers import write_sentiment
 

@@ -30,6 +30,11 @@ def load_detector(source: str | Path) -> tuple[torch.nn.Module, Any]:
     """(discriminator in eval mode, its tokenizer) from a run, discriminator folder,
     checkpoint, or transformers ElectraForPreTraining folder."""
     opened = open_model(source, "discriminator")  # refuses generators and classifiers
+    if opened.head_fresh:  # an encoder alone: its head's scores would be a fresh head's
+        raise UserError(f"--model {source}: an encoder without a replaced-token head (a "
+                        f"transformers ...Model folder, a sentence-transformers one), so "
+                        f"nothing to detect with; give a run, its discriminator, or an "
+                        f"ElectraForPreTraining folder")
     return opened["discriminator"].eval(), load_tokenizer(opened.tokenizer)
 
 

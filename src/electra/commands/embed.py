@@ -44,10 +44,13 @@ class Encoder:
         if pooling is not None and pooling not in POOLINGS:
             raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
         model = hub.resolve(model, "--model")  # a hub id's folder, read before opening it
+        st = sentence_transformers_folder(Path(model))
+        if st is not None:  # its transformers folder, its pooling and normaliser
+            model = st[0]
         meta_kind = "classifier" if _is_classifier(model) else "discriminator"
         opened = open_model(model, meta_kind)
         own = head_of(opened.meta).sentence_embedding(opened.meta) if (
-            meta_kind == "classifier") else None  # an embedding model's own
+            meta_kind == "classifier") else (st[1:] if st else None)  # the model's own
         pooling = pooling or (own[0] if own else "mean")
         normalize = (own[1] if own else True) if normalize is None else normalize
         self.module = opened[meta_kind].eval()
@@ -92,6 +95,33 @@ class Encoder:
                 v = torch.nn.functional.normalize(v, dim=-1)
             out[rows] = v.numpy()
         return out
+
+
+def sentence_transformers_folder(folder: Path) -> tuple[Path, str, bool] | None:
+    """A folder sentence-transformers saved (``modules.json``): its transformers folder,
+    its pooling (mean or cls) and whether it normalises; None for any other folder. A
+    pooling electra does not embed with (max, weighted mean, ...) is a UserError."""
+    try:
+        modules = json.loads((folder / "modules.json").read_text())
+    except (OSError, ValueError):
+        return None
+    kinds = {str(m.get("type", "")).rpartition(".")[2]: m for m in modules
+             if isinstance(m, dict)}
+    if "Transformer" not in kinds:
+        raise UserError(f"{folder}: a sentence-transformers folder without a Transformer "
+                        f"module; electra reads those of an encoder and a pooling")
+    pooling = "mean"
+    if "Pooling" in kinds:
+        cfg = json.loads((folder / kinds["Pooling"].get("path", "") / "config.json")
+                         .read_text())
+        modes = [cfg.get("pooling_mode")] if cfg.get("pooling_mode") else [
+            m.removeprefix("pooling_mode_").removesuffix("_token").removesuffix("_tokens")
+            for m, on in cfg.items() if m.startswith("pooling_mode_") and on is True]
+        if len(modes) != 1 or modes[0] not in POOLINGS:
+            raise UserError(f"{folder}: its pooling is {'+'.join(map(str, modes))}; electra "
+                            f"embeds with {' or '.join(POOLINGS)}")
+        pooling = modes[0]
+    return folder / kinds["Transformer"].get("path", ""), pooling, "Normalize" in kinds
 
 
 def _is_classifier(model: str | Path) -> bool:

@@ -132,18 +132,33 @@ def read(folder: Path, hf: dict[str, Any], state: dict[str, torch.Tensor], part:
          read_weights: Any = None, fresh_discriminator: Any = None
          ) -> tuple[ModelConfig, dict[str, torch.Tensor], bool]:
     """An ELECTRA folder as our ``part``: ElectraForPreTraining's or ElectraForMaskedLM's
-    weights (the other classes are refused, naming what the folder holds)."""
+    weights; a discriminator also from an ``ElectraModel`` (the encoder alone: a
+    sentence-transformers folder's, an embedding model's), its replaced-token head built
+    fresh. The other classes are refused, naming what the folder holds."""
     found = sorted({k.split(".")[0] for k in state})
+    cfg = from_config(hf, str(folder / "config.json"))
     head = "discriminator_predictions" if part == "discriminator" else "generator_predictions"
-    if not any(k.startswith(head) for k in state):
+    state = {k: v for k, v in state.items() if not k.endswith("position_ids")}
+    bare = part == "discriminator" and found and set(found) <= {
+        "embeddings", "embeddings_project", "encoder"}  # ElectraModel's own keys
+    if bare:
+        state = {f"electra.{k}": v for k, v in state.items()}
+    elif part == "discriminator" and set(found) == {"electra"}:
+        bare = True  # an encoder saved under electra., no head
+    if not bare and not any(k.startswith(head) for k in state):
         raise UserError(f"{folder}: not an ELECTRA {part} (expected {head}.* weights; "
                         f"found {', '.join(found)})")
     try:
-        ours = from_state({k: v for k, v in state.items()
-                           if not k.endswith("position_ids")}, part)
+        if bare:
+            ours = rename(state, ENCODER, reverse=True)
+            fuse_qkv(ours)
+            ours.update({k: v for k, v in fresh_discriminator(cfg).items()
+                         if k.startswith("head_")})
+        else:
+            ours = from_state(state, part)
     except KeyError as err:
         raise UserError(f"{folder}: unexpected weight {err}; not an ELECTRA {part}") from None
-    return from_config(hf, str(folder / "config.json")), ours, False
+    return cfg, ours, bool(bare)
 
 
 ADAPTER = Adapter("electra", to_config, to_state, hf_class, read,
