@@ -201,3 +201,31 @@ def test_sts_on_a_file_of_scored_pairs_and_its_bad_input(tmp_path, capsys):
                     tmp_path / "one.csv", "--label-column", "score")
     assert "sentence2" in err
     assert "one of them" in cli_error(capsys, "evaluate", "--model", run, "--task", "sts")
+
+
+@pytest.mark.parametrize("body", ["modernbert", "deberta"])
+def test_every_body_embeds_fine_tunes_and_exports_alike(body, tmp_path):
+    """The ModernBERT and DeBERTa bodies: an embedding fine-tune runs (InfoNCE on pairs),
+    and its sentence-transformers export (ModernBertModel, DebertaV2Model inside) embeds as
+    electra does, within 1e-5 (fp32)."""
+    import json
+
+    st = pytest.importorskip("sentence_transformers")
+    from electra.cli import main
+
+    extra = {"modernbert": dict(embedding_size=128, local_attention=8, global_every=2,
+                                hidden_dropout=0.0, attention_dropout=0.0),
+             "deberta": dict(embedding_size=128, generator_size=1.0, generator_layers=1,
+                             position_buckets=16, hidden_dropout=0.0,
+                             attention_dropout=0.0)}[body]
+    run, _ = make_run(tmp_path, "tiny", body=body, num_layers=2, **extra)
+    rows = [{"query": t, "positive": t + " again"} for t in TEXTS * 4]
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["finetune", "--model", str(run), "--task", "embedding", "--train",
+                 str(tmp_path / "pairs.jsonl"), "--dev", str(tmp_path / "pairs.jsonl"),
+                 "--out", str(tmp_path / "ft"), "--quiet", "--set", "epochs=1", "--set",
+                 "precision=fp32", "--set", "batch_size=4", "--set", "max_length=32"]) == 0
+    assert main(["export", str(tmp_path / "ft/seed-1"), "--out", str(tmp_path / "st")]) == 0
+    theirs = st.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS)
+    np.testing.assert_allclose(theirs, electra.encode(tmp_path / "ft/seed-1", TEXTS),
+                               atol=1e-5)
