@@ -51,3 +51,15 @@ def config_from(hf: dict[str, Any], table: list[tuple[str, str, Any]], where: st
     values = {ours: hf.get(theirs, default) for ours, theirs, default in table}
     return ModelConfig(**values, pad_token_id=hf.get("pad_token_id", 0) or 0, **fixed)
 
+
+
+def converted(folder: Any, what: str, convert: Any, state: dict[str, torch.Tensor],
+              part: str, fresh: Any, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """``convert(state, part, fresh)``: our weights from a folder's, the discriminator given
+    ``fresh(cfg)``'s head where the folder has none; a weight no row maps is a UserError
+    naming the folder and ``what`` it is not."""
+    fresh_state = fresh(cfg) if part == "discriminator" else {}
+    try:
+        return convert(state, part, fresh_state)
+    except KeyError as err:
+        raise UserError(f"{folder}: unexpected weight {err}; not {what}") from None

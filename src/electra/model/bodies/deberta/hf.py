@@ -19,7 +19,7 @@ import torch
 from electra.config import ModelConfig
 from electra.errors import UserError
 from electra.model.bodies.bert.model import fuse_qkv, split_qkv
-from electra.model.bodies.keys import REQUIRED, config_from, rename
+from electra.model.bodies.keys import REQUIRED, config_from, converted, rename
 from electra.model.bodies.spec import Adapter, State
 
 ENCODER = [
@@ -212,11 +212,8 @@ def read(folder: Path, hf: dict[str, Any], state: dict[str, torch.Tensor], part:
         raise UserError(f"{folder}: not a DebertaV2ForMaskedLM (no lm_predictions.* or cls.* "
                         f"weights) and no {GENERATOR_WEIGHTS}, so no generator; import it as "
                         f"the discriminator alone (a fresh generator is built)")
-    fresh = fresh_discriminator(cfg) if part == "discriminator" else {}
-    try:
-        return cfg, from_state(state, part, fresh), head_fresh
-    except KeyError as err:
-        raise UserError(f"{folder}: unexpected weight {err}; not a DeBERTa-V3 model") from None
+    return cfg, converted(folder, "a DeBERTa-V3 model", from_state, state, part,
+                          fresh_discriminator, cfg), head_fresh
 
 
 ADAPTER = Adapter(

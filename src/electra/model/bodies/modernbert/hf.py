@@ -14,7 +14,7 @@ import torch
 
 from electra.config import ModelConfig
 from electra.errors import UserError
-from electra.model.bodies.keys import REQUIRED, config_from, rename
+from electra.model.bodies.keys import REQUIRED, config_from, converted, rename
 from electra.model.bodies.spec import Adapter, State
 
 ENCODER = [
@@ -167,13 +167,10 @@ def read(folder: Path, hf: dict[str, Any], state: dict[str, torch.Tensor], part:
         raise UserError(f"{folder}: not a ModernBertForMaskedLM (no decoder.* weights), so "
                         f"no generator; import it as the discriminator alone (a fresh "
                         f"generator is built)")
-    fresh = fresh_discriminator(cfg) if part == "discriminator" else {}
     head_fresh = part == "discriminator" and not any(
         k.startswith("discriminator_predictions.") for k in state)
-    try:
-        return cfg, from_state(state, part, fresh), head_fresh
-    except KeyError as err:
-        raise UserError(f"{folder}: unexpected weight {err}; not a ModernBERT model") from None
+    return cfg, converted(folder, "a ModernBERT model", from_state, state, part,
+                          fresh_discriminator, cfg), head_fresh
 
 
 ADAPTER = Adapter(
