@@ -56,7 +56,8 @@ class ModelSource:
         sequence head for sst2 (2 labels)``."""
         c = self.config
         shape = f"{c.body} body, {c.num_layers} x {c.hidden_size}"
-        heads = ", ".join(f"a {d.head.name} head for {name}"
+        heads = ", ".join(f"{'an' if d.head.name[0] in 'aeiou' else 'a'} {d.head.name} head "
+                          f"for {name}"
                           + (f" ({len(d.labels)} labels)" if d.labels else "")
                           for name, d in tasks.items())
         if self.init is None:
