@@ -171,3 +171,20 @@ def test_a_pairs_file_with_one_text_column_is_one_line(data, capsys):
                     "--task", "embedding", "--train", data / "short.csv", "--dev",
                     data / "dev.jsonl", "--out", data / "x")
     assert "short.csv: row 2 has no text in 'positive'" in err
+
+
+def test_embedding_trains_beside_another_task(data):
+    """Multi-task (--task embedding,custom): one encoder; the embedding model's own weight
+    (its temperature) is kept with it, and its folder embeds as electra.encode does."""
+    from helpers import write_sentiment
+
+    write_sentiment(data / "s.csv", 32, 0)
+    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(data / "tok"),
+                 "--task", "embedding,custom", "--train",
+                 f"{data / 'train.jsonl'},{data / 's.csv'}",
+                 "--dev", f"{data / 'dev.jsonl'},{data / 's.csv'}", "--out", str(data / "mt"),
+                 "--quiet", "--set", "epochs=1", "--set", "precision=fp32", "--set",
+                 "max_length=16", "--set", "learn_temperature=true"]) == 0
+    saved = load_file(data / "mt/seed-1/embedding/model.safetensors")
+    assert "log_scale" in saved and float(saved["log_scale"]) != pytest.approx(math.log(20))
+    assert electra.encode(data / "mt/seed-1/embedding", ["ba be"]).shape == (1, 128)

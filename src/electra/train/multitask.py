@@ -45,6 +45,8 @@ class TaskView(nn.Module):
         self.config = model.config
         self.model = [model]  # not a submodule: its children are registered below
         self.encoder = encoder
+        for name, param in model.named_parameters(recurse=False):  # a head's own (a scale)
+            self.register_parameter(name, param)
         for name, child in model.named_children():
             self.add_module(name, child)
 
