@@ -27,10 +27,10 @@ from finetune_step import sst2_batches
 from op_count import top_level_ops
 
 from electra.model.bodies import model_preset
-from electra.model.cast import CastOnce
 from electra.model.kernels import FAST_CPU
 from electra.runtime import autocast
 from electra.tasks.sequence.head import SequenceClassifier
+from electra.train.cast import CastOnce
 from electra.train.optim import adamw, param_groups
 
 

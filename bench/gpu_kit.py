@@ -24,7 +24,8 @@ short):
   users run it, on the demo's corpus packed (``pack-T``) at the preset's batch, each variant
   at the largest micro-batch that fits (the rest by accumulation): the command's defaults,
   then each lever (``train.unpad``, ``train.cuda_graphs``, ``train.compile``), then
-  transformers' step; three timed windows each (median, min, max real tokens/s), MFU, the
+  transformers' step, then (the headline) ``train.cast_once=false``: autocast's own casts
+  against the cast-once default; three timed windows each (median, min, max real tokens/s), MFU, the
   GPU's busy fraction under the profiler, each over the defaults.
 - ``fp32``: one batch of the ELECTRA objective on the CPU and the GPU from the same weights
   and draws (TF32 off): every loss within 1e-4, the same samples.
@@ -225,13 +226,14 @@ def real_tokens(batches: list[dict]) -> float:
 
 def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = False,
               dropout: float = 0.1, kernels: Any = None, cuda_graphs: bool = False,
-              unpad: bool | None = None, micro: int | None = None
+              unpad: bool | None = None, micro: int | None = None, cast_once: bool = True
               ) -> tuple[Callable[[dict], torch.Tensor], int]:
     """Our pretraining step (the command's: ``electra.train.pretraining.train_step`` on a model with
     the kernels `electra pretrain` builds it with), from seed 0: (step(batch) -> loss, its
     training FLOPs at full length). ``kernels``: other than the command's; ``unpad``,
     ``compile``, ``cuda_graphs``: ``train.unpad`` (None: its default), ``train.compile``,
-    ``train.cuda_graphs``; ``micro``: rows a forward (``train.grad_accum`` = B / micro)."""
+    ``train.cuda_graphs``; ``micro``: rows a forward (``train.grad_accum`` = B / micro);
+    ``cast_once``: ``train.cast_once``."""
     from electra.config import TrainConfig
     from electra.objectives.config import RunConfig
     from electra.objectives.flops import step_flops_per_sequence
@@ -245,7 +247,7 @@ def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = Fa
     micro = micro or B
     run = RunConfig(model=cfg, objective=obj, train=TrainConfig(
         batch_size=B, grad_accum=B // micro, precision=PRECISION, warmup_steps=0,
-        compile=compile, cuda_graphs=cuda_graphs,
+        compile=compile, cuda_graphs=cuda_graphs, cast_once=cast_once,
         **({} if unpad is None else {"unpad": unpad})))
     torch.manual_seed(0)
     rt = Runtime(device=dev)
@@ -481,10 +483,12 @@ def windows_measure(name: str, make: Callable[[int], Callable[[dict], object]], 
 
 
 # A scale stage's variants, in the order they run (the last are dropped first when its time
-# runs short): the command's defaults first, then each lever, then transformers' step.
+# runs short): the command's defaults first, then each lever, then transformers' step, then
+# the cast-once path off (its default chosen by this figure).
 LEVERS = {"default": {}, "unpad": {"unpad": True}, "graphs": {"compile": True,
                                                               "cuda_graphs": True},
-          "compile": {"compile": True}}
+          "compile": {"compile": True},
+          "nocast": {"cast_once": False}}  # autocast's own casts (train.cast_once=false)
 
 
 def scale_stage(kit: Kit, preset: str, T: int, variants: tuple[str, ...]) -> dict:
@@ -783,7 +787,7 @@ def compare_stage(seconds_left: float) -> dict:
 
 
 SEQ_LENS = (32, 64) if SMOKE else (128, 512)
-ALL = ("default", "unpad", "graphs", "compile", "hf")
+ALL = ("default", "unpad", "graphs", "compile", "hf", "nocast")
 # What users run, first: Base at 512 (the headline) and 128, Small at 128, each at its preset's
 # batch on packed rows (SMOKE: the tiny model), every lever measured at Base.
 SCALES = ([("tiny", 64, ALL), ("tiny", 32, ("default", "unpad", "hf")),

@@ -68,11 +68,14 @@ def test_the_one_command_runs_every_stage_and_keeps_each_line(data, tmp_path):
     # The headline: every lever and transformers' step on packed rows, three windows each.
     head = by["scale_tiny_64"]
     assert head["packed"] and head["sequences_per_row"] > 1 and head["batch"] == 8
-    for name in ("default", "unpad", "graphs", "compile", "hf"):
+    for name in ("default", "unpad", "graphs", "compile", "hf", "nocast"):
         assert head[f"{name}_micro"] == 4, name  # the rest of the batch by accumulation
         assert (head[f"{name}_tokens_per_s_min"] <= head[f"{name}_tokens_per_s"]
                 <= head[f"{name}_tokens_per_s_max"]), name
-    assert head["best"] in ("default", "unpad", "graphs", "compile") and head["best_over_hf"] > 0
+    assert head["best"] in ("default", "unpad", "graphs", "compile", "nocast")
+    assert head["best_over_hf"] > 0
+    # cast-once off is autocast's own casts: the same arithmetic
+    assert head["nocast_last_loss"] == pytest.approx(head["default_last_loss"], abs=1e-3)
     # The same weights and rows: the levers train to the same losses (unpadding in bf16
     # rounds otherwise); transformers' rows attend across their packed sequences.
     assert head["graphs_last_loss"] == pytest.approx(head["default_last_loss"], abs=1e-3)

@@ -408,6 +408,13 @@ class LoopConfig:
     compile: bool = False
     """torch.compile each transformer block (the first steps compile it; a GPU's win, off by
     default)."""
+    cast_once: bool = True
+    """bf16/fp16 in one eager process: cast the linear layers' weights to the compute dtype
+    once a micro-batch and write their gradients in one op (electra.train.cast), bitwise
+    autocast's step in a tenth of its ops (on a CPU its step time did not move; a GPU's
+    figure is the kit's cast lever to give); false: autocast's own casts. Off by itself
+    under DDP and FSDP (they reduce on autograd's gradient hooks, which it bypasses),
+    compile and CUDA graphs."""
 
     def check_loop(self) -> None:
         """The shared settings' checks with their advice, before the ranges' plain ones

@@ -33,9 +33,8 @@ from electra.model.bodies.bert.model import (
     fuse_qkv,
     split_qkv,
 )
-from electra.model.cast import Linear
 from electra.model.kernels import Kernels, Layout
-from electra.model.layers import GDES, Dropout, init_weights
+from electra.model.layers import GDES, Dropout, Linear, init_weights
 
 __all__ = ["BODIES", "GDES", "QKV", "Block", "Body", "Discriminator", "Dropout", "Embeddings",
            "Encoder", "EncoderWithHead", "GDESEmbeddings", "Generator", "blocks", "body_of",

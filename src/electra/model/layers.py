@@ -1,5 +1,6 @@
-"""What every body's modules share: dropout through the kernels, BERT's initialisation, and
-gradient-disentangled embedding sharing (GDES)."""
+"""What every body's modules share: dropout through the kernels, BERT's initialisation,
+gradient-disentangled embedding sharing (GDES), and the linear layer whose weights a
+training step may cast once a micro-batch (``electra.train.cast``)."""
 
 from __future__ import annotations
 
@@ -119,3 +120,51 @@ def encode(encoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor |
     if first:
         return x[:, None]  # (B, 1, H)
     return layout.repad(x)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` that runs on the compute-dtype copies of its weights while a
+    training step's ``CastOnce`` holds them (``cast``; ``electra.train.cast``), and as
+    ``nn.Linear`` otherwise."""
+
+    cast: tuple[torch.Tensor, torch.Tensor | None] | None = None
+    castable = True  # False: the weight is read elsewhere too (kept on autocast's path)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.cast is None:
+            return F.linear(x, self.weight, self.bias)
+        w, b = self.cast
+        if x.dtype != w.dtype:
+            x = x.to(w.dtype)  # autocast's cast of the input
+        if x.dim() == 2 or (x.dim() > 2 and x.is_contiguous()):
+            return _Linear.apply(x, w, b)
+        return F.linear(x, w, b)  # aten::linear's other path: matmul, then the bias
+
+
+class _Linear(torch.autograd.Function):
+    """x @ W^T + b, all in the compute dtype, x 2-D or contiguous (which ``aten::linear``
+    folds to rows). Backward as autograd's addmm backward computes it (``mm_mat1_backward``,
+    ``mm_mat2_backward``: W^T is column-major, so g^T @ x; the bias gradient a sum over
+    rows)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor,  # type: ignore[override]
+                b: torch.Tensor | None) -> torch.Tensor:
+        rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+        ctx.save_for_backward(rows, w)
+        ctx.shape, ctx.bias = x.shape, b is not None
+        y = F.linear(rows, w, b)  # addmm(b, rows, w^T), or rows @ w^T
+        return y if x.dim() == 2 else y.view(*x.shape[:-1], y.shape[-1])
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):  # type: ignore[override]
+        rows, w = ctx.saved_tensors
+        if g.dim() != 2:
+            g = g.reshape(-1, g.shape[-1])
+        need_x, need_w, need_b = ctx.needs_input_grad
+        gx = g.mm(w) if need_x else None
+        if gx is not None and len(ctx.shape) != 2:
+            gx = gx.view(ctx.shape)
+        gw = g.t().mm(rows) if need_w else None
+        gb = g.sum(0) if ctx.bias and need_b else None
+        return gx, gw, gb

@@ -48,7 +48,6 @@ from electra.errors import UserError
 from electra.io.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from electra.io.files import disk_errors
 from electra.io.trackers import Tracking
-from electra.model.cast import CastOnce
 from electra.runtime import (
     Runtime,
     autocast,
@@ -59,6 +58,7 @@ from electra.runtime import (
     resolve_precision,
 )
 from electra.train import parallel, stop
+from electra.train.cast import cast_once
 from electra.train.metrics import MetricsLog
 from electra.train.optim import clip_grad_norm, make_optimizer, schedule
 
@@ -106,6 +106,9 @@ class Settings:
     cuda_graphs: bool = False
     """Compile them in reduce-overhead mode, with static shapes: each block's kernels are
     recorded once as a CUDA graph and replayed (a CUDA device, batches of one shape)."""
+    cast_once: bool = True
+    """Under a 16-bit autocast in one eager process: the linear layers' weights cast once a
+    micro-batch (electra.train.cast); false: autocast's own casts."""
     tracking: Tracking = field(default_factory=Tracking)
     """Where the metrics lines go besides metrics.jsonl (electra.io.trackers)."""
     prefix: str = "train."
@@ -123,6 +126,7 @@ class Settings:
                         grad_clip=loop.grad_clip, betas=(loop.adam_beta1, loop.adam_beta2),
                         eps=loop.adam_eps, optimizer=loop.optimizer,
                         max_nonfinite_skips=loop.max_nonfinite_skips, compile=loop.compile,
+                        cast_once=loop.cast_once,
                         prefix=f"{loop.SECTION}." if loop.SECTION else "", **own)
 
 
@@ -238,20 +242,6 @@ class RandomStreams:
                 g.set_state(mine[name])
         self.rt.set_device_rng_state(mine)
         return len(ranks)
-
-
-def cast_once(model: nn.Module, rt: Runtime, settings: Settings,
-              precision: str) -> Callable[[], contextlib.AbstractContextManager]:
-    """What each micro-batch runs under besides autocast: the linear layers' weights cast
-    once, their gradients written in one op (``electra.model.cast``), in one process, eager,
-    under a 16-bit autocast; nothing otherwise (DDP and FSDP reduce on autograd's gradient
-    hooks, which that bypasses; torch.compile fuses the casts itself)."""
-    if precision in ("bf16", "fp16") and not rt.enabled and not (
-            settings.compile or settings.cuda_graphs):
-        plan = CastOnce(model, torch.bfloat16 if precision == "bf16" else torch.float16)
-        if plan.params:
-            return plan
-    return contextlib.nullcontext
 
 
 class Trainer:

@@ -12,9 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from electra.config import ModelConfig
-from electra.model.cast import Linear
 from electra.model.kernels import FAST_CPU, Kernels, Layout
-from electra.model.layers import GDES, Dropout, TokenTable, encode
+from electra.model.layers import GDES, Dropout, Linear, TokenTable, encode
 
 
 class Embeddings(TokenTable, nn.Module):

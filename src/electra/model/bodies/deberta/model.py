@@ -37,9 +37,8 @@ from torch import nn
 from electra.config import ModelConfig
 from electra.errors import UserError
 from electra.model.bodies.bert.model import Block
-from electra.model.cast import Linear
 from electra.model.kernels import FAST_CPU, Kernels, Layout
-from electra.model.layers import GDES, Dropout, TokenTable
+from electra.model.layers import GDES, Dropout, Linear, TokenTable
 
 
 def position_span(cfg: ModelConfig) -> tuple[int, int]:

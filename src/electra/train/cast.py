@@ -1,5 +1,5 @@
 """Linear layers' weights cast once a micro-batch under autocast, in one op (issue 40's
-launch budget).
+launch budget; ``train.cast_once``).
 
 Under autocast each linear layer's fp32 weight and bias are cast to the compute dtype
 (bf16, fp16) one by one, and its backward casts each gradient back and hands it to autograd's
@@ -7,75 +7,33 @@ Under autocast each linear layer's fp32 weight and bias are cast to the compute 
 reshape) that is 13 ops a layer a step, 1,300 of ELECTRA-Small's 3,500. Under
 :class:`CastOnce`:
 
-- every :class:`Linear` layer's weight and bias are cast in one op
+- every :class:`~electra.model.layers.Linear` layer's weight and bias are cast in one op
   (``torch._foreach_copy_`` into compute-dtype copies kept between steps), and their
   gradients written into the fp32 ``.grad`` in one op (two when gradients accumulate);
-- each layer runs :class:`_Linear`, whose backward is the three products and the bias sum
-  that autograd's addmm backward computes (``g @ W``, ``g^T @ x``, ``g.sum(0)``), on the
+- each layer runs the model's ``_Linear``, whose backward is the three products and the bias
+  sum that autograd's addmm backward computes (``g @ W``, ``g^T @ x``, ``g.sum(0)``), on the
   same operands in the same layouts, without the bookkeeping around them.
 
 The arithmetic is autograd's: the same casts, the same GEMM calls, the same reduction, so a
-step is bitwise the step without it (``tests/model/test_cast.py``). The gradients bypass
-``AccumulateGrad``, whose hooks DDP and FSDP reduce on: the trainer uses it in one process,
-eager (torch.compile fuses the casts itself). A layer whose weight is also read elsewhere
-(DeBERTa's query/key rows for the position terms) sets ``castable = False``.
+step is bitwise the step without it (``tests/train/test_cast.py``). The gradients bypass
+``AccumulateGrad``, whose hooks DDP and FSDP reduce on (a gradient written here is one no
+rank's reducer hears of: the ranks' gradients would never be averaged), so the trainer uses
+it in one process, eager (torch.compile fuses the casts itself), and only while
+``train.cast_once`` is true (its default; off: autocast's own casts). A layer whose weight
+is also read elsewhere (DeBERTa's query/key rows for the position terms) sets
+``castable = False``.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-
-class Linear(nn.Linear):
-    """``nn.Linear`` that runs on the compute-dtype copies of its weights while a
-    :class:`CastOnce` holds them (``cast``), and as ``nn.Linear`` otherwise."""
-
-    cast: tuple[torch.Tensor, torch.Tensor | None] | None = None
-    castable = True  # False: the weight is read elsewhere too (kept on autocast's path)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.cast is None:
-            return F.linear(x, self.weight, self.bias)
-        w, b = self.cast
-        if x.dtype != w.dtype:
-            x = x.to(w.dtype)  # autocast's cast of the input
-        if x.dim() == 2 or (x.dim() > 2 and x.is_contiguous()):
-            return _Linear.apply(x, w, b)
-        return F.linear(x, w, b)  # aten::linear's other path: matmul, then the bias
-
-
-class _Linear(torch.autograd.Function):
-    """x @ W^T + b, all in the compute dtype, x 2-D or contiguous (which ``aten::linear``
-    folds to rows). Backward as autograd's addmm backward computes it (``mm_mat1_backward``,
-    ``mm_mat2_backward``: W^T is column-major, so g^T @ x; the bias gradient a sum over
-    rows)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, w: torch.Tensor,  # type: ignore[override]
-                b: torch.Tensor | None) -> torch.Tensor:
-        rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
-        ctx.save_for_backward(rows, w)
-        ctx.shape, ctx.bias = x.shape, b is not None
-        y = F.linear(rows, w, b)  # addmm(b, rows, w^T), or rows @ w^T
-        return y if x.dim() == 2 else y.view(*x.shape[:-1], y.shape[-1])
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor):  # type: ignore[override]
-        rows, w = ctx.saved_tensors
-        if g.dim() != 2:
-            g = g.reshape(-1, g.shape[-1])
-        need_x, need_w, need_b = ctx.needs_input_grad
-        gx = g.mm(w) if need_x else None
-        if gx is not None and len(ctx.shape) != 2:
-            gx = gx.view(ctx.shape)
-        gw = g.t().mm(rows) if need_w else None
-        gb = g.sum(0) if ctx.bias and need_b else None
-        return gx, gw, gb
+from electra.model.layers import Linear
 
 
 class _Cast(torch.autograd.Function):
@@ -138,3 +96,18 @@ class CastOnce:
                 p.grad = high
         if adds:
             torch._foreach_add_([a for a, _ in adds], [g for _, g in adds])
+
+
+def cast_once(model: nn.Module, rt: Any, settings: Any,
+              precision: str) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    """What each micro-batch runs under besides autocast: the linear layers' weights cast
+    once, their gradients written in one op, while ``settings.cast_once`` (the loop's
+    ``cast_once``), in one process (``rt.enabled``: DDP or FSDP), eager (not
+    ``settings.compile`` or ``settings.cuda_graphs``), under a 16-bit autocast; nothing
+    otherwise."""
+    if (settings.cast_once and precision in ("bf16", "fp16") and not rt.enabled
+            and not (settings.compile or settings.cuda_graphs)):
+        plan = CastOnce(model, torch.bfloat16 if precision == "bf16" else torch.float16)
+        if plan.params:
+            return plan
+    return contextlib.nullcontext

@@ -1,4 +1,4 @@
-"""Linear layers' weights cast once a micro-batch (``electra.model.cast``): bitwise what
+"""Linear layers' weights cast once a micro-batch (``electra.train.cast``): bitwise what
 autocast and autograd compute without it, on every body, in bf16 and fp16, over accumulated
 micro-batches; and the trainer uses it only where autograd's gradient hooks are not needed."""
 
@@ -11,7 +11,8 @@ import torch
 from helpers import make_batch, tiny_config
 
 from electra.model import Discriminator
-from electra.model.cast import CastOnce, Linear
+from electra.model.layers import Linear
+from electra.train.cast import CastOnce
 
 BODIES = {
     "bert": {},
@@ -92,7 +93,8 @@ def test_the_trainer_casts_once_in_one_eager_process_under_16_bit_autocast():
     import dataclasses
     from types import SimpleNamespace
 
-    from electra.train.trainer import Settings, cast_once
+    from electra.train.cast import cast_once
+    from electra.train.trainer import Settings
 
     model = model_for("bert")
     one, two = SimpleNamespace(enabled=False), SimpleNamespace(enabled=True)
@@ -103,7 +105,8 @@ def test_the_trainer_casts_once_in_one_eager_process_under_16_bit_autocast():
             (one, plain, "fp32"),  # nothing to cast
             (two, plain, "bf16"),  # DDP, FSDP: they reduce on AccumulateGrad's hooks
             (one, dataclasses.replace(plain, compile=True), "bf16"),  # compiled: fused
-            (one, dataclasses.replace(plain, cuda_graphs=True), "bf16")]:
+            (one, dataclasses.replace(plain, cuda_graphs=True), "bf16"),
+            (one, dataclasses.replace(plain, cast_once=False), "bf16")]:  # train.cast_once
         assert cast_once(model, rt, settings, precision) is contextlib.nullcontext
 
 
