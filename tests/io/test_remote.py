@@ -199,3 +199,20 @@ def test_credentials_the_store_refuses_are_one_line_and_a_rerun_with_good_ones_g
                           "check the store's credentials"), err
     assert snapshot(tmp_path) == before
     assert main(argv) == 0 and (tmp_path / "p/meta.json").is_file()
+
+
+def test_a_hub_dataset_url_that_cannot_be_reached_is_one_line(tmp_path, capsys, monkeypatch):
+    """hf://datasets/... through huggingface_hub's filesystem: a hub that does not answer
+    (here an endpoint nothing listens on) is one line naming the hub's settings."""
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    write_corpus(tmp_path / "c.txt", n_docs=4)
+    assert main(["tokenizer", "train", "--input", str(tmp_path / "c.txt"), "--vocab-size",
+                 "80", "--out", str(tmp_path / "tok")]) == 0
+    before = snapshot(tmp_path)
+    err = cli_error(capsys, "prepare", "--input", "hf://datasets/org/name/train.txt",
+                    "--tokenizer", tmp_path / "tok", "--out", tmp_path / "p")
+    assert "--input hf://datasets/org/name/train.txt: the store failed" in err
+    assert "HF_ENDPOINT" in err
+    assert snapshot(tmp_path) == before

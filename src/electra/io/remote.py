@@ -60,9 +60,9 @@ def reached(url: str, flag: str) -> Iterator[None]:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
         advice = next((say for kind, say in ADVICE if isinstance(err, kind)), None)
         text = (advice.format(protocol=protocol, package=PACKAGES.get(protocol, "fsspec"))
-                if advice else f"the store failed ({type(err).__name__}: {first}); check the "
-                f"endpoint (AWS_ENDPOINT_URL) and the network, then run the command again: "
-                f"what was fetched is kept")
+                if advice else f"the store failed ({type(err).__name__}: {first}); check "
+                f"{ENDPOINTS.get(protocol, 'the endpoint')} and the network, then run the "
+                f"command again: what was fetched is kept")
         raise UserError(f"{flag} {url}: {text}") from None
 
 
@@ -72,6 +72,13 @@ ADVICE: list[tuple[type[BaseException], str]] = [
     (FileNotFoundError, "not found (no such bucket, container or object); check the URL"),
     (PermissionError, "access denied; check the store's credentials (AWS_PROFILE, "
                       "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://)")]
+
+
+# Where each store's endpoint is set, for a failure to reach it.
+ENDPOINTS = {"s3": "the endpoint (AWS_ENDPOINT_URL)", "s3a": "the endpoint (AWS_ENDPOINT_URL)",
+             "hf": "the hub's endpoint (HF_ENDPOINT) and HF_HUB_OFFLINE",
+             "gs": "the endpoint (STORAGE_EMULATOR_HOST, or Google's)",
+             "gcs": "the endpoint (STORAGE_EMULATOR_HOST, or Google's)"}
 
 
 def filesystem(url: str) -> tuple[Any, str]:
