@@ -1073,6 +1073,11 @@ CASES += [
     ("config", ("evaluate", "--model", P("run"), "--task", "sts", "--dev", P("dev.csv"),
                 "--text-columns", "text,text", "--pooling", "max"),
      "pooling='max': choose one of mean, cls"),
+    ("config", (*FINETUNE, "--set", "temperature=0"), "temperature must be > 0, got 0"),
+    ("config", (*FINETUNE, "--set", "temperature=-1"), "temperature must be > 0"),
+    ("config", (*FINETUNE, "--set", "pooling=max"), "pooling must be one of mean, cls"),
+    ("config", (*FINETUNE, "--set", "learn_temperature=maybe"), "learn_temperature"),
+    ("config", (*PRETRAIN, "--set", "train.cast_once=maybe"), "train.cast_once"),
 ]
 
 
