@@ -7,7 +7,9 @@ is the mean of the last states over its real tokens, or its first position's
 (sentence-transformers' MultipleNegativesRankingLoss): each query's similarities to every
 positive and hard negative of its micro-batch, divided by a temperature (``temperature``,
 learned from it with ``learn_temperature``), and cross-entropy towards its own positive.
-Under gradient accumulation or several processes the negatives are a micro-batch's.
+Under several processes every rank's documents of the micro-batch are gathered (with their
+gradients), so N processes see the negatives one does; under gradient accumulation the
+negatives are a micro-batch's.
 
 Dev: every dev query against the dev set's documents (its positives and negatives, each
 once): MRR@10, Recall@1 and Recall@10 of its own positive. `electra evaluate --task
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -83,10 +86,26 @@ class EmbeddingModel(EncoderWithHead):
         e = self.embed(*flat).view(B, K, -1)
         docs = e[:, 1:].transpose(0, 1).reshape(B * (K - 1), -1)  # positives, negatives
         scale = self.log_scale.clamp(max=MAX_SCALE).exp()
-        return scale * (e[:, 0] @ docs.T)
+        return scale * (e[:, 0] @ _every_ranks(docs, B).T)
 
     def temperature(self) -> float:
         return float(1.0 / self.log_scale.detach().clamp(max=MAX_SCALE).exp())
+
+
+def _every_ranks(docs: torch.Tensor, B: int) -> torch.Tensor:
+    """Training under several processes: every rank's documents of this micro-batch, this
+    rank's positives first (a query's target stays its row), with their gradients flowing
+    back to the rank that made them, so N processes see the negatives one process sees; one
+    process: ``docs`` itself."""
+    if not (torch.is_grad_enabled() and dist.is_available() and dist.is_initialized()
+            and dist.get_world_size() > 1):
+        return docs
+    from torch.distributed.nn.functional import all_gather  # autograd's, where ranks run
+
+    every = all_gather(docs.contiguous())
+    me = dist.get_rank()
+    own, others = every[me], [d for r, d in enumerate(every) if r != me]
+    return torch.cat([own[:B], *(d[:B] for d in others), own[B:], *(d[B:] for d in others)])
 
 
 def ranks(queries: np.ndarray, docs: np.ndarray, gold: list[int]) -> np.ndarray:
