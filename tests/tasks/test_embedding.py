@@ -150,6 +150,7 @@ def test_embedding_finetune_learns_resumes_exports_and_is_scored(data, monkeypat
     ("temperature=0", "temperature must be > 0, got 0"),
     ("temperature=-0.5", "temperature must be > 0"),
     ("pooling=max", "pooling must be one of mean, cls"),
+    ("freeze=encoder", "freeze=encoder leaves no weight to train for embedding"),
 ])
 def test_bad_embedding_settings_are_one_line(data, capsys, setting, words):
     before = snapshot(data)

@@ -70,6 +70,7 @@ from electra.tasks.registry import head_for_task, load_task
 from electra.train.finetuning import (
     ModelSource,
     Selections,
+    check_trainable,
     dev_predictions,
     finetune_tasks,
     kept_predictions,
@@ -286,6 +287,7 @@ def _finetune(source: ModelSource, tasks: dict[str, TaskData], out: Path, cfg: F
               progress: bool) -> dict[str, Any] | None:
     def check() -> tuple[FinetuneConfig, dict[str, FinetuneConfig], dict[str, TaskData], Any]:
         whole, cfgs = resolve(source, tasks, cfg, rt.world_size)
+        check_trainable(source.config, tasks, cfgs, whole)
         return (whole, cfgs, {t: d.head.prepare(d, cfgs[t]) for t, d in tasks.items()},
                 load_tokenizer(source.tokenizer))
 

@@ -21,6 +21,7 @@ import dataclasses
 import math
 import sys
 import types
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ import torch
 from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
+from electra.errors import UserError
 from electra.io.trackers import Tracking, parse_log_to
 from electra.model.macs import encoder_macs_per_token
 from electra.runtime import Runtime, peak_flops, resolve_precision
@@ -356,6 +358,24 @@ def setup(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
     micro = cfg.batch_size // rt.world_size // cfg.grad_accum
     return Fit(trainer, model, train, sampler, selections, total, micro,
                *mfu_terms(source.config, cfg, rt, max(c.max_length or 0 for c in cfgs.values())))
+
+
+def check_trainable(config: ModelConfig, tasks: dict[str, TaskData],
+                    cfgs: dict[str, FinetuneConfig], cfg: FinetuneConfig) -> None:
+    """``freeze=encoder`` trains the heads alone: each must have a weight of its own (built
+    on the meta device: no memory, no time)."""
+    if cfg.freeze != "encoder":
+        return
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # init's notes on meta tensors (they hold nothing)
+        bare = [t for t, d in tasks.items() if not any(
+            p.requires_grad for n, p in d.head.build(config, d.labels, d.regression,
+                                                     settings=cfgs[t].to_dict())
+            .named_parameters() if not n.startswith("encoder."))]
+    if bare:
+        raise UserError(f"freeze=encoder leaves no weight to train for {', '.join(bare)}: "
+                        f"its head has none of its own to learn (an embedding model's "
+                        f"temperature only with learn_temperature=true); set freeze=none")
 
 
 def mfu_terms(model: ModelConfig, cfg: FinetuneConfig, rt: Runtime,
