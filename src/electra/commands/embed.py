@@ -23,12 +23,13 @@ import numpy as np
 import torch
 
 from electra.data.retrieval import read_retrieval
-from electra.data.tokenizer import SpecialTokens, load_tokenizer
+from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.io import hub, remote
-from electra.runtime import autocast
 from electra.saved.models import open_model
-from electra.tasks.base import head_of
+from electra.tasks.base import head_of, logits
+from electra.tasks.embedding.data import encode_texts
+from electra.tasks.embedding.head import Pooled
 from electra.tasks.registry import load_task
 
 POOLINGS = ("mean", "cls")
@@ -55,46 +56,22 @@ class Encoder:
         normalize = (own[1] if own else True) if normalize is None else normalize
         self.module = opened[meta_kind].eval()
         self.encoder = self.module.encoder  # type: ignore[union-attr]
+        self.model = Pooled(self.encoder, pooling, normalize)
         self.tok = load_tokenizer(opened.tokenizer)
-        self.pad = SpecialTokens.of(self.tok).pad
         limit = self.module.config.max_position_embeddings  # type: ignore[union-attr]
         self.max_length = min(max_length or limit, limit)
         self.pooling, self.normalize, self.precision = pooling, normalize, precision
 
-    @torch.no_grad()
     def encode(self, sentences: list[str], batch_size: int = 32, **_: Any) -> np.ndarray:
         """(len(sentences), H) float32 embeddings, in order. Batches hold texts of similar
-        length (longest first), so little padding is computed."""
+        length (longest first), each cut to its longest, so little padding is computed."""
         if isinstance(sentences, str):
             raise UserError("encode takes a list of texts; give [text] for one")
-        width = self.module.config.hidden_size  # type: ignore[union-attr]
-        out = np.zeros((len(sentences), width), dtype=np.float32)
         if not len(sentences):
-            return out
-        self.tok.no_padding()
-        self.tok.enable_truncation(self.max_length)
-        encs = self.tok.encode_batch(list(sentences))
-        order = sorted(range(len(encs)), key=lambda i: -len(encs[i].ids))
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            T = len(encs[rows[0]].ids)
-            ids = torch.full((len(rows), T), self.pad, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for r, i in enumerate(rows):
-                n = len(encs[i].ids)
-                ids[r, :n] = torch.tensor(encs[i].ids)
-                mask[r, :n] = 1
-            with autocast(torch.device("cpu"), self.precision):
-                h = self.encoder(ids, mask, torch.zeros_like(ids)).float()
-            if self.pooling == "cls":
-                v = h[:, 0]
-            else:
-                m = mask[..., None].float()
-                v = (h * m).sum(1) / m.sum(1).clamp(min=1)
-            if self.normalize:
-                v = torch.nn.functional.normalize(v, dim=-1)
-            out[rows] = v.numpy()
-        return out
+            return np.zeros((0, self.module.config.hidden_size),  # type: ignore[union-attr]
+                            dtype=np.float32)
+        batch = encode_texts(self.tok, list(sentences), self.max_length)
+        return logits(self.model, batch, self.precision, batch_size).numpy()
 
 
 def sentence_transformers_folder(folder: Path) -> tuple[Path, str, bool] | None:
@@ -170,17 +147,14 @@ def sts(model: str | Path, data: str | Path | None = None, split: str = "dev",
     return out
 
 
-# What `electra evaluate --task retrieval` reports, each as trec_eval computes it
-# (pytrec_eval): nDCG over the first 10 documents, the reciprocal rank of the first
-# relevant one within 10 (0 past it), the share of relevant documents in the first 100.
-RETRIEVAL_MEASURES = ("ndcg@10", "mrr@10", "recall@100")
-
-
 def score_run(qrels: dict[str, dict[str, int]],
               run: dict[str, dict[str, float]]) -> dict[str, float]:
-    """The mean over ``qrels``' queries of :data:`RETRIEVAL_MEASURES` for ``run`` (query id
-    -> {document id: score}, at least its first 100 documents), scored by pytrec_eval
-    (trec_eval's own code: ties broken by document id, as trec_eval does)."""
+    """What `electra evaluate --task retrieval` reports, the mean over ``qrels``' queries of
+    each as trec_eval computes it (pytrec_eval; ties broken by document id, as trec_eval
+    does): ``ndcg@10``, nDCG over the first 10 documents; ``mrr@10``, the reciprocal rank of
+    the first relevant one within 10 (0 past it); ``recall@100``, the share of relevant
+    documents in the first 100. ``run``: query id -> {document id: score}, at least its
+    first 100 documents."""
     try:
         import pytrec_eval
     except ImportError:

@@ -17,11 +17,13 @@ dense models); SQuAD's paragraphs are embedded alone.
 from __future__ import annotations
 
 import csv
-import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from electra.errors import UserError
+from electra.io.files import jsonl, read_json, read_text
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,6 @@ class RetrievalSet:
     corpus: dict[str, str]
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
-    name: str
 
 
 def read_retrieval(path: str | Path, split: str = "test") -> RetrievalSet:
@@ -74,28 +75,21 @@ def read_retrieval(path: str | Path, split: str = "test") -> RetrievalSet:
                             f"\"text\"")
         queries[str(row["_id"])] = row["text"]
     qrels = _qrels(qrels_file, corpus, queries)
-    return RetrievalSet(corpus, {q: queries[q] for q in qrels}, qrels, path.name)
+    return RetrievalSet(corpus, {q: queries[q] for q in qrels}, qrels)
 
 
-def _jsonl(path: Path):
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                raise UserError(f"{path}:{i}: not a JSON line") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{path}:{i}: expected a JSON object")
-            yield i, row
+def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of a JSONL file's lines (electra.io.files' reading)."""
+    for i, row in jsonl(path, read_text(path).splitlines()):
+        if not isinstance(row, dict):
+            raise UserError(f"{path}:{i}: expected a JSON object")
+        yield i, row
 
 
 def _qrels(path: Path, corpus: dict[str, str],
            queries: dict[str, str]) -> dict[str, dict[str, int]]:
     qrels: dict[str, dict[str, int]] = {}
-    with path.open(encoding="utf-8", newline="") as f:
-        rows = list(csv.reader(f, delimiter="\t"))
+    rows = list(csv.reader(read_text(path).splitlines(), delimiter="\t"))
     for i, row in enumerate(rows[1:], 2):  # BEIR's files open with a header line
         if not row or not "".join(row).strip():
             continue
@@ -119,11 +113,11 @@ def _qrels(path: Path, corpus: dict[str, str],
 
 def squad_retrieval(path: Path) -> RetrievalSet:
     """SQuAD's questions against its unique paragraphs (see the module's docstring)."""
-    try:
-        articles = json.loads(path.read_text(encoding="utf-8"))["data"]
-    except (ValueError, KeyError, TypeError):
+    doc = read_json(path, "a SQuAD file")
+    articles = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(articles, list):
         raise UserError(f"--data {path}: not a SQuAD file (a JSON object with \"data\": "
-                        f"articles of paragraphs of questions)") from None
+                        f"articles of paragraphs of questions)")
     corpus: dict[str, str] = {}
     ids: dict[str, str] = {}  # paragraph text -> its document id
     queries: dict[str, str] = {}
@@ -141,4 +135,4 @@ def squad_retrieval(path: Path) -> RetrievalSet:
                 qrels[qid] = {doc: 1}
     if not corpus or not queries:
         raise UserError(f"--data {path}: no paragraphs with questions")
-    return RetrievalSet(corpus, queries, qrels, path.stem)
+    return RetrievalSet(corpus, queries, qrels)

@@ -55,11 +55,10 @@ def config_from(hf: dict[str, Any], table: list[tuple[str, str, Any]], where: st
 
 def converted(folder: Any, what: str, convert: Any, state: dict[str, torch.Tensor],
               part: str, fresh: Any, cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    """``convert(state, part, fresh)``: our weights from a folder's, the discriminator given
-    ``fresh(cfg)``'s head where the folder has none; a weight no row maps is a UserError
-    naming the folder and ``what`` it is not."""
-    fresh_state = fresh(cfg) if part == "discriminator" else {}
+    """``convert(state, part, made)``: our weights from a folder's, a discriminator given
+    ``fresh(cfg)``'s head where the folder has none (``made()``: built only then); a
+    weight no row maps is a UserError naming the folder and ``what`` it is not."""
     try:
-        return convert(state, part, fresh_state)
+        return convert(state, part, lambda: fresh(cfg))
     except KeyError as err:
         raise UserError(f"{folder}: unexpected weight {err}; not {what}") from None

@@ -15,8 +15,7 @@ from typing import Any
 
 import torch
 
-from electra.data.examples import _records
-from electra.data.tokenizer import SpecialTokens
+from electra.data.examples import Example, _records, encode
 from electra.errors import UserError
 
 HEADERS = (("anchor", "positive", "negative"), ("query", "positive", "negative"),
@@ -79,21 +78,16 @@ def read_pairs(path: str | Path, text_columns: str | None = None) -> list[Pair]:
     return out
 
 
+def encode_texts(tok: Any, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
+    """(N, T) ids, masks and zero segments, each text ``[CLS] text [SEP]`` alone, padded to
+    the longest (the shared encoder of examples: electra.data.examples.encode)."""
+    return encode(tok, [Example(t, None, None) for t in texts], max_length, None, False)
+
+
 def encode_pairs(tok: Any, pairs: list[Pair], max_length: int) -> dict[str, torch.Tensor]:
-    """(rows, texts, T) ids, masks and zero segments, each text ``[CLS] text [SEP]``, and
-    zero ``labels`` (each row's positive is its own: the loss reads the rows' order)."""
-    pad = SpecialTokens.of(tok).pad
-    tok.no_padding()
-    tok.enable_truncation(max_length)
+    """(rows, texts, T) ids, masks and zero segments, each text encoded alone, and zero
+    ``labels`` (each row's positive is its own: the loss reads the rows' order)."""
     k = len(pairs[0].texts()) if pairs else 2
-    encs = tok.encode_batch([t for p in pairs for t in p.texts()])
-    T = max((len(e.ids) for e in encs), default=1)
-    ids = torch.full((len(pairs) * k, T), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for r, e in enumerate(encs):
-        ids[r, :len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
-        mask[r, :len(e.ids)] = 1
-    shape = (len(pairs), k, T)
-    return {"input_ids": ids.view(shape), "attention_mask": mask.view(shape),
-            "token_type_ids": torch.zeros(shape, dtype=torch.long),
+    flat = encode_texts(tok, [t for p in pairs for t in p.texts()], max_length)
+    return {**{key: v.view(len(pairs), k, v.shape[-1]) for key, v in flat.items()},
             "labels": torch.zeros(len(pairs), dtype=torch.long)}

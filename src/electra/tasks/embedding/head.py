@@ -36,9 +36,37 @@ from electra.io.files import read_text
 from electra.model import EncoderWithHead, encoder_for, init_weights
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, logits
-from electra.tasks.embedding.data import Pair, encode_pairs, read_pairs
+from electra.tasks.embedding.data import encode_pairs, encode_texts, read_pairs
 
 MAX_SCALE = math.log(100.0)  # a learned temperature stops at 0.01 (CLIP's bound)
+
+
+def pool(h: torch.Tensor, mask: torch.Tensor, cls: bool, normalize: bool) -> torch.Tensor:
+    """A text's embedding from the encoder's last states ``h`` (N, T, H): its first
+    position's (``cls``) or the mean over its real tokens (``mask``), in float32,
+    L2-normalised where ``normalize``: what an embedding model, ``electra.encode`` and a
+    sentence-transformers export compute alike."""
+    h = h.float()
+    if cls:
+        v = h[:, 0]
+    else:
+        m = mask[..., None].float()
+        v = (h * m).sum(1) / m.sum(1).clamp(min=1.0)
+    return F.normalize(v, dim=-1) if normalize else v
+
+
+class Pooled(nn.Module):
+    """Any encoder and a pooling: ``forward`` -> (N, H) embeddings (``electra.encode``'s
+    model, batched by :func:`electra.tasks.base.logits`)."""
+
+    def __init__(self, encoder: nn.Module, pooling: str, normalize: bool) -> None:
+        super().__init__()
+        self.encoder, self.cls, self.normalize = encoder, pooling == "cls", normalize
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        return pool(self.encoder(input_ids, attention_mask, token_type_ids),
+                    attention_mask, self.cls, self.normalize)
 
 
 class EmbeddingModel(EncoderWithHead):
@@ -66,13 +94,8 @@ class EmbeddingModel(EncoderWithHead):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         h = self.encoder(input_ids, attention_mask, token_type_ids,
-                         first_only=self.reads_first).float()
-        if self.reads_first:
-            v = h[:, 0]
-        else:
-            m = attention_mask[..., None].float()
-            v = (h * m).sum(1) / m.sum(1).clamp(min=1.0)
-        return F.normalize(v, dim=-1) if self.normalize else v
+                         first_only=self.reads_first)
+        return pool(h, attention_mask, self.reads_first, self.normalize)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -172,10 +195,8 @@ class Embedding(Head):
     def embeddings(self, model: nn.Module, tok: Any, texts: list[str],
                    cfg: FinetuneConfig) -> np.ndarray:
         """(N, H) embeddings of ``texts``, batched by length as evaluation does."""
-        pairs = [Pair(t, t) for t in texts]
-        batch = encode_pairs(tok, pairs, cfg.max_length or 128)
-        flat = {k: batch[k][:, 0] for k in ("input_ids", "attention_mask", "token_type_ids")}
-        return logits(model, flat, cfg.precision).numpy()
+        return logits(model, encode_texts(tok, texts, cfg.max_length or 128),
+                      cfg.precision).numpy()
 
     def predict(self, model: nn.Module, tok: Any, examples: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> tuple[Any, Any]:
@@ -204,6 +225,3 @@ class Embedding(Head):
 
     def hf_labels(self, meta: dict[str, Any]) -> dict[str, Any]:
         return {}
-
-    def meta(self, data: TaskData) -> dict[str, Any]:
-        return {"head": self.name}

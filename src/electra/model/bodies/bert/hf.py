@@ -15,7 +15,7 @@ import torch
 from electra.config import ModelConfig
 from electra.errors import UserError
 from electra.model.bodies.bert.model import fuse_qkv, split_qkv
-from electra.model.bodies.keys import REQUIRED, config_from, rename
+from electra.model.bodies.keys import REQUIRED, config_from, converted, rename
 from electra.model.bodies.spec import Adapter
 
 # (our key pattern, transformers key pattern); "{i}" is a layer index.
@@ -57,6 +57,7 @@ GENERATOR_KEYS = [*ENCODER,
                   ("head_norm.bias", "generator_predictions.LayerNorm.bias"),
                   ("output_bias", "generator_lm_head.bias")]
 CLASSES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM"}
+_MODEL_ROOTS = ("embeddings", "embeddings_project", "encoder")  # ElectraModel's bare keys
 # transformers also stores the tied output layer; it equals the word table.
 TIED_OUTPUT_KEY = "generator_lm_head.weight"
 CONFIG = [
@@ -138,27 +139,25 @@ def read(folder: Path, hf: dict[str, Any], state: dict[str, torch.Tensor], part:
     found = sorted({k.split(".")[0] for k in state})
     cfg = from_config(hf, str(folder / "config.json"))
     head = "discriminator_predictions" if part == "discriminator" else "generator_predictions"
-    state = {k: v for k, v in state.items() if not k.endswith("position_ids")}
-    bare = part == "discriminator" and found and set(found) <= {
-        "embeddings", "embeddings_project", "encoder"}  # ElectraModel's own keys
-    if bare:
-        state = {f"electra.{k}": v for k, v in state.items()}
-    elif part == "discriminator" and set(found) == {"electra"}:
-        bare = True  # an encoder saved under electra., no head
-    if not bare and not any(k.startswith(head) for k in state):
+    state = {(f"electra.{k}" if k.split(".")[0] in _MODEL_ROOTS else k): v  # ElectraModel's
+             for k, v in state.items() if not k.endswith("position_ids")}
+    has_head = any(k.startswith(head) for k in state)
+    bare = part == "discriminator" and not has_head and all(
+        k.startswith("electra.") for k in state)  # an encoder alone: its head built fresh
+    if not (has_head or bare):
         raise UserError(f"{folder}: not an ELECTRA {part} (expected {head}.* weights; "
                         f"found {', '.join(found)})")
-    try:
-        if bare:
-            ours = rename(state, ENCODER, reverse=True)
-            fuse_qkv(ours)
-            ours.update({k: v for k, v in fresh_discriminator(cfg).items()
-                         if k.startswith("head_")})
-        else:
-            ours = from_state(state, part)
-    except KeyError as err:
-        raise UserError(f"{folder}: unexpected weight {err}; not an ELECTRA {part}") from None
-    return cfg, ours, bool(bare)
+
+    def convert(state: dict[str, torch.Tensor], part: str,
+                fresh: Any) -> dict[str, torch.Tensor]:
+        if not bare:
+            return from_state(state, part)
+        ours = rename(state, ENCODER, reverse=True)
+        fuse_qkv(ours)
+        return ours | {k: v for k, v in fresh().items() if k.startswith("head_")}
+
+    return cfg, converted(folder, f"an ELECTRA {part}", convert, state, part,
+                          fresh_discriminator, cfg), bare
 
 
 ADAPTER = Adapter("electra", to_config, to_state, hf_class, read,

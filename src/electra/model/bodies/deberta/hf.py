@@ -101,7 +101,7 @@ def to_state(state: dict[str, torch.Tensor], part: str,
 
 
 def from_state(state: dict[str, torch.Tensor], part: str,
-               fresh: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+               fresh: Callable[[], State]) -> dict[str, torch.Tensor]:
     """Our ``part``'s state dict from any DebertaV2 class's weights (DebertaV2Model's keys
     bare, every other class's under ``deberta.``): the encoder, and a discriminator's RTD
     head where the folder has one (``mask_predictions.*``), else ``fresh``'s; a generator's
@@ -112,7 +112,7 @@ def from_state(state: dict[str, torch.Tensor], part: str,
     if part == "discriminator":
         head = {k: v for k, v in state.items() if k.startswith("mask_predictions.")}
         out.update(rename(head, RTD_HEAD, reverse=True) if head else
-                   {k: v for k, v in fresh.items() if k.startswith("head_")})
+                   {k: v for k, v in fresh().items() if k.startswith("head_")})
     else:
         head = {k: v for k, v in state.items() if k.split(".")[0] in ("lm_predictions", "cls")
                 and k != "cls.predictions.decoder.weight"}  # tied: the word table

@@ -73,7 +73,7 @@ def to_state(state: dict[str, torch.Tensor], part: str = "generator",
 
 
 def from_state(state: dict[str, torch.Tensor], part: str,
-               fresh: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+               fresh: Callable[[], State]) -> dict[str, torch.Tensor]:
     """Our ``part``'s state dict from any ModernBERT class's weights (ModernBertModel's keys
     bare, every other class's under ``model.``). A discriminator takes the encoder and the
     RTD head where the folder has it, else ``fresh``'s head (the other classes' heads are
@@ -84,7 +84,7 @@ def from_state(state: dict[str, torch.Tensor], part: str,
     if part == "discriminator":
         head = {k: v for k, v in state.items() if k.startswith("discriminator_predictions.")}
         out.update(rename(head, RTD_HEAD, reverse=True) if head else
-                   {k: v for k, v in fresh.items() if k.startswith("head_")})
+                   {k: v for k, v in fresh().items() if k.startswith("head_")})
         return out
     head = {k: v for k, v in state.items() if k.split(".")[0] in ("head", "decoder")
             and k != _TIED[0]}
