@@ -48,16 +48,25 @@ def _range(cls: type, name: str, kind: str) -> str:
 def config_reference() -> str:
     from electra.config import FinetuneConfig, ModelConfig, TrainConfig, config_keys, field_docs
     from electra.objectives.config import ObjectiveConfig
+    from electra.tasks.base import HEADS
 
+    fine = "`electra finetune` / `evaluate` / `compare --finetune-set`: `--set KEY=VALUE`"
+    families: dict[type, list[str]] = {}
+    for head in HEADS.values():
+        if dataclasses.fields(head.Settings):
+            families.setdefault(head.Settings, []).append(head.name)
     out = []
     for cls, how in ((ModelConfig, "`[model]` in a `--config` TOML, or `--set model.KEY=VALUE`"),
                      (ObjectiveConfig, "`[objective]`, or `--set objective.KEY=VALUE`"),
                      (TrainConfig, "`[train]`, or `--set train.KEY=VALUE`"),
-                     (FinetuneConfig, "`electra finetune` / `evaluate` / `compare "
-                      "--finetune-set`: `--set KEY=VALUE` (no section)")):
+                     (FinetuneConfig, f"{fine} (no section)"),
+                     *((settings, f"{fine} (no section), for the {' and '.join(names)} "
+                       f"famil{'ies' if len(names) > 1 else 'y'}'s tasks")
+                       for settings, names in families.items())):
         docs = field_docs(cls)
         section = cls.SECTION
-        title = f"`[{section}]`: {cls.__name__}" if section else f"Fine-tuning: {cls.__name__}"
+        title = (f"`[{section}]`: {cls.__name__}" if section else f"Fine-tuning: {cls.__name__}"
+                 if cls is FinetuneConfig else f"A task family's: {cls.__name__}")
         out += [f"## {title}", "", (cls.__doc__ or "").strip().splitlines()[0], "",
                 f"Set with {how}.", "",
                 "| key | type | default | range | what it does |", "|---|---|---|---|---|"]

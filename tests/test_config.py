@@ -115,15 +115,27 @@ def test_set_overrides_and_unknown_keys():
         load_run_config("small", sets=["batch_size=10", "grad_accum=4"])
 
 
-@pytest.mark.parametrize("cls", [ModelConfig, ObjectiveConfig, TrainConfig, FinetuneConfig])
+def _families():
+    """Every registered task family's own settings class (``Head.Settings``)."""
+    from electra.tasks.base import HEADS
+
+    return list({h.Settings: None for h in HEADS.values()})
+
+
+CONFIGS = [ModelConfig, ObjectiveConfig, TrainConfig, FinetuneConfig, *_families()]
+
+
+@pytest.mark.parametrize("cls", CONFIGS, ids=lambda c: c.__name__)
 def test_every_setting_is_documented_once_where_the_help_reads_it(cls):
-    """The CLI's --set help is generated from each field's docstring: every field has one."""
+    """The CLI's --set help is generated from each field's docstring: every field has one
+    (FinetuneConfig's ``family`` holds the families' own, each documented in its class)."""
     from dataclasses import fields
 
     from electra.config import config_keys, field_docs, settings_help
 
     docs = field_docs(cls)  # the class's own keys first, then the loops' shared ones
-    assert list(docs) == config_keys(cls) and set(docs) == {f.name for f in fields(cls)}
+    assert list(docs) == config_keys(cls) and set(docs) == {
+        f.name for f in fields(cls) if not f.metadata.get("flat")}
     assert all(len(d.split()) >= 3 for d in docs.values()), docs
     shown = settings_help(cls)
     assert all(f"{name}: " in shown for name in docs)
@@ -135,7 +147,8 @@ def test_finetune_help_lists_every_setting(capsys):
     with pytest.raises(SystemExit):
         main(["finetune", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert all(f"{f}:" in text for f in ("lr", "layer_decay", "doc_stride", "article_split"))
+    assert all(f"{f}:" in text for f in ("lr", "layer_decay", "doc_stride", "article_split",
+                                         "double_pairs", "pooling"))
 
 
 def _outside(spec, value_type):
@@ -153,7 +166,7 @@ def _outside(spec, value_type):
     return [int(v) if value_type == "int" else v for v in values]
 
 
-@pytest.mark.parametrize("cls", [ModelConfig, ObjectiveConfig, TrainConfig, FinetuneConfig])
+@pytest.mark.parametrize("cls", CONFIGS, ids=lambda c: c.__name__)
 def test_every_number_and_choice_has_its_range_and_it_is_what_is_checked(cls):
     """``RANGES`` is what the configuration reference shows; every number (and every choice
     but the objective's kind, whose choices are the registry's) has one, the defaults are in
@@ -185,11 +198,8 @@ def test_every_numeric_setting_declares_its_range():
     RANGES (what validation checks and the configuration reference shows)."""
     from dataclasses import fields
 
-    from electra.config import FinetuneConfig, ModelConfig, TrainConfig
-    from electra.objectives.config import ObjectiveConfig
 
-    missing = [f"{cls.__name__}.{f.name}" for cls in (ModelConfig, ObjectiveConfig,
-                                                       TrainConfig, FinetuneConfig)
+    missing = [f"{cls.__name__}.{f.name}" for cls in CONFIGS
                for f in fields(cls)
                if ("int" in str(f.type) or "float" in str(f.type)) and f.name not in cls.RANGES]
     assert missing == []

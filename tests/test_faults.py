@@ -1078,6 +1078,12 @@ CASES += [
     ("config", (*FINETUNE, "--set", "pooling=max"), "pooling must be one of mean, cls"),
     ("config", (*FINETUNE, "--set", "learn_temperature=maybe"), "learn_temperature"),
     ("config", (*PRETRAIN, "--set", "train.cast_once=maybe"), "train.cast_once"),
+    ("config", (*FINETUNE, "--set", "doc_stride=64"),
+     "--set doc_stride: a setting of the qa and superglue task families, which --task custom "
+     "does not read; drop it"),
+    ("config", (*FINETUNE, "--set", "family=1"), "unknown config key 'family'"),
+    ("config", (*COMPARE, "--finetune-set", "n_best=3"),
+     "--set n_best: a setting of the qa task family"),
 ]
 
 

@@ -287,7 +287,8 @@ def test_double_pairs_adds_each_pair_swapped_to_the_chosen_subset(monkeypatch):
     data = ft.TaskData("custom", train, {"dev": train[:4]}, ("accuracy",), False,
                        {"0": 0, "1": 1})
     cfg = ft.FinetuneConfig(lr=1e-4, layer_decay=0.8, epochs=1, batch_size=4,
-                            precision="fp32", double_pairs=True, max_train_examples=10)
+                            precision="fp32", family={"double_pairs": True},
+                            max_train_examples=10)
     source = ft.ModelSource(None, model_preset("tiny", vocab_size=7, num_layers=1), Path("."),
                             "random-init")
     from electra.train.finetuning import finetune_one

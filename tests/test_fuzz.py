@@ -165,7 +165,8 @@ def test_squad_bytes(tmp_path_factory, data):
 
 KEYS = ["train.lr", "train.max_steps", "train.batch_size", "model.hidden_size", "lr",
         "objective.mask_prob", "train.precision", "train.probe_epochs", "nope", "train.",
-        "model.num_heads", "objective.kind", "train.threads", "epochs", "max_step"]
+        "model.num_heads", "objective.kind", "train.threads", "epochs", "max_step",
+        "doc_stride", "pooling", "family"]
 VALUES = st.one_of(st.text(max_size=10), st.sampled_from(
     ["1e400", "-1", "nan", "inf", "0", "1e9", "true", "maybe", "2**64", "1" * 30, ""]))
 
@@ -174,8 +175,8 @@ VALUES = st.one_of(st.text(max_size=10), st.sampled_from(
 @given(items=st.lists(st.one_of(st.text(max_size=20), st.builds(
     lambda k, v: f"{k}={v}", st.sampled_from(KEYS), VALUES)), max_size=4))
 def test_set_items(items):
-    from electra.config import load_finetune_config
     from electra.objectives.config import load_run_config
+    from electra.tasks.registry import load_finetune_config
 
     parsed_or_user_error(lambda: load_run_config("tiny", None, items))
     parsed_or_user_error(lambda: load_finetune_config(items))

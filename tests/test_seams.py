@@ -152,8 +152,10 @@ def test_a_taken_name_is_refused_and_the_registries_are_read_when_used(registere
 
 def test_a_new_family_is_one_file_and_one_registry_line(registered, tmp_path, capsys):
     """A family that subclasses no head (tests/toy_family.py: its own reader, defaults,
-    module, scores and export mapping): registered in one line, `finetune` trains it with its
-    defaults, `evaluate` and `predict` read its folder, `export` writes transformers' class."""
+    setting, module, scores and export mapping): registered in one line, `finetune` trains it
+    with its defaults and its own setting (checked as every setting, refused for another
+    family's task), `evaluate` and `predict` read its folder, `export` writes transformers'
+    class."""
     import json
 
     import toy_family
@@ -171,12 +173,22 @@ def test_a_new_family_is_one_file_and_one_registry_line(registered, tmp_path, ca
     tok = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 2, "[CLS]": 3, "[SEP]": 4,
                                       "[MASK]": 5}, unk_token="[UNK]"))
     save_tokenizer(tok, tmp_path / "tok")
-    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(tmp_path / "tok"),
-                 "--task", "wordcount", "--train", str(tmp_path / "train.txt"), "--dev",
-                 str(tmp_path / "dev.txt"), "--set", "precision=fp32", "--set", "lr=1e-3",
-                 "--out", str(tmp_path / "ft"), "--quiet"]) == 0
+    run = ["finetune", "--random-init", "tiny", "--tokenizer", str(tmp_path / "tok"),
+           "--task", "wordcount", "--train", str(tmp_path / "train.txt"), "--dev",
+           str(tmp_path / "dev.txt"), "--set", "precision=fp32", "--set", "lr=1e-3",
+           "--out", str(tmp_path / "ft"), "--quiet"]
+    capsys.readouterr()
+    assert main([*run, "--set", "per=0"]) == 2  # its range, as every setting's
+    assert "per must be a positive integer, got 0" in capsys.readouterr().err
+    assert main([*run[:6], "sst2", "--data", str(tmp_path), *run[11:], "--set", "per=2"]) == 2
+    assert "--set per: a setting of the wordcount task family" in capsys.readouterr().err
+    assert not (tmp_path / "ft").exists()
+    assert main([*run, "--set", "per=2"]) == 0
     results = json.loads((tmp_path / "ft/results.json").read_text())
     assert results["config"]["max_length"] == 32 and results["config"]["epochs"] == 2
+    assert results["config"]["per"] == 2 and "doc_stride" not in results["config"]
+    saved = json.loads((tmp_path / "ft/seed-1/config.json").read_text())["finetune"]
+    assert saved["per"] == 2  # read back by evaluate and predict
     capsys.readouterr()
     assert main(["evaluate", "--model", str(tmp_path / "ft/seed-1"), "--task", "wordcount",
                  "--dev", str(tmp_path / "dev.txt")]) == 0

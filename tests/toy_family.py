@@ -2,19 +2,22 @@
 
 ``wordcount``: how many words a text has (a regression read from plain text files, one text
 a line). Its own reader, defaults (32 tokens, 2 epochs, what the paper's defaults are not),
-module, loss, scores, records and transformers mapping; it subclasses no existing head.
+setting (``per``: the count in units of this many words), module, loss, scores, records and
+transformers mapping; it subclasses no existing head.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from electra.config import FamilySettings
 from electra.data.examples import Example, encode
 from electra.model import EncoderWithHead, encoder_for, init_weights
 from electra.tasks.base import Head, TaskData, logits
@@ -43,8 +46,18 @@ def read(path: str | Path) -> list[Example]:
     return [Example(x, None, float(len(x.split()))) for x in lines]
 
 
+@dataclass(frozen=True)
+class WordCountSettings(FamilySettings):
+    """The toy's own setting."""
+
+    RANGES: ClassVar[dict[str, Any]] = {"per": ">= 1"}
+    per: int = 1
+    """The count in units of this many words (the label is words / per)."""
+
+
 class WordCount(Head):
     name = "wordcount"
+    Settings = WordCountSettings
     tasks = ("wordcount",)
     help = "wordcount (a toy)"
     defaults = {"max_length": 32, "epochs": 2}  # noqa: RUF012
@@ -65,7 +78,8 @@ class WordCount(Head):
         return WordCounter(cfg, kernels)
 
     def encode(self, tok, examples, data, cfg) -> dict[str, torch.Tensor]:
-        return encode(tok, examples, cfg.max_length, None, True)
+        out = encode(tok, examples, cfg.max_length, None, True)
+        return out | {"labels": out["labels"] / self.settings(cfg).per}
 
     def loss(self, out, labels, data) -> torch.Tensor:
         return F.mse_loss(out.squeeze(-1).float(), labels.float(), reduction="sum")

@@ -55,6 +55,12 @@ def _tasks() -> str:
     return "; ".join(h.help for h in HEADS.values() if h.help)
 
 
+def _family_settings() -> str:
+    from electra.tasks.registry import settings_help  # the live registry (torch: see Later)
+
+    return settings_help()
+
+
 def _presets() -> str:
     from electra.model.bodies import preset_names  # every body's recipes (torch: see Later)
 
@@ -280,7 +286,8 @@ COMMANDS: dict[str, Command] = {
                 "OUT/results.json and OUT/results.md"),
             arg("--seeds", default="1", help="comma-separated, e.g. 1,2,3"),
             arg("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                help="a fine-tuning setting (repeatable): " + settings_help(FinetuneConfig)),
+                help=Later(lambda: "a fine-tuning setting (repeatable): " + settings_help(
+                    FinetuneConfig) + "; a task family's own: " + _family_settings())),
             OneOf((arg("--overwrite", action="store_true", help="replace an existing --out"),
                    arg("--resume", action="store_true", help="continue an interrupted "
                        "fine-tune (finished seeds are kept, the one in progress restarts "

@@ -22,6 +22,7 @@ from electra.errors import UserError
 from electra.io.trackers import parse_log_to
 
 T = TypeVar("T")
+F = TypeVar("F", bound="FamilySettings")
 DEFAULT_TIMEOUT_S = 1800.0
 """Under torchrun: seconds a process waits for the others (longer than any rank-0-only pause,
 such as writing a checkpoint) before stopping with an error."""
@@ -92,6 +93,9 @@ def _check_types(config: Any) -> None:
         kinds = [k.strip() for k in str(f.type).split("|")]
         key = f"{section}.{f.name}" if section else f.name
         if value is None and "None" in kinds:
+            continue
+        if kinds[0].startswith("dict["):  # a nested table (FinetuneConfig.family)
+            _check(isinstance(value, dict), f"{key} must be a table, got {value!r}")
             continue
         if "bool" in kinds and "int" not in kinds and not isinstance(value, bool):
             value = parse_bool(value, key)
@@ -586,9 +590,7 @@ class FinetuneConfig(LoopConfig):
         "max_length": ">= 8", "warmup_fraction": "[0, 1)",
         "task_sampling_alpha": "[0, 100]", "freeze": FREEZES, "max_train_examples": ">= 0",
         "save_every": ">= 0", "keep_checkpoints": ">= 1", "eval_every": ">= 0",
-        "select": SELECTIONS, "doc_stride": ">= 1", "max_query_length": ">= 1",
-        "n_best": ">= 1", "max_answer_length": ">= 1", "article_split": "[0, 1)",
-        "pooling": ("mean", "cls"), "temperature": "> 0"}
+        "select": SELECTIONS}
     lr: float | None = None
     """Peak learning rate; None: 3e-4 up to width 256 (Small), else 1e-4 (Base, Large)."""
     layer_decay: float | None = None
@@ -602,8 +604,6 @@ class FinetuneConfig(LoopConfig):
     warmup_fraction: float = 0.1
     """Fraction of the steps with a linear warmup, then the schedule's decay (linear to 0
     by default; schedule, as pretraining's)."""
-    double_pairs: bool = False
-    """MRPC/STS-B: also train on each pair swapped (b, a), as the original code can."""
     group_by_length: bool = False
     """Batches of examples of similar length (each group of 50 random batches sorted by
     length, its batches shuffled; transformers' group_by_length), so less padding is
@@ -628,27 +628,10 @@ class FinetuneConfig(LoopConfig):
     select: str = "last"
     """Which model a seed keeps: "last" (the paper's protocol) or "best" (the evaluation with
     the highest dev score on the task's first metric)."""
-    doc_stride: int = 128
-    """SQuAD: tokens by which consecutive windows over a long context overlap."""
-    max_query_length: int = 64
-    """SQuAD: the question's most tokens (longer ones are cut)."""
-    n_best: int = 20
-    """SQuAD: start and end candidates per window."""
-    max_answer_length: int = 30
-    """SQuAD: the longest answer span, in tokens."""
-    article_split: float = 0.0
-    """SQuAD, > 0: train on this fraction of the articles of --train and evaluate on the
-    others of --dev (one file for both: a stand-in when there is no separate train set)."""
-    pooling: str = "mean"
-    """embedding: a text's embedding, the mean of the encoder's last states over its real
-    tokens (sentence-transformers' default) or cls (its first position's)."""
-    temperature: float = 0.05
-    """embedding: InfoNCE's temperature (similarities divided by it; sentence-transformers'
-    MultipleNegativesRankingLoss: 0.05); with learn_temperature, where learning starts."""
-    learn_temperature: bool = False
-    """embedding: learn the temperature with the model (CLIP's log-scale), from temperature."""
-    normalize: bool = True
-    """embedding: L2-normalised embeddings, compared by cosine; off: by dot product."""
+    family: dict[str, Any] = dataclasses.field(default_factory=dict, metadata={"flat": True})
+    """The task families' own settings that were given (``Head.Settings``: SQuAD's
+    doc_stride, the embedding head's pooling...), set and saved flat beside the rest; a
+    family reads its own with :meth:`settings`."""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -660,46 +643,75 @@ class FinetuneConfig(LoopConfig):
                f"freeze=encoder trains the head alone (a probe)")
         _check(self.layer_decay is None or 0.0 < self.layer_decay <= 1.0,
                f"layer_decay must be in (0, 1], got {self.layer_decay!r}; the paper uses 0.8")
-        _check(0.0 <= self.article_split < 1.0,
-               f"article_split must be in [0, 1), got {self.article_split!r}; e.g. 0.5")
         _check_ranges(self)
         self.check_loop()
 
-    def resolved(self, model_cfg: ModelConfig,
-                 task_defaults: dict[str, Any] | None = None) -> FinetuneConfig:
+    def resolved(self, model_cfg: ModelConfig, task_defaults: dict[str, Any] | None = None,
+                 family: type[FamilySettings] | None = None) -> FinetuneConfig:
         """The paper's values where this config leaves them unset, for this model and a task
         (``task_defaults``: what the task's head says, ``Head.task_defaults``; the rest: 128
-        tokens, 3 epochs, lr and layer-wise decay by the model's size)."""
+        tokens, 3 epochs, lr and layer-wise decay by the model's size); with ``family`` (the
+        task's ``Head.Settings``), its settings whole (the given ones, its defaults for the
+        rest) and no other family's."""
         given = task_defaults or {}
+        own = self.family if family is None else self.settings(family).to_dict()
         length = self.max_length or given.get("max_length", 128)
         _check(length <= model_cfg.max_position_embeddings,
                f"max_length={length} exceeds the model's {model_cfg.max_position_embeddings} "
                f"positions; --set max_length=N with N <= "
                f"{model_cfg.max_position_embeddings}")
         return dataclasses.replace(
-            self, max_length=length,
+            self, max_length=length, family=own,
             lr=self.lr if self.lr is not None else
             (3e-4 if model_cfg.hidden_size <= 256 else 1e-4),
             layer_decay=self.layer_decay if self.layer_decay is not None else
             (0.9 if model_cfg.num_layers >= 24 else 0.8),
             epochs=self.epochs if self.epochs is not None else given.get("epochs", 3))
 
+    def settings(self, family: type[F]) -> F:
+        """A task family's settings (its ``Head.Settings``): those given, its defaults for
+        the rest."""
+        return family.of(self.family)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat, as `--set` takes them and config.json keeps them: the family's settings
+        beside the rest."""
+        out = dataclasses.asdict(self)
+        family = out.pop("family")
+        return {**out, **family}
+
+
+@dataclass(frozen=True)
+class FamilySettings:
+    """A task family's own fine-tuning settings (a head's ``Settings``, in its package):
+    frozen and checked as every config (types, ``RANGES``), given with `--set KEY=VALUE`
+    beside FinetuneConfig's and saved flat with them. This base: a family with none."""
+
+    SECTION: ClassVar[str] = ""
+    RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {}
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _check_ranges(self)
+
+    @classmethod
+    def of(cls: type[F], values: dict[str, Any]) -> F:
+        """The settings among ``values`` (a run's flat settings) that are this family's."""
+        return cls(**{k: v for k, v in values.items() if name_in(cls, k)})
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-
-def load_finetune_config(sets: list[str]) -> FinetuneConfig:
-    """``--set key=value`` items of `electra finetune` (unknown keys refused)."""
-    values = dict(parse_set(item, "lr=1e-4") for item in sets)
-    return config_from_dict(FinetuneConfig, values, "fine-tuning settings")
 
 
 def config_keys(cls: type) -> list[str]:
     """A config's keys as its users read them: the class's own first, in its order, then
     those both loops share (``LoopConfig``'s)."""
     own = list(vars(cls).get("__annotations__", {}))
-    return [k for k in own if name_in(cls, k)] + [f.name for f in fields(cls)
-                                                   if f.name not in own]
+    keys = [k for k in own if name_in(cls, k)] + [f.name for f in fields(cls)
+                                                  if f.name not in own]
+    flat = {f.name for f in fields(cls) if f.metadata.get("flat")}  # their keys are others'
+    return [k for k in keys if k not in flat]
 
 
 def field_docs(cls: type) -> dict[str, str]:

@@ -102,9 +102,9 @@ def test_a_benchmark_task_names_its_hub_dataset_and_a_card_renders_valid_yaml():
     """GLUE's SST-2 as the hub names it; values with YAML's special characters survive."""
     from electra.tasks.registry import head_for_task as head_for
 
-    assert head_for("sst2").hub_dataset("sst2") == ("nyu-mll/glue", "sst2")
-    assert head_for("custom").hub_dataset("custom") is None
-    assert head_for("squad1").hub_dataset("squad1") == ("rajpurkar/squad", "plain_text")
+    assert head_for("sst2").hub_datasets.get("sst2") == ("nyu-mll/glue", "sst2")
+    assert head_for("custom").hub_datasets.get("custom") is None
+    assert head_for("squad1").hub_datasets.get("squad1") == ("rajpurkar/squad", "plain_text")
     text = cards.render({"title": "t", "what": "w", "license": "apache-2.0",
                          "results": [cards.result("a: b # c", "data: 'x'", "accuracy", 0.5,
                                                   task_type="text-classification", seed=1)]},

@@ -286,7 +286,7 @@ def test_record_windows_a_long_passage_and_scores_a_candidate_where_it_is_mentio
     assert not w["covers"][w["row"] == 2][0]
     head = SuperGLUE()
     data = head.load("record", data=str(tmp_path / "ReCoRD"), split="dev")
-    cfg = FinetuneConfig(max_length=48, doc_stride=8, precision="fp32")
+    cfg = FinetuneConfig(max_length=48, family={"doc_stride": 8}, precision="fp32")
     torch.manual_seed(0)
     model = SequenceClassifier(tiny_config(vocab_size=tk.get_vocab_size()), 2).eval()
     probs = head.probs(model, tk, rows, data, cfg)

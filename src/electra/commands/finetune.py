@@ -52,8 +52,6 @@ from electra.config import (
     DEFAULT_TIMEOUT_S,
     MAX_SEED,
     FinetuneConfig,
-    config_from_dict,
-    load_finetune_config,
 )
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
@@ -66,7 +64,13 @@ from electra.runtime import Runtime, check_compile, start
 from electra.saved import folders
 from electra.saved.models import open_model
 from electra.tasks.base import TaskData, head_of
-from electra.tasks.registry import head_for_task, load_task
+from electra.tasks.registry import (
+    check_families,
+    finetune_config,
+    head_for_task,
+    load_finetune_config,
+    load_task,
+)
 from electra.train.finetuning import (
     ModelSource,
     Selections,
@@ -162,6 +166,7 @@ def main(task: str, out: str, model: str | None = None, random_init: str | None 
     cfg = load_finetune_config(sets or [])
     check_reachable(parse_log_to(cfg.log_to, "log_to"), "log_to")
     names = [t.strip() for t in task.split(",")]
+    check_families(cfg, {n: head_for_task(n) for n in names})  # before any file is read
     if len(names) > 1:
         tasks = load_tasks(names, data, train, dev, predict=predict, **reading)
     else:
@@ -229,7 +234,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     columns = text_columns or ",".join(meta.get("text_columns") or ["text"])
     task_data = load_task(task, data=data, dev=dev, split=split, text_columns=columns,
                           **reading)
-    cfg = config_from_dict(FinetuneConfig, meta["finetune"], f"{model}/config.json")
+    cfg = finetune_config(meta["finetune"], f"{model}/config.json")
     if precision is not None:
         cfg = dataclasses.replace(cfg, precision=precision)
     task_data = head_of(meta).for_model(task_data, meta, cfg, model)
@@ -249,16 +254,19 @@ def resolve(source: ModelSource, tasks: dict[str, TaskData], cfg: FinetuneConfig
             world_size: int) -> tuple[FinetuneConfig, dict[str, FinetuneConfig]]:
     """The run's settings and each task's. One task: the paper's defaults for the model and
     the task (RTE's 10 epochs, SQuAD's 512 tokens). Several: the model's defaults (3 epochs
-    unless set), each task with its own length."""
+    unless set), each task with its own length. Each task's family settings whole, its own
+    alone; a family setting no task reads is refused."""
+    check_families(cfg, {t: d.head for t, d in tasks.items()})
     if len(tasks) == 1:
         ((name, data),) = tasks.items()
-        whole = cfg.resolved(source.config, data.head.task_defaults(name))
+        whole = cfg.resolved(source.config, data.head.task_defaults(name), data.head.Settings)
         check_split(whole, world_size)
         return whole, {name: whole}
     whole = cfg.resolved(source.config)
     check_split(whole, world_size)
-    return whole, {t: dataclasses.replace(whole, max_length=cfg.resolved(
-        source.config, d.head.task_defaults(t)).max_length) for t, d in tasks.items()}
+    return whole, {t: dataclasses.replace(whole, **{k: getattr(cfg.resolved(
+        source.config, d.head.task_defaults(t), d.head.Settings), k) for k in (
+            "max_length", "family")}) for t, d in tasks.items()}
 
 
 def run_finetune(source: ModelSource, data: TaskData | dict[str, TaskData], out: str | Path,

@@ -104,7 +104,7 @@ def classifier_card(model: nn.Module, data: TaskData, cfg: FinetuneConfig, sourc
     warnings the run printed for it (one class predicted, a loss that never fell).
     ``home``: the model's folder where ``source`` names it otherwise (a hub id): its
     lineage (base model, license) is read there."""
-    head, hub = data.head, data.head.hub_dataset(data.name)
+    head, hub = data.head, data.head.hub_datasets.get(data.name)
     named = Path(source).name if Path(source).exists() else source  # no local paths
     rows = [("from", named),
             ("model", cards.size_line(model.config, count_parameters(model))),  # type: ignore[arg-type]

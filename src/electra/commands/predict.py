@@ -23,12 +23,12 @@ from typing import Any
 
 import torch
 
-from electra.config import FinetuneConfig, config_from_dict
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.io.outputs import check_file_out, write_file
 from electra.saved import folders
 from electra.tasks.base import head_of
+from electra.tasks.registry import finetune_config
 
 
 def main(model: str, input: str, out: str | None = None, batch_size: int = 64,
@@ -56,7 +56,7 @@ def predict(model: str | Path, input: str | Path, batch_size: int = 64,
         raise UserError(f"--batch-size {batch_size}: give a positive number")
     net, meta = folders.load(model, "classifier")
     net.eval()
-    cfg = config_from_dict(FinetuneConfig, meta["finetune"], f"{model}/config.json")
+    cfg = finetune_config(meta["finetune"], f"{model}/config.json")
     if precision is not None:
         cfg = dataclasses.replace(cfg, precision=precision)
     path = Path(input)

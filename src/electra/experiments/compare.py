@@ -33,7 +33,7 @@ import torch
 from electra.commands import embed
 from electra.commands.finetune import local_files, model_source, parse_seeds, run_finetune
 from electra.commands.pretrain import PretrainOptions, pretrain
-from electra.config import DEFAULT_TIMEOUT_S, config_diffs, load_finetune_config
+from electra.config import DEFAULT_TIMEOUT_S, config_diffs
 from electra.data.loader import ShardDataset
 from electra.data.retrieval import read_retrieval
 from electra.data.tokenizer import load_tokenizer
@@ -59,7 +59,7 @@ from electra.objectives.config import raw_run_config
 from electra.runtime import start
 from electra.saved import folders
 from electra.saved.models import open_model
-from electra.tasks.registry import load_task
+from electra.tasks.registry import check_families, head_for_task, load_finetune_config, load_task
 
 
 def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random",
@@ -75,7 +75,10 @@ def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random
     seed_list = parse_seeds(seeds)
     task_list = with_probes(parse_tasks(tasks or (DEMO_TASKS if kind_budget[0] == "demo"
                                                   else DEFAULT_TASKS), glue), probe)
-    load_finetune_config(finetune_sets or [])  # refuse unknown settings now
+    for t in task_list:  # refuse unknown settings, and those no task reads, now
+        if not t.zero_shot:
+            check_families(load_finetune_config([*(finetune_sets or []), *t.sets]),
+                           {t.task: head_for_task(t.task)})
     if kind_budget[0] == "demo" and (preset or config):
         raise UserError("--budget demo brings its own model (the tiny preset); drop --preset "
                         "and --config, or give a budget in FLOPs or time")

@@ -10,15 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from electra.config import (
-    FinetuneConfig,
-    config_from_dict,
-    parse_bool,
-    parse_set,
-)
+from electra.config import parse_bool, parse_set
 from electra.errors import UserError
 from electra.io.outputs import plain_name
 from electra.objectives.registry import OBJECTIVES
+from electra.tasks.registry import finetune_config
 from electra.tasks.sequence.data import GLUE
 
 RANDOM_INIT = "random-init"  # the models fine-tuned from random weights
@@ -104,7 +100,7 @@ def parse_tasks(text: str, glue: str | None) -> list[Task]:
         own = {k: opts.pop(k) for k in ("name", "train", "dev", "text", "label", "regression")
                if k in opts}
         sets = tuple(f"{k}={v}" for k, v in opts.items())
-        config_from_dict(FinetuneConfig, dict(opts), f"--tasks {spec}")  # refuse bad keys now
+        finetune_config(dict(opts), f"--tasks {spec}")  # refuse bad keys now
         if key == "custom":
             missing = [k for k in ("name", "train", "dev") if k not in own]
             if missing:

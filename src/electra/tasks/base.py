@@ -1,8 +1,10 @@
 """What a fine-tuning task head is, and the task data that carries one.
 
 A :class:`Head` is one family of tasks (google-research/electra's ``Task``; transformers'
-heads that own their loss): how its examples are read and encoded, the module on the
-encoder, its loss, its predictions, scores and report, and its transformers class and keys.
+heads that own their loss), in four roles: its :class:`Reader` (how its examples are read),
+its :class:`Learner` (the module on the encoder, its encoding, its loss), its
+:class:`Scorer` (predictions, scores, report) and its :class:`Exporter` (what its saved
+model says, its transformers class and keys); and its own settings (``Head.Settings``).
 ``finetune``, ``evaluate``, ``predict``, ``export`` and ``compare`` call the head of the
 :class:`TaskData` (or of a model folder's config.json) and never ask which head it is.
 ``electra.tasks.registry`` names every head.
@@ -21,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from electra.config import FamilySettings
 from electra.data.examples import confusion_counts
 from electra.registry import Registry
 from electra.runtime import autocast
@@ -54,31 +57,16 @@ class TaskData:
         return dataclasses.replace(self, **changes)
 
 
-class Head(abc.ABC):
-    """A family of fine-tuning tasks, in one module: its names, reader, defaults, module,
-    loss, predictions, scores, report and transformers mapping.
+class Reader(abc.ABC):
+    """A family's first role: which ``--task`` names it reads, how (files, a benchmark's
+    folder, the inputs of `electra predict`), and its data once the settings are known."""
 
-    Every head implements the eight abstract methods (a head missing one cannot be made, so
-    it is refused when registered): :meth:`load`, :meth:`read_inputs`, :meth:`build`,
-    :meth:`encode`, :meth:`loss`, :meth:`predict`, :meth:`score`, :meth:`records`; and sets
-    ``name``, ``tasks``, ``help`` and the transformers mapping (``hf_part``, ``hf_class``,
-    ``hf_keys``). The rest are optional capabilities with defaults that fit most families:
-    settings of its own (:meth:`task_defaults`), a diagnostic set (:meth:`trained_on`),
-    data resolved with the settings (:meth:`prepare`, :meth:`for_model`,
-    :meth:`from_meta`), added examples (:meth:`augment`), a loss averaged over something
-    else than examples (:meth:`denominator`), a report (:meth:`report`), submission files
-    (:meth:`write_test`), and what the saved and exported model says (:meth:`meta`,
-    :meth:`export_note`, :meth:`hf_labels`, :meth:`hub_dataset`, ``pipeline_tag``).
-    """
-
-    name: ClassVar[str]
     tasks: ClassVar[tuple[str, ...]] = ()  # the --task names this head reads
-    hf_part: ClassVar[str]  # electra.saved.hf's table name for this head's weights
-    hf_class: ClassVar[str]  # the transformers class a fine-tuned model exports as
-    hf_keys: ClassVar[tuple[tuple[str, str], ...]]  # (our head key, transformers key)
     help: ClassVar[str] = ""  # the --task names as `electra finetune --help` lists them
-    pipeline_tag: ClassVar[str] = ""  # the hub's task for its model cards ("": none fits)
     defaults: ClassVar[dict[str, Any]] = {}  # the paper's settings for its tasks (max_length)
+    hub_datasets: ClassVar[dict[str, tuple[str, str]]] = {}
+    """The hub's dataset id and configuration of each benchmark task, named in its model
+    card (a task missing: the user's own data)."""
 
     def task_defaults(self, task: str) -> dict[str, Any]:
         """The fine-tuning settings ``task`` takes where the user sets none (the paper's:
@@ -86,7 +74,6 @@ class Head(abc.ABC):
         applies them."""
         return dict(self.defaults)
 
-    # -- reading ----------------------------------------------------------------------
     @abc.abstractmethod
     def load(self, task: str, **given: Any) -> TaskData:
         """The task's data from what `finetune`/`evaluate` were given."""
@@ -117,7 +104,11 @@ class Head(abc.ABC):
         """A file to predict on, in the form this head reads (labels ignored)."""
         raise NotImplementedError
 
-    # -- training ---------------------------------------------------------------------
+
+class Learner(abc.ABC):
+    """A family's second role: the module on the encoder, the examples as it reads them,
+    and the loss it learns from."""
+
     @abc.abstractmethod
     def build(self, cfg: ModelConfig, labels: dict[str, int], regression: bool,
               kernels: Kernels | None = None, settings: dict[str, Any] | None = None
@@ -148,7 +139,11 @@ class Head(abc.ABC):
         training ``labels``): the global batch's examples by default."""
         return batch_size
 
-    # -- evaluating -------------------------------------------------------------------
+
+class Scorer(abc.ABC):
+    """A family's third role: a trained module's predictions, their scores and report, the
+    records of `electra predict` and a benchmark's submission files."""
+
     @abc.abstractmethod
     def predict(self, model: nn.Module, tok: Any, examples: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> tuple[Any, Any]:
@@ -175,7 +170,18 @@ class Head(abc.ABC):
         """Submission files for the test splits (heads whose tasks have them)."""
         return []
 
-    # -- the saved model --------------------------------------------------------------
+
+class Exporter:
+    """A family's fourth role: what its saved model says of itself (config.json) and how it
+    leaves as transformers' (or sentence-transformers') model. Plain data and defaults: a
+    family sets the four names and overrides what differs."""
+
+    hf_part: ClassVar[str]  # electra.saved.hf's table name for this head's weights
+    hf_class: ClassVar[str]  # the transformers class a fine-tuned model exports as
+    hf_keys: ClassVar[tuple[tuple[str, str], ...]]  # (our head key, transformers key)
+    pipeline_tag: ClassVar[str] = ""  # the hub's task for its model cards ("": none fits)
+    name: ClassVar[str]
+
     def meta(self, data: TaskData) -> dict[str, Any]:
         """What a fine-tuned model's config.json adds to say which head it has."""
         return {"head": self.name}
@@ -190,15 +196,41 @@ class Head(abc.ABC):
         """What the transformers export cannot do that this head does (said by `export`)."""
         return None
 
-    def hub_dataset(self, task: str) -> tuple[str, str] | None:
-        """The hub's dataset id and configuration of a benchmark task, named in its model
-        card (None: the user's own data)."""
-        return None
-
     def hf_labels(self, meta: dict[str, Any]) -> dict[str, Any]:
         """transformers' label fields for the exported config.json."""
         ids = meta["labels"]  # name -> id
         return {"id2label": {i: name for name, i in ids.items()}, "label2id": dict(ids)}
+
+
+class Head(Reader, Learner, Scorer, Exporter):
+    """A family of fine-tuning tasks (google-research/electra's ``Task``), in one package: a
+    name, its settings, and its four roles, each a small surface its callers use alone:
+
+    - :class:`Reader` (`finetune`, `evaluate`, `predict` reading data): ``load`` and
+      ``read_inputs``, and optionally ``task_defaults``, ``trained_on``, ``prepare``,
+      ``for_model``, ``from_meta``, ``hub_datasets``;
+    - :class:`Learner` (the training loop): ``build``, ``encode``, ``loss``, and optionally
+      ``augment``, ``denominator``;
+    - :class:`Scorer` (evaluation and `predict`): ``predict``, ``score``, ``records``, and
+      optionally ``report``, ``write_test``;
+    - :class:`Exporter` (the saved model, `export`, the cards): ``hf_part``, ``hf_class``,
+      ``hf_keys``, ``pipeline_tag``, and optionally ``meta``, ``hf_labels``,
+      ``export_note``, ``sentence_embedding``.
+
+    The roles are one object because they share the family's settings and examples (a QA
+    window is what its reader cuts, its learner trains on and its scorer decodes); a head
+    missing an abstract method cannot be made, so it is refused when registered.
+    ``Settings``: the family's own fine-tuning settings (a :class:`FamilySettings`: QA's
+    windows, the embedding head's pooling), given with `--set` beside the shared ones and
+    read with :meth:`settings`.
+    """
+
+    name: ClassVar[str]
+    Settings: ClassVar[type[FamilySettings]] = FamilySettings
+
+    def settings(self, cfg: FinetuneConfig) -> Any:
+        """This family's settings in ``cfg`` (those given, its defaults for the rest)."""
+        return cfg.settings(self.Settings)
 
 
 def examples_used(data: TaskData, cfg: FinetuneConfig) -> str:

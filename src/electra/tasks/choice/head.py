@@ -66,8 +66,7 @@ class Choice(Head):
                ("head_out.weight", "classifier.weight"),
                ("head_out.bias", "classifier.bias"))
 
-    def hub_dataset(self, task: str) -> tuple[str, str] | None:
-        return ("aps/super_glue", "copa") if task == "copa" else None
+    hub_datasets = {"copa": ("aps/super_glue", "copa")}  # noqa: RUF012 (read only)
 
     def load(self, task: str, data: str | None = None, train: str | None = None,
              dev: str | None = None, predict: str | None = None, split: str | None = None,

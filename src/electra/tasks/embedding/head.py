@@ -20,8 +20,9 @@ writes it as a sentence-transformers folder (the encoder, its pooling, its norma
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -29,7 +30,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from electra.config import FinetuneConfig, ModelConfig
+from electra.config import FamilySettings, FinetuneConfig, ModelConfig
 from electra.data.examples import _records
 from electra.errors import UserError
 from electra.io.files import read_text
@@ -139,8 +140,27 @@ def ranks(queries: np.ndarray, docs: np.ndarray, gold: list[int]) -> np.ndarray:
     return (sims >= own[:, None]).sum(1)
 
 
+@dataclass(frozen=True)
+class EmbeddingSettings(FamilySettings):
+    """A text's embedding and its contrastive loss (``--task embedding``)."""
+
+    RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {"pooling": ("mean", "cls"),
+                                                          "temperature": "> 0"}
+    pooling: str = "mean"
+    """A text's embedding: the mean of the encoder's last states over its real
+    tokens (sentence-transformers' default) or cls (its first position's)."""
+    temperature: float = 0.05
+    """InfoNCE's temperature (similarities divided by it; sentence-transformers'
+    MultipleNegativesRankingLoss: 0.05); with learn_temperature, where learning starts."""
+    learn_temperature: bool = False
+    """Learn the temperature with the model (CLIP's log-scale), from temperature."""
+    normalize: bool = True
+    """L2-normalised embeddings, compared by cosine; off: by dot product."""
+
+
 class Embedding(Head):
     name = "embedding"
+    Settings = EmbeddingSettings
     tasks = ("embedding",)
     help = "embedding (pairs or triplets: InfoNCE)"
     hf_part = "embedding"
@@ -177,9 +197,9 @@ class Embedding(Head):
     def build(self, cfg: ModelConfig, labels: dict[str, int], regression: bool,
               kernels: Kernels | None = None, settings: dict[str, Any] | None = None
               ) -> nn.Module:
-        s = settings or {}
-        return EmbeddingModel(cfg, kernels, s.get("pooling", "mean"), s.get("normalize", True),
-                              s.get("temperature", 0.05), s.get("learn_temperature", False))
+        s = EmbeddingSettings.of(settings or {})
+        return EmbeddingModel(cfg, kernels, s.pooling, s.normalize, s.temperature,
+                              s.learn_temperature)
 
     def encode(self, tok: Any, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
@@ -220,8 +240,8 @@ class Embedding(Head):
         return [{"embedding": [round(float(x), 6) for x in v]} for v in out]
 
     def sentence_embedding(self, meta: dict[str, Any]) -> tuple[str, bool] | None:
-        settings = meta.get("finetune") or {}
-        return settings.get("pooling", "mean"), bool(settings.get("normalize", True))
+        s = EmbeddingSettings.of(meta.get("finetune") or {})
+        return s.pooling, s.normalize
 
     def hf_labels(self, meta: dict[str, Any]) -> dict[str, Any]:
         return {}

@@ -10,13 +10,14 @@ windows and scores are ``electra.tasks.qa.data``'.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from electra.config import FinetuneConfig, ModelConfig
+from electra.config import FamilySettings, FinetuneConfig, ModelConfig
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
 from electra.model import EncoderWithHead
@@ -55,8 +56,29 @@ class QuestionAnswerer(EncoderWithHead):
         return self.head_out(h if self.transform is None else self.transform(h))
 
 
+@dataclass(frozen=True)
+class QASettings(FamilySettings):
+    """Extractive QA's windows and answers (``--task squad1|squad2``)."""
+
+    RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {
+        "doc_stride": ">= 1", "max_query_length": ">= 1", "n_best": ">= 1",
+        "max_answer_length": ">= 1", "article_split": "[0, 1)"}
+    doc_stride: int = 128
+    """Tokens by which consecutive windows over a long context overlap."""
+    max_query_length: int = 64
+    """The question's most tokens (longer ones are cut)."""
+    n_best: int = 20
+    """Start and end candidates per window."""
+    max_answer_length: int = 30
+    """The longest answer span, in tokens."""
+    article_split: float = 0.0
+    """> 0: train on this fraction of the articles of --train and evaluate on the
+    others of --dev (one file for both: a stand-in when there is no separate train set)."""
+
+
 class QA(Head):
     name = "qa"
+    Settings = QASettings
     tasks = ("squad1", "squad2")
     help = "squad1 or squad2"
     defaults = {"max_length": 512}  # noqa: RUF012 (read, never changed)
@@ -65,9 +87,8 @@ class QA(Head):
     pipeline_tag = "question-answering"
     hf_keys = (("head_out.weight", "qa_outputs.weight"), ("head_out.bias", "qa_outputs.bias"))
 
-    def hub_dataset(self, task: str) -> tuple[str, str] | None:
-        return {"squad1": ("rajpurkar/squad", "plain_text"),
-                "squad2": ("rajpurkar/squad_v2", "squad_v2")}[task]
+    hub_datasets = {"squad1": ("rajpurkar/squad", "plain_text"),  # noqa: RUF012 (read only)
+                    "squad2": ("rajpurkar/squad_v2", "squad_v2")}
 
     def load(self, task: str, train: str | None = None, dev: str | None = None,
              predict: str | None = None, split: str | None = None, **_: Any) -> TaskData:
@@ -93,22 +114,24 @@ class QA(Head):
     def prepare(self, data: TaskData, cfg: FinetuneConfig) -> TaskData:
         """``article_split``: train on a fraction of the articles, evaluate on the others.
         The stride checked against the length (a window moves on by the stride)."""
-        if cfg.doc_stride >= cfg.max_length:  # type: ignore[operator]
-            raise UserError(f"doc_stride={cfg.doc_stride} must be below max_length="
+        qa = self.settings(cfg)
+        if qa.doc_stride >= cfg.max_length:  # type: ignore[operator]
+            raise UserError(f"doc_stride={qa.doc_stride} must be below max_length="
                             f"{cfg.max_length} (a window moves on by the stride); e.g. --set "
                             f"doc_stride={cfg.max_length // 4}")  # type: ignore[operator]
-        if not cfg.article_split:
+        if not qa.article_split:
             return data
-        return data.replace(train=split_articles(data.train, cfg.article_split)[0],
+        return data.replace(train=split_articles(data.train, qa.article_split)[0],
                             dev={"dev": split_articles(data.dev["dev"],
-                                                       cfg.article_split)[1]})
+                                                       qa.article_split)[1]})
 
     def for_model(self, data: TaskData, meta: dict[str, Any], cfg: FinetuneConfig,
                   where: str) -> TaskData:
         """The articles the model was not trained on, with ``article_split``."""
-        if cfg.article_split:
+        qa = self.settings(cfg)
+        if qa.article_split:
             data = data.replace(dev={"dev": split_articles(data.dev["dev"],
-                                                           cfg.article_split)[1]})
+                                                           qa.article_split)[1]})
         return data.replace(labels=meta["labels"])
 
     def read_inputs(self, path: Path, meta: dict[str, Any]) -> list[Any]:
@@ -134,8 +157,9 @@ class QA(Head):
     def encode(self, tok: Any, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
         """Training windows, each with its answer's token positions (B, 2)."""
-        f = qa_features(tok, examples, cfg.max_length, cfg.doc_stride,  # type: ignore[arg-type]
-                        cfg.max_query_length, training=True)
+        qa = self.settings(cfg)
+        f = qa_features(tok, examples, cfg.max_length, qa.doc_stride,  # type: ignore[arg-type]
+                        qa.max_query_length, training=True)
         return {k: f[k] for k in ("input_ids", "token_type_ids", "attention_mask")} | {
             "labels": torch.stack([f["start"], f["end"]], 1)}
 
@@ -154,11 +178,12 @@ class QA(Head):
                 ) -> tuple[dict[str, str], dict[str, float]]:
         """Each question's best answer over its context's windows, and its no-answer score
         minus the best answer's (SQuAD 2.0 answers "" above a threshold)."""
-        f = qa_features(tok, examples, cfg.max_length, cfg.doc_stride,  # type: ignore[arg-type]
-                        cfg.max_query_length)
+        qa = self.settings(cfg)
+        f = qa_features(tok, examples, cfg.max_length, qa.doc_stride,  # type: ignore[arg-type]
+                        qa.max_query_length)
         out = logits(model, f, cfg.precision, batch_size).numpy()  # (windows, T, 2)
-        return best_answers(list(out[..., 0]), list(out[..., 1]), f, examples, cfg.n_best,
-                            cfg.max_answer_length)
+        return best_answers(list(out[..., 0]), list(out[..., 1]), f, examples, qa.n_best,
+                            qa.max_answer_length)
 
     def score(self, data: TaskData, preds: Any, labels: Any) -> dict[str, float]:
         """The official script's numbers, x100."""

@@ -8,6 +8,7 @@ transformers' ``ElectraForSequenceClassification``. GLUE's files are
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from electra.config import FinetuneConfig, ModelConfig
+from electra.config import FamilySettings, FinetuneConfig, ModelConfig
 from electra.data.examples import Example, compute_metrics, encode, label_map, read_custom
 from electra.data.labels import canonical_label
 from electra.errors import UserError
@@ -71,8 +72,17 @@ def _in_model_spelling(data: TaskData, labels: dict[str, int], where: str) -> Ta
     return data.replace(dev=dev)
 
 
+@dataclass(frozen=True)
+class SequenceSettings(FamilySettings):
+    """Sentence (pair) classification's own (GLUE, custom files)."""
+
+    double_pairs: bool = False
+    """MRPC/STS-B: also train on each pair swapped (b, a), as the original code can."""
+
+
 class Sequence(Head):
     name = "sequence"
+    Settings = SequenceSettings
     help = f"{', '.join(GLUE)}, custom (sentence or pair classification, regression)"
 
     def task_defaults(self, task: str) -> dict[str, Any]:
@@ -86,9 +96,7 @@ class Sequence(Head):
                ("head_out.weight", "classifier.out_proj.weight"),
                ("head_out.bias", "classifier.out_proj.bias"))
 
-    def hub_dataset(self, task: str) -> tuple[str, str] | None:
-        """GLUE's tasks: the hub's glue dataset, the task its configuration."""
-        return ("nyu-mll/glue", task) if task in GLUE else None
+    hub_datasets = {t: ("nyu-mll/glue", t) for t in GLUE}  # noqa: RUF012 (read only)
 
     def load(self, task: str, data: str | None = None, train: str | None = None,
              dev: str | None = None, text_columns: str = "text", label_column: str = "label",
@@ -170,7 +178,7 @@ class Sequence(Head):
 
     def augment(self, examples: list[Any], cfg: FinetuneConfig) -> list[Any]:
         """``double_pairs``: each pair also swapped (b, a), as the original code can."""
-        if not cfg.double_pairs:
+        if not self.settings(cfg).double_pairs:
             return examples
         return examples + [Example(e.text_b, e.text_a, e.label) for e in examples
                            if e.text_b is not None]

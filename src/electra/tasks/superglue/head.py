@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from electra.config import FinetuneConfig
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
 from electra.tasks.base import TaskData, confusion, logits
-from electra.tasks.sequence.head import Sequence
+from electra.tasks.sequence.head import Sequence, SequenceSettings
 from electra.tasks.superglue.data import (
     DIAGNOSTIC_OF,
     SUPERGLUE,
@@ -47,16 +47,26 @@ class Labelled:
     rows: list[Row]
 
 
+@dataclass(frozen=True)
+class SuperGLUESettings(SequenceSettings):
+    """SuperGLUE's: the sequence head's, and ReCoRD's windows over its passages."""
+
+    RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {"doc_stride": ">= 1"}
+    doc_stride: int = 128
+    """ReCoRD: tokens by which consecutive windows over a long passage overlap."""
+
+
 class SuperGLUE(Sequence):
     name = "superglue"
+    Settings = SuperGLUESettings
     tasks = tuple(SUPERGLUE)
     help = ("SuperGLUE's boolq, cb, copa, multirc, record, sg-rte, wic, wsc (ax-b, ax-g with "
             "evaluate)")
 
-    def hub_dataset(self, task: str) -> tuple[str, str] | None:
-        """The hub's super_glue dataset (its configurations: rte, wsc.fixed, axb, axg)."""
-        names = {"sg-rte": "rte", "wsc": "wsc.fixed", "ax-b": "axb", "ax-g": "axg"}
-        return "aps/super_glue", names.get(task, task)
+    # the hub's super_glue dataset (its configurations: rte, wsc.fixed, axb, axg)
+    hub_datasets = {t: ("aps/super_glue", {"sg-rte": "rte", "wsc": "wsc.fixed",  # noqa: RUF012
+                                           "ax-b": "axb", "ax-g": "axg"}.get(t, t))
+                    for t in SUPERGLUE}
 
     @staticmethod
     def spec(data: TaskData | str) -> SuperGlueTask:
@@ -108,7 +118,7 @@ class SuperGLUE(Sequence):
         training on the windows that hold a mention of the row's candidate."""
         if self.spec(data).name == "record":
             labelled = [e for e in examples if e.label is not None]
-            w = record_windows(tok, labelled, cfg.max_length, cfg.doc_stride)  # type: ignore[arg-type]
+            w = record_windows(tok, labelled, cfg.max_length, self.settings(cfg).doc_stride)  # type: ignore[arg-type]
             keep = w.pop("covers")
             ids = torch.tensor([data.labels[str(e.label)] for e in labelled])
             return {k: v[keep] for k, v in {**w, "labels": ids[w.pop("row")]}.items()}
@@ -121,7 +131,7 @@ class SuperGLUE(Sequence):
         if self.spec(data).name != "record":
             out = logits(model, super().encode(tok, rows, data, cfg), cfg.precision)
             return out.softmax(-1).numpy()
-        w = record_windows(tok, rows, cfg.max_length, cfg.doc_stride)  # type: ignore[arg-type]
+        w = record_windows(tok, rows, cfg.max_length, self.settings(cfg).doc_stride)  # type: ignore[arg-type]
         p = logits(model, w, cfg.precision).softmax(-1)[:, 1]
         none = torch.full((len(rows),), -1.0)
         c = w["covers"]
