@@ -13,7 +13,9 @@ With --s3, an S3 server (moto's, on a free port of this machine) holds a copy of
 and the local folder and ``s3://bench/data`` are read in turn, ``--repeats`` times: the
 first fetch of the URL (its mirror into an empty cache, ``electra.io.remote``: the time a
 run waits before its first step), then the loader's tokens/s from each (the URL's from its
-mirror).
+mirror); and in the order of ``train.shuffle=blocks`` (``--block`` rows, ``--window``
+blocks), over one epoch, the local folder's and the URL's streamed from an empty cache
+(every block fetched once, as the batches need it: ``electra.data.stream``).
 """
 
 from __future__ import annotations
@@ -26,14 +28,26 @@ import tempfile
 import time
 from pathlib import Path
 
-from electra.data.loader import BatchLoader, ShardDataset
+from electra.data.loader import BatchLoader, Blocks, ShardDataset
 
 
-def rate(data: str | Path, batch: int, seconds: float) -> float:
-    loader = BatchLoader(ShardDataset(data), batch, seed=0)
+def rate(data: str | Path | ShardDataset, batch: int, seconds: float,
+         blocks: Blocks | None = None) -> float:
+    data = data if isinstance(data, ShardDataset) else ShardDataset(data)
+    loader = BatchLoader(data, batch, seed=0, blocks=blocks)
     next(loader)
     n_tokens, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
+        n_tokens += int(next(loader)["attention_mask"].sum())
+    return n_tokens / (time.perf_counter() - t0)
+
+
+def epoch_rate(data: ShardDataset, batch: int, blocks: Blocks) -> float:
+    """Tokens/s over one epoch in the order of ``blocks`` (a stream from an empty cache:
+    every block fetched once, as the batches need it)."""
+    loader = BatchLoader(data, batch, seed=0, blocks=blocks)
+    n_tokens, t0 = 0, time.perf_counter()
+    while loader.state.epoch == 0:
         n_tokens += int(next(loader)["attention_mask"].sum())
     return n_tokens / (time.perf_counter() - t0)
 
@@ -53,7 +67,10 @@ def through_s3(args: argparse.Namespace) -> None:
     fs.mkdir("bench")
     remote.upload(Path(args.data), "s3://bench/data", "--data")
     size = sum(f.stat().st_size for f in Path(args.data).rglob("*") if f.is_file())
-    fetch, local, s3 = [], [], []
+    from electra.data.stream import StreamedShards
+
+    blocks = Blocks(args.block, args.window, 1)
+    fetch, local, s3, local_blocks, streamed = [], [], [], [], []
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as cache:
             os.environ["ELECTRA_CACHE"] = cache
@@ -62,15 +79,28 @@ def through_s3(args: argparse.Namespace) -> None:
             fetch.append(time.perf_counter() - t0)
             local.append(rate(args.data, args.batch, args.seconds))
             s3.append(rate(mirror, args.batch, args.seconds))
+        local_blocks.append(epoch_rate(ShardDataset(args.data), args.batch, blocks))
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ["ELECTRA_CACHE"] = cache  # empty: every block fetched as it is needed
+            streamed.append(epoch_rate(StreamedShards("s3://bench/data",
+                                                      block_rows=args.block),
+                                       args.batch, blocks))
     server.stop()
     med = statistics.median
     print(f"fetch of {size / 1e6:.1f} MB: s min/med/max {min(fetch):.2f} {med(fetch):.2f} "
           f"{max(fetch):.2f} ({size / 1e6 / med(fetch):.1f} MB/s)")
-    for name, r in (("local", local), ("s3", s3)):
-        print(f"{name:5s} loader tokens/s min/med/max {min(r):,.0f} {med(r):,.0f} {max(r):,.0f}")
+    for name, r in (("local", local), ("s3", s3),
+                    ("local, shuffle=blocks, an epoch", local_blocks),
+                    ("s3 streamed, an epoch, cold", streamed)):
+        print(f"{name:32s} loader tokens/s min/med/max {min(r):,.0f} {med(r):,.0f} "
+              f"{max(r):,.0f}")
     print(json.dumps({"mb": round(size / 1e6, 1), "fetch_s": round(med(fetch), 2),
                       "local_tok_s": round(med(local)), "s3_tok_s": round(med(s3)),
-                      "s3_over_local": round(med(s3) / med(local), 2)}))
+                      "s3_over_local": round(med(s3) / med(local), 2),
+                      "local_blocks_tok_s": round(med(local_blocks)),
+                      "streamed_tok_s": round(med(streamed)),
+                      "streamed_over_local_blocks": round(med(streamed) / med(local_blocks),
+                                                          2)}))
 
 
 def main() -> None:
@@ -81,6 +111,8 @@ def main() -> None:
     ap.add_argument("--train-tok-s", type=float, default=5563.0)
     ap.add_argument("--s3", action="store_true")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--block", type=int, default=2048, help="train.shuffle_block")
+    ap.add_argument("--window", type=int, default=32, help="train.shuffle_window")
     args = ap.parse_args()
     if args.s3:
         through_s3(args)

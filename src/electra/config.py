@@ -435,6 +435,9 @@ class LoopConfig:
                f"{key}schedule=wsd, or leave {key}decay_shape=linear")
 
 
+SHUFFLES = ("rows", "blocks")
+
+
 @dataclass(frozen=True)
 class TrainConfig(LoopConfig):
     """The pretraining loop: optimisation, precision, logging and checkpoints."""
@@ -445,7 +448,9 @@ class TrainConfig(LoopConfig):
         "seed": f"[0, {MAX_SEED}]", "log_every": ">= 1", "eval_every": ">= 0",
         "eval_batches": ">= 1", "save_every": ">= 1", "keep_checkpoints": ">= 1",
         "parallel": ("ddp", "fsdp"), "probe_every": ">= 0", "probe_max_examples": ">= 1",
-        "probe_epochs": "[1, 1000]", "peak_tflops": ">= 0", "max_tokens": ">= 0"}
+        "probe_epochs": "[1, 1000]", "peak_tflops": ">= 0", "max_tokens": ">= 0",
+        "shuffle": SHUFFLES, "shuffle_block": ">= 1", "shuffle_window": ">= 1",
+        "partitions": ">= 1"}
     lr: float = 5e-4
     """Peak learning rate (ELECTRA-Small 5e-4, Base 2e-4, Large 2e-4)."""
     batch_size: int = 128
@@ -467,6 +472,22 @@ class TrainConfig(LoopConfig):
     """> 0: the run's length in token positions instead (batch_size rows of the data's
     seq_len a step, padding included: nearly all real with `prepare --pack`); max_steps
     becomes the steps that take, rounded up, and the schedule follows it."""
+    shuffle: str = "rows"
+    """The data's order each epoch: rows (a permutation of every row, ELECTRA's) | blocks
+    (the rows of shuffle_window random blocks of shuffle_block consecutive rows shuffled
+    together, window after window, each of partitions equal parts of a global batch from
+    blocks of its own): the order `--data URL` streams through a bounded cache, each process
+    fetching only the blocks its rows are in, instead of mirroring the folder whole. Local
+    and streamed data, one process and N, read the same global batches."""
+    shuffle_block: int = 2048
+    """shuffle=blocks: consecutive rows in a block (what a stream fetches at once)."""
+    shuffle_window: int = 32
+    """shuffle=blocks: blocks whose rows are shuffled together (more: better mixed, a larger
+    cache; a stream holds about two windows of each part a process reads)."""
+    partitions: int = 1
+    """shuffle=blocks: parts of each global batch, each from blocks of its own; as many as
+    the processes (or a multiple) and each process reads only its parts' blocks. Must divide
+    batch_size."""
     seed: int = 0
     """Seeds initialisation, data order, masking, sampling and dropout."""
     log_every: int = 10
@@ -533,6 +554,12 @@ class TrainConfig(LoopConfig):
         _check(not self.decay_steps or self.decay_steps <= self.max_steps - self.warmup_steps,
                f"train.decay_steps={self.decay_steps} is more than the steps after the warmup "
                f"({self.max_steps} - {self.warmup_steps}); choose fewer")
+        _check(self.batch_size % self.partitions == 0,
+               f"train.partitions={self.partitions} must divide train.batch_size="
+               f"{self.batch_size} (each part of a global batch is as large)")
+        _check(self.partitions == 1 or self.shuffle == "blocks",
+               f"train.partitions={self.partitions} parts the blocks of train.shuffle=blocks; "
+               f"set it, or leave train.partitions=1")
         _check(not (self.cuda_graphs and self.unpad),
                "train.cuda_graphs=true needs static shapes, and train.unpad=true changes them "
                "every batch: set train.unpad=false (or train.cuda_graphs=false)")

@@ -10,10 +10,12 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import cli_error, snapshot, write_corpus, write_sentiment
 
 from electra.cli import main
+from electra.data.loader import ShardDataset
 from electra.train.metrics import TIMING_KEYS, iter_metrics
 
 moto_server = pytest.importorskip("moto.server")
@@ -216,3 +218,127 @@ def test_a_hub_dataset_url_that_cannot_be_reached_is_one_line(tmp_path, capsys, 
     assert "--input hf://datasets/org/name/train.txt: the store failed" in err
     assert "HF_ENDPOINT" in err
     assert snapshot(tmp_path) == before
+
+
+def _upload(folder: Path, prefix: str) -> None:
+    fs = store()
+    for f in sorted(folder.rglob("*")):
+        if f.is_file():
+            fs.put_file(str(f), f"{prefix}/{f.relative_to(folder).as_posix()}")
+
+
+STREAM = ("--set", "train.shuffle=blocks", "--set", "train.shuffle_block=16", "--set",
+          "train.shuffle_window=2")
+
+
+def test_streamed_shards_train_as_the_local_folder_through_a_bounded_cache(
+        s3, letters_data, tmp_path, monkeypatch):
+    """``train.shuffle=blocks`` on a URL: no mirror of the folder, blocks fetched as batches
+    need them into a cache that never holds more than its bound (a fraction of the data),
+    and the run (stopped and resumed on the way) is the local folder's, line for line."""
+    from electra.data import stream
+
+    _upload(letters_data, "data/streamed")
+    train = letters_data / "train"
+    whole = sum(f.stat().st_size for f in train.iterdir() if f.name in ("ids.bin",
+                                                                         "segments.bin"))
+    bound = whole / 3
+    monkeypatch.setenv("ELECTRA_CACHE_GB", str(bound / 1e9))
+    most = []
+    trim = stream.BlockCache._trim
+
+    def measured(self, keep):
+        trim(self, keep)
+        most.append(self.size())
+
+    monkeypatch.setattr(stream.BlockCache, "_trim", measured)
+
+    def pretrain(data: str, out: Path, *more: str) -> int:
+        return main(["pretrain", "--preset", "tiny", "--data", data, "--out", str(out),
+                     "--quiet", "--set", "model.num_layers=1", "--set", "train.batch_size=8",
+                     "--set", "train.max_steps=12", "--set", "train.save_every=4", "--set",
+                     "train.log_every=1", "--set", "train.eval_every=4", "--set",
+                     "train.eval_batches=2", "--set", "train.precision=fp32", *STREAM, *more])
+
+    assert pretrain(str(letters_data), tmp_path / "a") == 0
+    assert pretrain("s3://data/streamed", tmp_path / "b", "--stop-after", "4") == 0
+    assert pretrain("s3://data/streamed", tmp_path / "b", "--resume") == 0
+
+    def lines(run: Path) -> list[dict]:
+        return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in iter_metrics(run)]
+
+    assert lines(tmp_path / "a") == lines(tmp_path / "b")
+    assert most and max(most) <= bound  # never more than the bound held
+    cache = Path(os.environ["ELECTRA_CACHE"])
+    assert not any(p.name.endswith("-streamed") for p in cache.iterdir())  # no mirror
+    assert any(p.name.startswith("stream") for p in cache.iterdir())
+
+
+def test_each_process_fetches_only_its_parts_blocks_and_a_dropped_connection_resumes(
+        s3, letters_data, monkeypatch):
+    """With two processes and two parts, each fetches the blocks of its own part alone (and
+    not all of them); the connection dropped while blocks come down is one line, the blocks
+    that came are kept, and reading again fetches only the rest."""
+    from electra.data.loader import BatchLoader, Blocks, block_order
+    from electra.data.stream import StreamedShards
+
+    _upload(letters_data, "data/parts")
+    blocks = Blocks(rows=16, window=2, parts=2)
+    opened = []
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        opened.append(StreamedShards("s3://data/parts", block_rows=16))
+    n = len(opened[0])
+    for rank, data in enumerate(opened):
+        loader = BatchLoader(data, 4, seed=2, rank=rank, world_size=2, blocks=blocks)
+        for _ in range(n // 8 // 2):  # half the epoch
+            next(loader)
+    order = block_order(n, 2, 0, blocks)
+    checked = {0, (n - 16) // 16, (n - 1) // 16}  # the first and last rows' blocks: read
+    fetched = [{b for rel, b in d.fetched if rel == "train/ids.bin"} - checked  # when opened
+               for d in opened]
+    for rank in (0, 1):
+        own = set((order[rank] // 16).tolist())
+        assert fetched[rank] and fetched[rank] <= own
+        assert len(fetched[rank]) < len(own)  # half an epoch: half its blocks, no more
+    assert fetched[0].isdisjoint(fetched[1])
+
+    # The connection drops while the second of a batch's reads comes down (a server of this
+    # test's own, on the store's state: the module's may have been replaced by now).
+    import s3fs
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+    s3fs.S3FileSystem.clear_instance_cache()  # a client for this endpoint
+    monkeypatch.setenv("RANK", "5")
+    data = StreamedShards("s3://data/parts", block_rows=16)
+    fs, calls = data.fs, []
+    real = fs.cat_ranges
+
+    def dropping(paths, starts, ends, **kw):
+        calls.append(len(paths))
+        if len(calls) == 2:
+            server.stop()
+        return real(paths, starts, ends, **kw)
+
+    monkeypatch.setattr(fs, "cat_ranges", dropping)
+    rows = np.arange(16, n - 16)
+    with pytest.raises(Exception) as caught:
+        for k in range(0, len(rows), 16):
+            data.batch(rows[k:k + 16])
+    assert "the store failed" in str(caught.value) and "run the command again" in str(
+        caught.value)
+    kept = set(data.fetched)
+    assert kept
+    back = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    back.start()  # the same port, the same state: the store is back
+    monkeypatch.setattr(fs, "cat_ranges", real)
+    again = StreamedShards("s3://data/parts", block_rows=16)
+    got = again.batch(rows)
+    back.stop()
+    s3fs.S3FileSystem.clear_instance_cache()  # (the module's endpoint again, after)
+    assert not kept & set(again.fetched)  # what came before is not fetched again
+    local = ShardDataset(letters_data).batch(rows)
+    assert all(got[k].equal(local[k]) for k in local)

@@ -178,7 +178,7 @@ def pretraining_card(opt: PretrainOptions, p: Pretraining, kind: str,
     """What the model card of a finished run's ``kind`` folder says (electra.saved.cards):
     the objective, body, data, steps, tokens and FLOPs, the command, its held-out figures."""
     cfg, tc, t = p.cfg, p.cfg.train, p.trainer
-    o, data = cfg.objective, corpus_name(p.data.meta, p.data.folder.name)
+    o, data = cfg.objective, corpus_name(p.data.meta, p.data.name)
     tokens = t.tokens
     rows = [("objective", f"{o.kind}: {o.mask_prob:.0%} of tokens chosen, discriminator "
                           f"weight {o.disc_weight:g}, sharing {cfg.sharing}"),
@@ -195,7 +195,7 @@ def pretraining_card(opt: PretrainOptions, p: Pretraining, kind: str,
     if p.flops_per_token and not tc.phases:
         rows.insert(5, ("training FLOPs", f"{p.flops_per_token * tokens:.3g} (generator and "
                                           f"discriminator, forward and backward)"))
-    named = corpus_name(p.data.meta, p.data.folder.name, sized=False)
+    named = corpus_name(p.data.meta, p.data.name, sized=False)
     results = [cards.result(task, named, metric, t.last[key], task_type=hub_task,
                             split="held-out")
                for key, (part, metric, hub_task, task) in CARD_RESULTS.items()
@@ -290,8 +290,9 @@ def _run_folder(opt: PretrainOptions, run_config: dict[str, Any], data: ShardDat
         found = _branch(Path(opt.decay_from), run_config, out)
     write_json(out / "config.json", run_config)
     for name in ("tokenizer.json", SIDECAR):
-        if (data.folder / name).is_file():  # the roles' file: data prepared since issue 17
+        beside = data.beside(name)
+        if beside is not None:  # the roles' file: data prepared since issue 17
             part = out / f"{name}.tmp"
-            shutil.copyfile(data.folder / name, part)
+            shutil.copyfile(beside, part)
             part.replace(out / name)
     return found

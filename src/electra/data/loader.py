@@ -47,15 +47,8 @@ class ShardDataset:
 
     def __init__(self, folder: str | Path, split: str = "train",
                  word_starts: bool = False) -> None:
-        self.folder = Path(folder)
-        meta_path = self.folder / "meta.json"
-        if not meta_path.is_file():
-            hint = (" (an interrupted `electra prepare` left it incomplete; run it again)"
-                    if self.folder.name.endswith(".partial") or
-                    self.folder.with_name(self.folder.name + ".partial").exists() else "")
-            raise UserError(f"--data {folder}: no meta.json, so this is not prepared data"
-                            f"{hint}; make it with `electra prepare`")
-        meta = read_json(meta_path, "the prepared data's description")
+        self.folder: Any = self._location(folder)
+        meta = self._read_meta()
         missing = [k for k in META_KEYS if not isinstance(meta, dict) or k not in meta]
         if missing:
             raise UserError(f"--data {folder}: meta.json lacks {', '.join(missing)}; prepare "
@@ -71,10 +64,10 @@ class ShardDataset:
                             f"--val-input for a validation split")
         self.meta = meta
         self.split = split
+        self.word_starts_asked = word_starts
         self.seq_len: int = meta["seq_len"]
         self.special = SpecialTokens(**meta["special_tokens"])
         n = meta["splits"][split]["examples"]
-        d = self.folder / split
         self.has_word_starts = bool(meta.get("word_starts"))
         if word_starts and not self.has_word_starts:
             raise UserError(f"--data {folder}: no word boundaries (it was prepared by an older "
@@ -87,23 +80,66 @@ class ShardDataset:
             shapes.append(("word_starts.bin", np.uint8, bits))
         if self.packed:
             shapes += [(name, np.uint8, bits) for name in PACKED_FILES]
+        sizes = self._sizes(split)
         for name, dtype, width in shapes:
             expected = n * width * np.dtype(dtype).itemsize
-            if not (d / name).is_file() or (d / name).stat().st_size != expected:
+            if sizes.get(name) != expected:
                 raise UserError(f"--data {folder}: {split}/{name} is missing or not "
                                 f"{expected} bytes as meta.json says (damaged or cut short); "
                                 f"prepare the data again")
-        self.ids = np.memmap(d / "ids.bin", dtype=meta["dtype"], mode="r",
-                             shape=(n, self.seq_len))
-        self.segments = np.memmap(d / "segments.bin", dtype=np.uint16, mode="r", shape=(n, 2))
-        self.word_starts = (np.memmap(d / "word_starts.bin", dtype=np.uint8, mode="r",
-                                      shape=(n, bits)) if self.has_word_starts else None)
-        self.sequences, self.types = ((np.memmap(d / name, dtype=np.uint8, mode="r",
-                                                 shape=(n, bits)) for name in PACKED_FILES)
+        self.ids = self._open(f"{split}/ids.bin", meta["dtype"], (n, self.seq_len))
+        self.segments = self._open(f"{split}/segments.bin", np.uint16, (n, 2))
+        self.word_starts = (self._open(f"{split}/word_starts.bin", np.uint8, (n, bits))
+                            if self.has_word_starts else None)
+        self.sequences, self.types = ((self._open(f"{split}/{name}", np.uint8, (n, bits))
+                                       for name in PACKED_FILES)
                                       if self.packed else (None, None))
-        self._check_rows(np.unique(np.concatenate([
+        self._check_rows(self._sample(n))
+
+    # -- where the files are: a local folder (a store's, streamed: electra.data.stream) ----
+    def _location(self, folder: str | Path) -> Any:
+        return Path(folder)
+
+    def _read_meta(self) -> Any:
+        meta_path = self.folder / "meta.json"
+        if not meta_path.is_file():
+            hint = (" (an interrupted `electra prepare` left it incomplete; run it again)"
+                    if self.folder.name.endswith(".partial") or
+                    self.folder.with_name(self.folder.name + ".partial").exists() else "")
+            raise UserError(f"--data {self.folder}: no meta.json, so this is not prepared "
+                            f"data{hint}; make it with `electra prepare`")
+        return read_json(meta_path, "the prepared data's description")
+
+    def _sizes(self, split: str) -> dict[str, int]:
+        """The split's files and their sizes in bytes."""
+        d = self.folder / split
+        return {p.name: p.stat().st_size for p in d.iterdir() if p.is_file()} \
+            if d.is_dir() else {}
+
+    def _open(self, rel: str, dtype: Any, shape: tuple[int, int]) -> Any:
+        """One file of rows, indexed as an array (rows, width)."""
+        return np.memmap(self.folder / rel, dtype=dtype, mode="r", shape=shape)
+
+    def _sample(self, n: int) -> np.ndarray:
+        """The rows checked when the split is opened."""
+        return np.unique(np.concatenate([
             np.arange(min(n, 64)), np.arange(max(0, n - 64), n),
-            np.random.default_rng(0).integers(0, max(n, 1), 128)])) if n else np.arange(0))
+            np.random.default_rng(0).integers(0, max(n, 1), 128)])) if n else np.arange(0)
+
+    @property
+    def name(self) -> str:
+        """The folder's name (what the cards call the data where meta.json names none)."""
+        return Path(str(self.folder).rstrip("/")).name
+
+    def beside(self, name: str) -> Path | None:
+        """A small file of the folder beside the splits (its tokenizer.json), if it has
+        one, as a local path."""
+        path = self.folder / name
+        return path if path.is_file() else None
+
+    def other(self, split: str) -> ShardDataset:
+        """The same folder's ``split`` (the held-out rows beside the training ones)."""
+        return ShardDataset(self.folder, split, word_starts=self.word_starts_asked)
 
     def _check_rows(self, rows: np.ndarray | slice) -> None:
         """Token ids inside the vocabulary and segment ends inside the example, for ``rows``."""
@@ -186,6 +222,38 @@ class ShardDataset:
         return out
 
 
+@dataclass(frozen=True)
+class Blocks:
+    """``train.shuffle=blocks``: the epoch's order made of blocks of ``rows`` consecutive
+    rows, ``window`` random blocks' rows shuffled together at a time, in ``parts`` parts of
+    blocks of their own (each global batch an equal share of every part)."""
+
+    rows: int
+    window: int
+    parts: int
+
+
+def block_order(n: int, seed: int, epoch: int, blocks: Blocks, key: int = 0) -> np.ndarray:
+    """An epoch's order under ``blocks`` (parts, rows of each part): the split's whole
+    blocks drawn in a random order and dealt to the parts in turn (each part as many: a few
+    blocks, and the rows past the last whole block, are left out of the epoch), then each
+    part's blocks taken ``window`` at a time and their rows shuffled together. Drawn from
+    ``(seed, epoch)`` alone (and ``key``: a mixture's source): every process computes the
+    same."""
+    whole = n // blocks.rows
+    per = whole // blocks.parts
+    drawn = np.random.default_rng([seed, key, epoch, 1]).permutation(whole)
+    order = np.empty((blocks.parts, per * blocks.rows), dtype=np.int64)
+    within = np.arange(blocks.rows)
+    for p in range(blocks.parts):
+        mine = drawn[p::blocks.parts][:per]
+        for w in range(0, per, blocks.window):
+            rows = (mine[w:w + blocks.window, None] * blocks.rows + within).reshape(-1)
+            order[p, w * blocks.rows:w * blocks.rows + len(rows)] = np.random.default_rng(
+                [seed, key, epoch, 2, p, w]).permutation(rows)
+    return order
+
+
 @dataclass
 class LoaderState:
     epoch: int = 0
@@ -205,11 +273,14 @@ class BatchLoader:
         shuffle: False reads in file order (validation).
         sizes: the examples *for this process* of each batch, by its index from the start
             (batch-size warmup); None: ``batch_size`` always.
+        blocks: the order of ``train.shuffle=blocks`` (:func:`block_order`); None: a
+            permutation of every row each epoch.
     """
 
     def __init__(self, dataset: ShardDataset, batch_size: int, seed: int = 0, rank: int = 0,
                  world_size: int = 1, shuffle: bool = True,
-                 sizes: Callable[[int], int] | None = None) -> None:
+                 sizes: Callable[[int], int] | None = None, blocks: Blocks | None = None
+                 ) -> None:
         if batch_size < 1:
             raise UserError(f"batch size {batch_size} must be at least 1")
         global_batch = batch_size * world_size
@@ -217,6 +288,15 @@ class BatchLoader:
             raise UserError(f"--data {dataset.folder}: {len(dataset)} {dataset.split} examples "
                             f"are fewer than one global batch of {global_batch}; prepare more "
                             f"text or use a smaller batch")
+        if blocks and shuffle:
+            used = len(dataset) // blocks.rows // blocks.parts * blocks.rows * blocks.parts
+            if used < global_batch:
+                raise UserError(f"--data {dataset.folder}: train.shuffle=blocks reads "
+                                f"{used:,} of its {len(dataset):,} rows (whole blocks of "
+                                f"train.shuffle_block={blocks.rows}, dealt to "
+                                f"train.partitions={blocks.parts} parts), fewer than one "
+                                f"global batch of {global_batch}; lower train.shuffle_block")
+        self.blocks = blocks if shuffle else None
         self.dataset = dataset
         self.batch_size = batch_size
         self.seed = seed
@@ -231,7 +311,9 @@ class BatchLoader:
     def _epoch_order(self) -> np.ndarray:
         if self._order_epoch != self.state.epoch:
             n = len(self.dataset)
-            if self.shuffle:
+            if self.blocks:
+                self._order = block_order(n, self.seed, self.state.epoch, self.blocks)
+            elif self.shuffle:
                 self._order = np.random.default_rng([self.seed, self.state.epoch]).permutation(n)
             else:
                 self._order = np.arange(n)
@@ -245,6 +327,8 @@ class BatchLoader:
     def __next__(self) -> dict[str, torch.Tensor]:
         n = self.sizes(self.state.batches) if self.sizes else self.batch_size
         global_batch = n * self.world_size
+        if self.blocks:
+            return self._from_blocks(n, global_batch)
         if self.state.position + global_batch > len(self.dataset):  # drop the ragged tail
             self.state = LoaderState(self.state.epoch + 1, 0, self.state.batches)
         order = self._epoch_order()
@@ -253,6 +337,23 @@ class BatchLoader:
         self.state.position += global_batch
         self.state.batches += 1
         return self.dataset.batch(index)
+
+    def _from_blocks(self, n: int, global_batch: int) -> dict[str, torch.Tensor]:
+        """A global batch of ``train.shuffle=blocks``: each part's next rows, part after part;
+        this process's slice of it (with as many processes as parts, its own part)."""
+        parts = self.blocks.parts  # type: ignore[union-attr]
+        if global_batch % parts:
+            raise UserError(f"a global batch of {global_batch} rows does not divide into "
+                            f"train.partitions={parts} parts; choose partitions that divide "
+                            f"every batch (train.batch_warmup's too)")
+        share = global_batch // parts
+        if self.state.position // parts + share > self._epoch_order().shape[1]:
+            self.state = LoaderState(self.state.epoch + 1, 0, self.state.batches)
+        start = self.state.position // parts
+        rows = self._epoch_order()[:, start:start + share].reshape(-1)
+        self.state.position += global_batch
+        self.state.batches += 1
+        return self.dataset.batch(rows[self.rank * n:(self.rank + 1) * n])
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.state.epoch, "position": self.state.position, "seed": self.seed,

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from electra.data.loader import ShardDataset
+from electra.data.loader import Blocks, ShardDataset, block_order
 from electra.errors import UserError
 
 
@@ -100,16 +100,17 @@ class _Stream:
     """One source's examples in a seeded shuffled order per epoch, taken a few at a time
     across epochs (the global order every rank computes alike)."""
 
-    def __init__(self, n: int, seed: int, key: int) -> None:
-        self.n, self.seed, self.key = n, seed, key
+    def __init__(self, n: int, seed: int, key: int, blocks: Blocks | None = None) -> None:
+        self.n, self.seed, self.key, self.blocks = n, seed, key, blocks
         self.epoch, self.position = 0, 0
         self._order: np.ndarray | None = None
         self._order_epoch = -1
 
     def order(self) -> np.ndarray:
         if self._order_epoch != self.epoch:
-            self._order = np.random.default_rng([self.seed, self.key, self.epoch]).permutation(
-                self.n)
+            self._order = block_order(self.n, self.seed, self.epoch, self.blocks, self.key)[0] \
+                if self.blocks else np.random.default_rng(
+                    [self.seed, self.key, self.epoch]).permutation(self.n)
             self._order_epoch = self.epoch
         assert self._order is not None
         return self._order
@@ -117,11 +118,12 @@ class _Stream:
     def take(self, count: int) -> np.ndarray:
         out = []
         while count:
-            k = min(count, self.n - self.position)
-            out.append(self.order()[self.position:self.position + k])
+            order = self.order()  # (train.shuffle=blocks: the rows of its whole blocks)
+            k = min(count, len(order) - self.position)
+            out.append(order[self.position:self.position + k])
             self.position += k
             count -= k
-            if self.position == self.n:
+            if self.position == len(order):
                 self.epoch, self.position = self.epoch + 1, 0
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
@@ -136,7 +138,8 @@ class MixedLoader:
 
     def __init__(self, datasets: list[ShardDataset], sources: list[Source], batch_size: int,
                  seed: int = 0, rank: int = 0, world_size: int = 1,
-                 sizes: Callable[[int], int] | None = None) -> None:
+                 sizes: Callable[[int], int] | None = None, blocks: Blocks | None = None
+                 ) -> None:
         first = datasets[0]
         for d in datasets[1:]:
             if (d.seq_len, d.packed) != (first.seq_len, first.packed):
@@ -144,13 +147,17 @@ class MixedLoader:
                                 f"{' packed' if d.packed else ''} rows and {first.folder} "
                                 f"{first.seq_len}-token{' packed' if first.packed else ''} "
                                 f"ones; a mixture's folders are prepared alike")
+        short = next((d for d in datasets if blocks and len(d) < blocks.rows), None)
+        if short is not None:
+            raise UserError(f"--data: {short.folder} holds {len(short):,} rows, less than a "
+                            f"block of train.shuffle_block={blocks.rows}; lower it")  # type: ignore[union-attr]
         self.datasets, self.sources = datasets, sources
         self.weights = np.array([s.weight for s in sources])
         self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, \
             world_size
         self.sizes = sizes
         self.batches = 0
-        self.streams = [_Stream(len(d), seed, k) for k, d in enumerate(datasets)]
+        self.streams = [_Stream(len(d), seed, k, blocks) for k, d in enumerate(datasets)]
         self.tokens = {s.name: 0 for s in sources}
 
     def __iter__(self) -> MixedLoader:

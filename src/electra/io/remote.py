@@ -10,7 +10,9 @@ prepared folder's mirror is then opened as a local one is (its files' sizes and 
 rows checked against its meta.json). The cache is bounded (``ELECTRA_CACHE_GB``, 50 by
 default): before a fetch, the mirrors used longest ago are removed until the new one fits.
 Processes that mirror the same URL at once (torchrun's ranks) take turns on a lock; the
-first fetches, the others find it whole. Writing: ``prepare --out URL`` prepares into a
+first fetches, the others find it whole. (Pretraining under ``train.shuffle=blocks`` streams a
+prepared folder in blocks instead, each process fetching the blocks its rows are in:
+``electra.data.stream``.) Writing: ``prepare --out URL`` prepares into a
 local folder, then uploads it, meta.json last (a folder without one is not prepared data).
 
 Credentials and endpoints come from the usual environment of each store (``AWS_PROFILE``,
@@ -167,7 +169,9 @@ def _make_room(mirror: Path, need: int, flag: str, url: str) -> None:
     bound = float(os.environ.get("ELECTRA_CACHE_GB", "50")) * 1e9
     if need > bound:
         raise UserError(f"{flag} {url}: {need / 1e9:.1f} GB is more than the cache's bound "
-                        f"(ELECTRA_CACHE_GB={bound / 1e9:g}); raise it")
+                        f"(ELECTRA_CACHE_GB={bound / 1e9:g}); raise it (pretraining on a "
+                        f"prepared folder: or --set train.shuffle=blocks, which streams it in "
+                        f"blocks instead of mirroring it whole)")
 
     def size(folder: Path) -> int:
         return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())

@@ -29,7 +29,7 @@ import torch
 from electra import __version__
 from electra.config import ModelConfig, TrainConfig, parse_batch_warmup, parse_phases
 from electra.data.examples import roc_auc
-from electra.data.loader import BatchLoader, PhasedLoader, Prefetched, ShardDataset
+from electra.data.loader import BatchLoader, Blocks, PhasedLoader, Prefetched, ShardDataset
 from electra.data.mixture import MixedLoader, Source, describe, parse_data, source_tokens
 from electra.data.tokenizer import SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.errors import UserError
@@ -289,6 +289,14 @@ def first_lines(trainer: Trainer, cfg: RunConfig, data: ShardDataset,
                 + (f", resuming at step {trainer.step}" if trainer.step else "")
                 + (f"; MFU against {peak / rt.world_size / 1e12:,.1f} TFLOP/s a device "
                    f"({source})" if peak else ""))
+    if tc.shuffle == "blocks":
+        streamed = [d.folder for mix in mixes.values() for d, _ in mix
+                    if getattr(d, "block_rows", None)]
+        trainer.say(f"electra: data order: blocks of {tc.shuffle_block:,} rows, "
+                    f"{tc.shuffle_window} shuffled together"
+                    + (f", in {tc.partitions} parts" if tc.partitions > 1 else "")
+                    + (f"; streamed through a bounded cache: {', '.join(streamed)}"
+                       if streamed else ""))
     if mixed:
         trainer.say("electra: data mix: " + describe(
             [[s for _, s in mix] for mix in mixes.values()], list(mixes)) + " of the rows"
@@ -431,8 +439,7 @@ def _datasets(opt: PretrainOptions, tc: TrainConfig, words: bool
                         f"of one length: A:WEIGHT+B:WEIGHT)")
     found: dict[int, list[tuple[ShardDataset, Source]]] = {}
     for group in groups:
-        mix = [(ShardDataset(remote.local(s.path, "--data"), "train", word_starts=words), s)
-               for s in group]  # a URL's folder: mirrored into the local cache
+        mix = [(_open(s.path, tc, words), s) for s in group]
         n = mix[0][0].seq_len
         other = next((d for d, _ in mix if d.seq_len != n), None)
         if other is not None:
@@ -461,9 +468,20 @@ def _datasets(opt: PretrainOptions, tc: TrainConfig, words: bool
     return {n: found[n] for n in lengths}
 
 
+def _open(path: str, tc: TrainConfig, words: bool) -> ShardDataset:
+    """A prepared folder's training split: a local folder's memory-mapped; a URL's streamed
+    in blocks through a bounded cache under ``train.shuffle=blocks``
+    (``electra.data.stream``), else mirrored whole into the local cache first."""
+    if remote.is_url(path) and tc.shuffle == "blocks":
+        from electra.data.stream import StreamedShards
+
+        return StreamedShards(path, "train", word_starts=words, block_rows=tc.shuffle_block)
+    return ShardDataset(remote.local(path, "--data"), "train", word_starts=words)
+
+
 def _val(data: ShardDataset, words: bool) -> ShardDataset | None:
     """The held-out split beside ``data``, where it was prepared with one."""
-    return ShardDataset(data.folder, "val", word_starts=words) if "val" in \
+    return data.other("val") if "val" in \
         data.meta["splits"] else None
 
 
@@ -474,14 +492,21 @@ def _loader(mixes: dict[int, list[tuple[ShardDataset, Source]]], tc: TrainConfig
     only inside the first phase); a phase of one folder reads it as ever, a mixture draws
     each row's folder at its weight."""
     sizes = (lambda i: warm(i) // rt.world_size) if tc.batch_warmup else None
+    blocks = Blocks(tc.shuffle_block, tc.shuffle_window, tc.partitions) \
+        if tc.shuffle == "blocks" else None
 
     def one(i: int, mix: list[tuple[ShardDataset, Source]]) -> BatchLoader | MixedLoader:
         if len(mix) == 1:
             return BatchLoader(mix[0][0], per_rank, seed=tc.seed, rank=rt.rank,
-                               world_size=rt.world_size, sizes=sizes if i == 0 else None)
+                               world_size=rt.world_size, sizes=sizes if i == 0 else None,
+                               blocks=blocks)
+        if tc.partitions > 1:
+            raise UserError(f"train.partitions={tc.partitions} parts one folder's blocks; a "
+                            f"mixture's rows are drawn across its folders (leave "
+                            f"train.partitions=1: each folder streams window by window)")
         return MixedLoader([d for d, _ in mix], [s for _, s in mix], per_rank, seed=tc.seed,
                            rank=rt.rank, world_size=rt.world_size,
-                           sizes=sizes if i == 0 else None)
+                           sizes=sizes if i == 0 else None, blocks=blocks)
 
     loaders = [one(i, mix) for i, mix in enumerate(mixes.values())]
     if len(loaders) == 1:
