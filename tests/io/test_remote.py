@@ -342,3 +342,52 @@ def test_each_process_fetches_only_its_parts_blocks_and_a_dropped_connection_res
     assert not kept & set(again.fetched)  # what came before is not fetched again
     local = ShardDataset(letters_data).batch(rows)
     assert all(got[k].equal(local[k]) for k in local)
+
+
+def test_a_hub_dataset_is_read_as_a_store_is(letters_data, tmp_path, monkeypatch):
+    """``hf://datasets/ORG/NAME/...`` read through huggingface_hub's filesystem from a hub
+    answering its HTTP API on this machine (tests/fake_hub.py; the real one is out of
+    reach): prepare reads its text as from the local file, byte for byte the same shards,
+    and pretraining streams its prepared folder as the local one trains."""
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    import fake_hub
+    from huggingface_hub import HfFileSystem
+
+    write_corpus(tmp_path / "c.txt", n_docs=40)
+    files = {"text/c.txt": (tmp_path / "c.txt").read_bytes()}
+    files |= {f"shards/{f.relative_to(letters_data).as_posix()}": f.read_bytes()
+              for f in letters_data.rglob("*") if f.is_file()}
+    endpoint, server = fake_hub.start("org/corpus", files)
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)  # (read at import)
+    monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                        endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("ELECTRA_CACHE", str(tmp_path / "cache"))
+    HfFileSystem.clear_instance_cache()
+    try:
+        tok = letters_data.parent / "tok"
+        for source, out in (("hf://datasets/org/corpus/text", "hub"),
+                            (str(tmp_path / "c.txt"), "local")):
+            assert main(["prepare", "--input", source, "--tokenizer", str(tok), "--seq-len",
+                         "32", "--out", str(tmp_path / out)]) == 0
+        for f in (tmp_path / "local").rglob("*"):
+            if f.is_file() and f.name != "meta.json":
+                assert (tmp_path / "hub" / f.relative_to(tmp_path / "local")).read_bytes() \
+                    == f.read_bytes()
+
+        def pretrain(data: str, out: str) -> None:
+            assert main(["pretrain", "--preset", "tiny", "--data", data, "--out",
+                         str(tmp_path / out), "--quiet", "--set", "model.num_layers=1",
+                         "--set", "train.batch_size=8", "--set", "train.max_steps=3",
+                         "--set", "train.log_every=1", "--set", "train.eval_every=0",
+                         "--set", "train.precision=fp32", *STREAM]) == 0
+
+        pretrain(str(letters_data), "a")
+        pretrain("hf://datasets/org/corpus/shards", "b")
+        a, b = ([{k: v for k, v in r.items() if k not in TIMING_KEYS}
+                 for r in iter_metrics(tmp_path / run)] for run in ("a", "b"))
+        assert a == b
+    finally:
+        server.shutdown()
+        HfFileSystem.clear_instance_cache()
