@@ -49,7 +49,7 @@ def start(repo: str, files: dict[str, bytes]) -> tuple[str, ThreadingHTTPServer]
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             url = urlparse(self.path)
             path = unquote(url.path)
             api = f"/api/datasets/{repo}"
@@ -77,7 +77,7 @@ def start(repo: str, files: dict[str, bytes]) -> tuple[str, ThreadingHTTPServer]
                     return self._bytes(files[name], head=False)
             return self._missing()
 
-        def do_HEAD(self) -> None:  # noqa: N802
+        def do_HEAD(self) -> None:
             path = unquote(urlparse(self.path).path)
             for rev in ("main", SHA):
                 resolve = f"/datasets/{repo}/resolve/{rev}/"
@@ -103,7 +103,7 @@ def start(repo: str, files: dict[str, bytes]) -> tuple[str, ThreadingHTTPServer]
             if not head:
                 self.wfile.write(part)
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             path = unquote(urlparse(self.path).path)
             length = int(self.headers.get("Content-Length") or 0)
             form = parse_qs(self.rfile.read(length).decode())
