@@ -31,6 +31,7 @@ from electra.config import ModelConfig, TrainConfig, parse_batch_warmup, parse_p
 from electra.data.examples import roc_auc
 from electra.data.loader import BatchLoader, Blocks, PhasedLoader, Prefetched, ShardDataset
 from electra.data.mixture import MixedLoader, Source, describe, parse_data, source_tokens
+from electra.data.stream import StreamedShards
 from electra.data.tokenizer import SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.errors import UserError
 from electra.io import remote
@@ -291,7 +292,7 @@ def first_lines(trainer: Trainer, cfg: RunConfig, data: ShardDataset,
                    f"({source})" if peak else ""))
     if tc.shuffle == "blocks":
         streamed = [d.folder for mix in mixes.values() for d, _ in mix
-                    if getattr(d, "block_rows", None)]
+                    if isinstance(d, StreamedShards)]
         trainer.say(f"electra: data order: blocks of {tc.shuffle_block:,} rows, "
                     f"{tc.shuffle_window} shuffled together"
                     + (f", in {tc.partitions} parts" if tc.partitions > 1 else "")
@@ -473,8 +474,6 @@ def _open(path: str, tc: TrainConfig, words: bool) -> ShardDataset:
     in blocks through a bounded cache under ``train.shuffle=blocks``
     (``electra.data.stream``), else mirrored whole into the local cache first."""
     if remote.is_url(path) and tc.shuffle == "blocks":
-        from electra.data.stream import StreamedShards
-
         return StreamedShards(path, "train", word_starts=words, block_rows=tc.shuffle_block)
     return ShardDataset(remote.local(path, "--data"), "train", word_starts=words)
 
