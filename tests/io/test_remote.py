@@ -391,3 +391,63 @@ def test_a_hub_dataset_is_read_as_a_store_is(letters_data, tmp_path, monkeypatch
     finally:
         server.shutdown()
         HfFileSystem.clear_instance_cache()
+
+
+def test_a_connection_dropped_mid_run_is_one_line_and_resume_goes_on_bit_for_bit(
+        s3, letters_data, tmp_path, monkeypatch, capsys):
+    """A streamed run whose store goes away at its fifth block fetch: one line, exit 2,
+    the checkpoints it wrote kept; `--resume` once the store is back ends where an
+    uninterrupted local run ends, line for line."""
+    import s3fs
+
+    from electra.io import remote
+
+    _upload(letters_data, "data/dropped")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()  # this test's own (the module's may have been replaced by now)
+    host, port = server.get_host_and_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+    monkeypatch.setenv("ELECTRA_CACHE", str(tmp_path / "cache"))
+    s3fs.S3FileSystem.clear_instance_cache()
+    real, calls = remote.filesystem, []
+
+    def dropping(url):
+        fs, inside = real(url)
+        if not getattr(fs, "_wrapped", False):
+            ranges = fs.cat_ranges
+
+            def cat_ranges(*args, **kw):
+                calls.append(1)
+                if len(calls) == 5:
+                    server.stop()
+                return ranges(*args, **kw)
+
+            fs.cat_ranges, fs._wrapped = cat_ranges, True
+        return fs, inside
+
+    monkeypatch.setattr(remote, "filesystem", dropping)
+    args = ["pretrain", "--preset", "tiny", "--quiet", "--set", "model.num_layers=1", "--set",
+            "train.batch_size=8", "--set", "train.max_steps=12", "--set", "train.save_every=2",
+            "--set", "train.log_every=1", "--set", "train.eval_every=0", "--set",
+            "train.precision=fp32", "--set", "train.shuffle_window=1", *STREAM[:4]]
+    assert main([*args, "--data", str(letters_data), "--out", str(tmp_path / "a")]) == 0
+    capsys.readouterr()
+    assert main([*args, "--data", "s3://data/dropped", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--data s3://data/dropped: the store failed" in err[0]
+    assert "run the command again" in err[0]
+    kept = sorted(p.name for p in (tmp_path / "b/checkpoints").iterdir())
+    assert kept  # what it trained before the drop
+    back = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    back.start()
+    try:
+        assert main([*args, "--data", "s3://data/dropped", "--out", str(tmp_path / "b"),
+                     "--resume"]) == 0
+    finally:
+        back.stop()
+        s3fs.S3FileSystem.clear_instance_cache()
+
+    def lines(run: Path) -> list[dict]:
+        return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in iter_metrics(run)]
+
+    assert lines(tmp_path / "a") == lines(tmp_path / "b")
