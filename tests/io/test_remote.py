@@ -451,3 +451,25 @@ def test_a_connection_dropped_mid_run_is_one_line_and_resume_goes_on_bit_for_bit
         return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in iter_metrics(run)]
 
     assert lines(tmp_path / "a") == lines(tmp_path / "b")
+
+
+def test_a_folder_prepared_anew_at_the_url_is_not_read_from_the_old_blocks(
+        s3, letters_data, tmp_path, monkeypatch):
+    """The blocks are named by their file's stamp in the store: the same URL holding other
+    rows is read anew, not from the cache; and a second process streaming on the same
+    machine keeps a cache folder of its own."""
+    from electra.data import stream
+    from electra.data.stream import BlockCache, StreamedShards
+
+    monkeypatch.setenv("ELECTRA_CACHE", str(tmp_path / "cache"))
+    _upload(letters_data, "data/anew")
+    rows = np.arange(40)
+    first = StreamedShards("s3://data/anew", block_rows=16).batch(rows)["input_ids"]
+    ids = (letters_data / "train/ids.bin").read_bytes()
+    store().pipe("data/anew/train/ids.bin", ids[len(ids) // 2:] + ids[:len(ids) // 2])
+    again = StreamedShards("s3://data/anew", block_rows=16)
+    assert not again.batch(rows)["input_ids"].equal(first)
+    assert {rel for rel, _ in again.fetched} >= {"train/ids.bin"}
+    other = BlockCache(stream.block_cache().folder.with_name("rank-0"), 1e9)
+    assert other.folder != stream.block_cache().folder  # that one is held
+    other.held.release()

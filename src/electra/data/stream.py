@@ -38,6 +38,16 @@ class BlockCache:
     instance a process: :func:`block_cache`)."""
 
     def __init__(self, folder: Path, bound: float) -> None:
+        from filelock import FileLock, Timeout
+
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        for k in range(1, 1000):  # the first folder no other live process holds
+            self.held = FileLock(f"{folder}.lock")
+            try:
+                self.held.acquire(timeout=0)  # held while this process lives
+                break
+            except Timeout:
+                folder = folder.with_name(f"{folder.name.split('.')[0]}.{k}")
         self.folder, self.bound = folder, bound
         self.lock = threading.Lock()  # the prefetching thread and validation share it
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -58,7 +68,7 @@ class BlockCache:
     def _blocks(self, source: StreamedShards, rel: str, wanted: np.ndarray, rows: int,
                 width: int, dtype: np.dtype, total: int) -> dict[int, np.ndarray]:
         row_bytes = width * dtype.itemsize
-        key = f"{source.key}-{rel.replace('/', '-')}"
+        key = f"{source.key}-{rel.replace('/', '-')}-{source.stamps.get(rel, '')}"
         paths = {int(b): self.folder / f"{key}-{int(b)}.bin" for b in wanted}
         missing = [b for b, p in paths.items() if p not in self.used]
         need = sum(min(rows, total - b * rows) * row_bytes for b in paths)
@@ -116,14 +126,19 @@ _CACHES: dict[Path, BlockCache] = {}
 
 
 def block_cache() -> BlockCache:
-    """This process's block cache (``RANK``'s folder; its bound ``ELECTRA_CACHE_GB`` shared
-    by ``LOCAL_WORLD_SIZE`` processes), one for every folder it streams."""
+    """This process's block cache, one for every folder it streams: ``stream/rank-N`` (its
+    ``RANK``; ``rank-N.K`` where another live process holds that one, as two runs on one
+    machine would), bounded by ``ELECTRA_CACHE_GB`` shared by ``LOCAL_WORLD_SIZE``
+    processes. A later process reuses a folder's blocks."""
     folder = remote.cache_root() / "stream" / f"rank-{os.environ.get('RANK', '0')}"
     procs = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     bound = float(os.environ.get("ELECTRA_CACHE_GB", "50")) * 1e9 / procs
-    if folder not in _CACHES or _CACHES[folder].bound != bound or not folder.is_dir():
-        _CACHES[folder] = BlockCache(folder, bound)
-    return _CACHES[folder]
+    mine = _CACHES.get(folder)
+    if mine is None or mine.bound != bound or not mine.folder.is_dir():
+        if mine is not None:
+            mine.held.release()  # (its folder, for the new bound's)
+        _CACHES[folder] = mine = BlockCache(folder, bound)
+    return mine
 
 
 def _size(n: float) -> str:
@@ -174,6 +189,7 @@ class StreamedShards(ShardDataset):
         self.key = hashlib.sha1(self.url.encode()).hexdigest()[:16]
         self.block_rows = block_rows
         self.fetched: list[tuple[str, int]] = []  # (file, block): what this split fetched
+        self.stamps: dict[str, str] = {}  # file -> its stamp in the store, for the blocks' names
         with remote.reached(self.url, "--data"):
             self.fs, self.base = remote.filesystem(self.url)
         self.cache = block_cache()
@@ -197,8 +213,13 @@ class StreamedShards(ShardDataset):
                             f"the data again") from None
 
     def _sizes(self, split: str) -> dict[str, int]:
+        """The split's files' sizes, and each one's stamp (its ETag or modification time: a
+        folder prepared anew at the URL is not read from blocks of the old one)."""
         with remote.reached(self.url, "--data"):
             found = self.fs.find(f"{self.base}/{split}", detail=True)
+        for path, info in found.items():
+            rel = f"{split}/{path.rpartition('/')[2]}"
+            self.stamps[rel] = hashlib.sha1(remote.stamp(info).encode()).hexdigest()[:8]
         return {path.rpartition("/")[2]: int(info["size"]) for path, info in found.items()}
 
     def _open(self, rel: str, dtype: Any, shape: tuple[int, int]) -> Any:

@@ -116,21 +116,21 @@ def local(path: str | Path, flag: str) -> Path:
             stamps = json.loads(stamps_file.read_text()) if stamps_file.is_file() else {}
             for remote, info in sorted(files.items()):
                 rel = remote[len(base):].lstrip("/")
-                target, stamp = mirror / rel, _stamp(info)
+                target, stamp_now = mirror / rel, stamp(info)
                 if (target.is_file() and target.stat().st_size == info["size"]
-                        and stamps.get(rel) == stamp):
+                        and stamps.get(rel) == stamp_now):
                     continue  # whole, and the store's copy unchanged: fetched before
                 target.parent.mkdir(parents=True, exist_ok=True)
                 part = target.with_name(target.name + ".part")
                 fs.get_file(remote, str(part))
                 part.replace(target)
-                stamps[rel] = stamp
+                stamps[rel] = stamp_now
                 stamps_file.write_text(json.dumps(stamps))  # after each: a rerun resumes
             os.utime(mirror)  # the mirror's last use, for the cache's bound
     return mirror if folder else mirror / name
 
 
-def _stamp(info: dict[str, Any]) -> str:
+def stamp(info: dict[str, Any]) -> str:
     """What says a store's file changed: its ETag, else its modification time, and size."""
     for key in ("ETag", "etag", "LastModified", "mtime", "last_modified"):
         if info.get(key) is not None:
