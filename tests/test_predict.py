@@ -81,3 +81,24 @@ def test_predict_and_evaluate_take_a_precision(classifier, capsys):
         scores[precision] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     dev = json.loads((root / "ft/results.json").read_text())["seeds"]["1"]["dev"]
     assert scores["fp32"]["dev"]["accuracy"] == dev["accuracy"]
+
+
+def test_a_saved_model_is_placed_on_its_device_with_that_devices_kernels(monkeypatch):
+    """`evaluate`, `predict` and the embeddings run a loaded model where --device says
+    (auto: CUDA when present) with that device's kernels; here a device other than the CPU
+    is stood in by the meta device (this machine has no GPU)."""
+    import torch
+
+    from electra import runtime
+    from electra.model import Discriminator
+    from electra.model.bodies import model_preset
+    from electra.model.kernels import FAST_CPU, REFERENCE, Kernels
+
+    model = Discriminator(model_preset("tiny", vocab_size=50, num_layers=1))
+    kinds = lambda m: {x.kernels for x in m.modules()  # noqa: E731
+                       if isinstance(getattr(x, "kernels", None), Kernels)}
+    assert kinds(runtime.placed(model, "cpu")) == {FAST_CPU}
+    monkeypatch.setattr(runtime, "resolve_device", lambda name: torch.device("meta"))
+    placed = runtime.placed(model, "cuda")
+    assert kinds(placed) == {REFERENCE}
+    assert {p.device.type for p in placed.parameters()} == {"meta"}

@@ -347,7 +347,7 @@ COMMANDS: dict[str, Command] = {
                 "retrieval: the BEIR folder's qrels/SPLIT.tsv (dev: its only one)"),
             arg("--pooling", help="sts, retrieval: the embedding, mean or cls (default: an "
                 "embedding model's own, else mean)"),
-            _precision())),
+            _precision(), _device())),
     "predict": Command(
         "apply a fine-tuned model to an unlabelled file (one JSON line per input)",
         "electra.commands.predict:main", (
@@ -358,7 +358,7 @@ COMMANDS: dict[str, Command] = {
                 "context}"),
             arg("--out", help="a .jsonl file (default: standard output)"),
             arg("--batch-size", type=int, default=64, help="inputs per batch (default: 64)"),
-            _precision(), _quiet())),
+            _precision(), _device(), _quiet())),
     "export": Command(
         "write transformers folders (needs transformers)", "electra.saved.hf:export_hf", (
             arg("source", help="a pretraining run folder, RUN/checkpoints/step-N, or a "

@@ -47,8 +47,10 @@ import torch.distributed as dist
 from electra.config import DEFAULT_TIMEOUT_S
 from electra.errors import UserError
 from electra.model.kernels import Kernels, kernels_for
+from electra.model.kernels import use as use_kernels
 
 T = TypeVar("T")
+M = TypeVar("M", bound=torch.nn.Module)
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -72,6 +74,16 @@ def resolve_device(name: str = "auto") -> torch.device:
         raise UserError(f"--device {name}: there are {torch.cuda.device_count()} CUDA "
                         f"device(s), numbered from 0")
     return device
+
+
+def placed(module: M, device: str = "auto") -> M:
+    """``module`` on ``device`` (:func:`resolve_device`'s names), with that device's kernels
+    (a loaded model is built with the CPU's): where `evaluate`, `predict` and the embeddings
+    run a saved model."""
+    where = resolve_device(device)
+    module.to(where)
+    use_kernels(module, kernels_for(where))
+    return module
 
 
 def host_reads_free(device: torch.device) -> bool:

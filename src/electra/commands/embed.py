@@ -26,6 +26,7 @@ from electra.data.retrieval import read_retrieval
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.io import hub, remote
+from electra.runtime import placed
 from electra.saved.models import open_model
 from electra.tasks.base import head_of, logits
 from electra.tasks.embedding.data import encode_texts
@@ -41,7 +42,7 @@ class Encoder:
 
     def __init__(self, model: str | Path, pooling: str | None = None,
                  normalize: bool | None = None, max_length: int | None = None,
-                 precision: str = "fp32") -> None:
+                 precision: str = "fp32", device: str = "auto") -> None:
         if pooling is not None and pooling not in POOLINGS:
             raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
         model = hub.resolve(model, "--model")  # a hub id's folder, read before opening it
@@ -54,7 +55,7 @@ class Encoder:
             meta_kind == "classifier") else (st[1:] if st else None)  # the model's own
         pooling = pooling or (own[0] if own else "mean")
         normalize = (own[1] if own else True) if normalize is None else normalize
-        self.module = opened[meta_kind].eval()
+        self.module = placed(opened[meta_kind], device).eval()  # (auto: CUDA when present)
         self.encoder = self.module.encoder  # type: ignore[union-attr]
         self.model = Pooled(self.encoder, pooling, normalize)
         self.tok = load_tokenizer(opened.tokenizer)
@@ -110,15 +111,16 @@ def _is_classifier(model: str | Path) -> bool:
 
 
 def encode(model: str | Path, texts: list[str], pooling: str | None = None,
-           normalize: bool | None = None, batch_size: int = 32) -> np.ndarray:
+           normalize: bool | None = None, batch_size: int = 32, device: str = "auto"
+           ) -> np.ndarray:
     """The embeddings of ``texts`` (the Python API's ``electra.encode``)."""
-    return Encoder(model, pooling, normalize).encode(texts, batch_size)
+    return Encoder(model, pooling, normalize, device=device).encode(texts, batch_size)
 
 
 def sts(model: str | Path, data: str | Path | None = None, split: str = "dev",
         pooling: str | None = None, batch_size: int = 32, dev: str | Path | None = None,
         text_columns: str | None = None, label_column: str = "label",
-        precision: str = "fp32") -> dict[str, dict[str, float]]:
+        precision: str = "fp32", device: str = "auto") -> dict[str, dict[str, float]]:
     """STS zero-shot (or with a fine-tuned embedding model): the Spearman correlation
     between the cosine of each pair's embeddings and its gold score, on GLUE's own STS-B
     files (``data``: the folder; the Python API's ``electra.sts``) or on a file of scored
@@ -133,7 +135,8 @@ def sts(model: str | Path, data: str | Path | None = None, split: str = "dev",
     else:
         task = load_task("stsb", data=str(data), split=split)
         where = f"--data {data}"
-    enc, out = Encoder(model, pooling, normalize=True, precision=precision), {}  # cosines
+    enc, out = Encoder(model, pooling, normalize=True, precision=precision,  # cosines
+                       device=device), {}
     for name, rows in task.dev.items():
         pairs = [r for r in rows if r.label is not None and r.text_b is not None]
         if len(pairs) < 2:
@@ -195,13 +198,13 @@ def ranked(queries: np.ndarray, docs: np.ndarray, query_ids: list[str],
 
 def retrieval(model: str | Path, data: str | Path, split: str = "test",
               pooling: str | None = None, batch_size: int = 32,
-              precision: str = "fp32") -> dict[str, Any]:
+              precision: str = "fp32", device: str = "auto") -> dict[str, Any]:
     """Dense retrieval with the model's embeddings: every query against the whole corpus of
     ``data`` (a BEIR folder's ``split``, or the set built from a SQuAD file:
     :mod:`electra.data.retrieval`), scored by :func:`score_run` (the Python API's
     ``electra.retrieval``)."""
     found = read_retrieval(remote.local(data, "--data"), split)
-    enc = Encoder(model, pooling, precision=precision)
+    enc = Encoder(model, pooling, precision=precision, device=device)
     doc_ids, query_ids = list(found.corpus), list(found.queries)
     docs = enc.encode([found.corpus[d] for d in doc_ids], batch_size)
     queries = enc.encode([found.queries[q] for q in query_ids], batch_size)
@@ -214,7 +217,8 @@ EMBEDDING_TASKS = ("sts", "retrieval")
 
 def evaluate_embeddings(model: str, task: str, data: str | None, dev: str | None,
                         split: str, pooling: str | None, precision: str | None,
-                        text_columns: str | None, label_column: str) -> dict[str, Any]:
+                        text_columns: str | None, label_column: str, device: str = "auto"
+                        ) -> dict[str, Any]:
     """`electra evaluate --task sts|retrieval`: any model's embeddings, zero-shot or
     fine-tuned, on STS pairs (GLUE's STS-B folder as --data, or a scored pairs file as
     --dev) or on a retrieval set (a BEIR folder or a SQuAD file as --data)."""
@@ -225,12 +229,12 @@ def evaluate_embeddings(model: str, task: str, data: str | None, dev: str | None
             raise UserError("--task retrieval reads --data: a BEIR folder (corpus.jsonl, "
                             "queries.jsonl, qrels/SPLIT.tsv) or a SQuAD .json file")
         res = {"retrieval": retrieval(model, data, split, pooling,
-                                      precision=precision or "fp32")}
+                                      precision=precision or "fp32", device=device)}
     else:
         if bool(data) == bool(dev):
             raise UserError("--task sts reads --data (GLUE's STS-B folder) or --dev (a CSV, "
                             "TSV or JSONL of sentence pairs with a score), one of them")
         res = sts(model, data, split, pooling, dev=dev, text_columns=text_columns,
-                  label_column=label_column, precision=precision or "fp32")
+                  label_column=label_column, precision=precision or "fp32", device=device)
     print(json.dumps(res))
     return res

@@ -60,7 +60,7 @@ from electra.io.files import disk_errors, publish, read_json, write_json
 from electra.io.outputs import Claim, claim_out
 from electra.io.trackers import check_reachable, parse_log_to
 from electra.model.bodies import model_preset
-from electra.runtime import Runtime, check_compile, start
+from electra.runtime import Runtime, check_compile, placed, resolve_device, start
 from electra.saved import folders
 from electra.saved.models import open_model
 from electra.tasks.base import TaskData, head_of
@@ -217,18 +217,23 @@ def load_tasks(names: list[str], data: str | None, train: str | None, dev: str |
 
 def evaluate(model: str, task: str, data: str | None = None, dev: str | None = None,
              split: str = "dev", text_columns: str | None = None, precision: str | None = None,
-             pooling: str | None = None, **reading: Any) -> dict[str, Any]:
+             pooling: str | None = None, device: str = "auto", **reading: Any
+             ) -> dict[str, Any]:
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s); a
     collapsed model (nearly one class) is flagged as fine-tuning flags it. The text columns
     are the model's own (saved when it was fine-tuned) unless --text-columns names others;
     ``precision`` runs the model at another precision than the fine-tune's. ``sts`` and
     ``retrieval`` score any model's embeddings (``pooling``) instead
-    (:func:`electra.commands.embed.evaluate_embeddings`)."""
+    (:func:`electra.commands.embed.evaluate_embeddings`). ``device``: where the model runs
+    (auto: CUDA when present)."""
+    resolve_device(device)  # before any file is read
     if task in EMBEDDING_TASKS:
         return evaluate_embeddings(model, task, data, dev, split, pooling, precision,
-                                   text_columns, reading.get("label_column") or "label")
+                                   text_columns, reading.get("label_column") or "label",
+                                   device)
     data, dev = local_files(data, "--data"), local_files(dev, "--dev")
     classifier, meta = load_classifier(model)
+    classifier = placed(classifier, device)
     if meta["task"] not in head_for_task(task).trained_on(task):
         raise UserError(f"--model {model} was fine-tuned on {meta['task']}, not {task}")
     columns = text_columns or ",".join(meta.get("text_columns") or ["text"])

@@ -26,17 +26,18 @@ import torch
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.io.outputs import check_file_out, write_file
+from electra.runtime import placed, resolve_device
 from electra.saved import folders
 from electra.tasks.base import head_of
 from electra.tasks.registry import finetune_config
 
 
 def main(model: str, input: str, out: str | None = None, batch_size: int = 64,
-         progress: bool = True, precision: str | None = None) -> int:
+         progress: bool = True, precision: str | None = None, device: str = "auto") -> int:
     """`electra predict`: read, predict in batches, write JSON lines; returns the count."""
     target = (check_file_out(out, "predict", [("--model", model), ("--input", input)],
                              suffix=".jsonl") if out else None)
-    records = predict(model, input, batch_size, progress, precision)
+    records = predict(model, input, batch_size, progress, precision, device)
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     if target is None:
         sys.stdout.write(text)
@@ -47,15 +48,18 @@ def main(model: str, input: str, out: str | None = None, batch_size: int = 64,
 
 
 def predict(model: str | Path, input: str | Path, batch_size: int = 64,
-            progress: bool = False, precision: str | None = None) -> list[dict[str, Any]]:
+            progress: bool = False, precision: str | None = None, device: str = "auto"
+            ) -> list[dict[str, Any]]:
     """A fine-tuned model (``OUT/seed-S``, or ``OUT/seed-S/TASK``) applied to the inputs in
     a file (the forms above); one record per input, in order (the Python API's
     ``electra.predict``). ``precision``: instead of the fine-tune's (``fp32``: transformers'
-    fp32 results; ``auto``, the default's, is bf16 where the CPU has it)."""
+    fp32 results; ``auto``, the default's, is bf16 where the CPU has it); ``device``: where
+    the model runs (auto: CUDA when present)."""
     if batch_size < 1:
         raise UserError(f"--batch-size {batch_size}: give a positive number")
+    resolve_device(device)  # before any file is read
     net, meta = folders.load(model, "classifier")
-    net.eval()
+    net = placed(net, device).eval()
     cfg = finetune_config(meta["finetune"], f"{model}/config.json")
     if precision is not None:
         cfg = dataclasses.replace(cfg, precision=precision)
