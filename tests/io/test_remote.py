@@ -473,3 +473,36 @@ def test_a_folder_prepared_anew_at_the_url_is_not_read_from_the_old_blocks(
     other = BlockCache(stream.block_cache().folder.with_name("rank-0"), 1e9)
     assert other.folder != stream.block_cache().folder  # that one is held
     other.held.release()
+
+
+def test_a_streamed_mixture_with_a_phase_of_another_length_trains_as_the_local_folders(
+        s3, letters_data, tmp_path):
+    """Each folder of a mixture streams window by window and a second length phase streams
+    its own; stopped and resumed, the run's lines are the local folders' run's."""
+    root = letters_data.parent
+    write_corpus(tmp_path / "o.txt", n_docs=60, seed=5)
+    for text, n, name in ((tmp_path / "o.txt", 32, "o32"), (root / "c.txt", 64, "d64")):
+        assert main(["prepare", "--input", str(text), "--tokenizer", str(root / "tok"),
+                     "--seq-len", str(n), "--val-fraction", "0.2", "--out",
+                     str(tmp_path / name)]) == 0
+    for folder, name in ((letters_data, "data"), (tmp_path / "o32", "o32"),
+                         (tmp_path / "d64", "d64")):
+        _upload(folder, f"data/mix/{name}")
+    args = ["pretrain", "--preset", "tiny", "--quiet", "--set", "model.num_layers=1", "--set",
+            "train.batch_size=8", "--set", "train.max_steps=8", "--set", "train.log_every=1",
+            "--set", "train.eval_every=4", "--set", "train.eval_batches=1", "--set",
+            "train.precision=fp32", "--set", "train.shuffle=blocks", "--set",
+            "train.shuffle_block=8", "--set", "train.shuffle_window=2", "--set",
+            "train.phases=32:0.5,64:0.5"]
+    local = f"{letters_data}:0.7+{tmp_path / 'o32'}:0.3,{tmp_path / 'd64'}"
+    url = "s3://data/mix/data:0.7+s3://data/mix/o32:0.3,s3://data/mix/d64"  # names alike
+    assert main([*args, "--data", local, "--out", str(tmp_path / "a")]) == 0
+    assert main([*args, "--data", url, "--out", str(tmp_path / "b"), "--stop-after", "5"]) == 0
+    assert main([*args, "--data", url, "--out", str(tmp_path / "b"), "--resume"]) == 0
+
+    def lines(run: Path) -> list[dict]:
+        return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in iter_metrics(run)]
+
+    a = lines(tmp_path / "a")
+    assert a == lines(tmp_path / "b") and len(a) == 8
+    assert a[-1]["tokens_from_data"] and a[-1]["tokens_from_o32"]
