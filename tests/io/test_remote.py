@@ -506,3 +506,34 @@ def test_a_streamed_mixture_with_a_phase_of_another_length_trains_as_the_local_f
     a = lines(tmp_path / "a")
     assert a == lines(tmp_path / "b") and len(a) == 8
     assert a[-1]["tokens_from_data"] and a[-1]["tokens_from_o32"]
+
+
+def test_one_writer_per_url_and_an_interrupted_upload_is_written_over(
+        s3, letters_data, tmp_path, capsys):
+    """`prepare --out URL` holds ``URL/.electra-writing`` while it writes (the store's
+    conditional write): a second writer is one line naming the first and changes nothing;
+    the upload of a prepare interrupted half-way (its mark, no meta.json) is written over
+    with --overwrite as the refusal advises; the writer's object is gone after."""
+    from electra.io.remote import WRITING
+
+    fs = store()
+    text = letters_data.parent / "c.txt"
+    args = ["prepare", "--input", str(text), "--tokenizer", str(letters_data.parent / "tok"),
+            "--seq-len", "32", "--out", "s3://data/locked"]
+    fs.pipe(f"data/locked/{WRITING}", b'{"host": "node7", "pid": 4242, "since": "noon"}')
+    err = cli_error(capsys, *args)
+    assert "--out s3://data/locked: another `electra` is writing there (since noon, node7 " \
+           "process 4242)" in err and f"delete s3://data/locked/{WRITING}" in err
+    assert fs.find("data/locked") == [f"data/locked/{WRITING}"]  # nothing else written
+    fs.rm(f"data/locked/{WRITING}")
+    # An upload cut off after its first files: the mark and a shard, no meta.json.
+    fs.pipe("data/locked/.electra.json", (letters_data / ".electra.json").read_bytes())
+    fs.pipe("data/locked/train/ids.bin", b"half")
+    err = cli_error(capsys, *args)
+    assert "already holds the upload of an interrupted `electra prepare`; pass --overwrite" \
+        in err
+    assert main([*args, "--overwrite"]) == 0
+    assert fs.exists("data/locked/meta.json") and not fs.exists(f"data/locked/{WRITING}")
+    local = tmp_path / "local"
+    assert main([*args[:-1], str(local)]) == 0
+    assert fs.cat("data/locked/train/ids.bin") == (local / "train/ids.bin").read_bytes()

@@ -57,7 +57,7 @@ from electra.data.tokenizer import (
 from electra.errors import UserError
 from electra.io import hub, remote
 from electra.io.files import sha256_file, staged, write_json
-from electra.io.outputs import claim_out
+from electra.io.outputs import MARK, claim_out
 
 MAX_SEQ_LEN = 8192  # ModernBERT's context (the BERT presets hold 512 positions)
 OVERFLOW = ("drop", "carry")
@@ -596,19 +596,26 @@ def _mirrored(path: str, flag: str) -> str:
 
 def _prepare_to_store(opt: PrepareOptions) -> dict[str, Any]:
     """``--out URL``: prepared into a local folder of the cache, then uploaded (meta.json
-    last); a URL that holds something already is refused unless ``--overwrite``."""
+    last), one writer at a time (``remote.writing``); a URL that holds something already is
+    refused unless ``--overwrite``, and then only prepared data is written over: a folder
+    with its meta.json, or the upload of one that was interrupted (its ``.electra.json``,
+    which goes up first, without the meta.json that goes up last)."""
     url = opt.out.rstrip("/")
-    if remote.exists(url, "--out"):
-        if not opt.overwrite:
-            raise UserError(f"--out {url} already holds something; pass --overwrite to write "
+    with remote.writing(url, "--out"):
+        there = remote.listing(url, "--out")
+        ours = "meta.json" in there or MARK in there
+        if there and not opt.overwrite:
+            what = ("the upload of an interrupted `electra prepare`" if ours and
+                    "meta.json" not in there else "something")
+            raise UserError(f"--out {url} already holds {what}; pass --overwrite to write "
                             f"over it, or choose another URL")
-        if not remote.exists(f"{url}/meta.json", "--out"):  # only what prepare wrote
+        if there and not ours:  # only what prepare wrote
             raise UserError(f"--out {url} holds files `electra prepare` did not write (no "
                             f"meta.json): nothing was changed; choose another URL")
-    staging = remote.cache_root() / "outgoing" / hashlib.sha1(url.encode()).hexdigest()[:16]
-    meta = prepare(replace(opt, out=str(staging / url.rpartition("/")[2]), overwrite=True))
-    remote.upload(staging / url.rpartition("/")[2], url, "--out")
-    shutil.rmtree(staging, ignore_errors=True)
+        staging = remote.cache_root() / "outgoing" / hashlib.sha1(url.encode()).hexdigest()[:16]
+        meta = prepare(replace(opt, out=str(staging / url.rpartition("/")[2]), overwrite=True))
+        remote.upload(staging / url.rpartition("/")[2], url, "--out")
+        shutil.rmtree(staging, ignore_errors=True)
     if not opt.quiet:
         print(f"uploaded to {url}")
     return meta

@@ -149,6 +149,58 @@ def upload(folder: Path, url: str, flag: str) -> None:
             fs.put_file(str(f), f"{inside}/{f.relative_to(folder).as_posix()}")
 
 
+WRITING = ".electra-writing"  # the object a writer of a URL holds while it writes there
+
+
+@contextlib.contextmanager
+def writing(url: str, flag: str) -> Iterator[None]:
+    """One writer per ``url``: ``URL/.electra-writing`` created only where there is none (the
+    store's conditional write, fsspec's exclusive mode; a store without one: a check, then
+    the write), removed when the writer is done, whether it succeeded or not. Another
+    writer's (or one killed before it could remove it) is one line naming it."""
+    import socket
+    import time
+
+    url = url.rstrip("/")
+    held = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                       "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}).encode()
+    with reached(url, flag):
+        fs, inside = filesystem(f"{url}/{WRITING}")
+        try:
+            try:
+                with fs.open(inside, "xb") as f:
+                    f.write(held)
+            except (ValueError, NotImplementedError):  # no exclusive mode: check, then write
+                if fs.exists(inside):
+                    raise FileExistsError(inside) from None
+                fs.pipe_file(inside, held)
+        except FileExistsError:
+            try:
+                other = json.loads(fs.cat_file(inside))
+                who = f" (since {other['since']}, {other['host']} process {other['pid']})"
+            except Exception:
+                who = ""
+            raise UserError(f"{flag} {url}: another `electra` is writing there{who}; wait for "
+                            f"it to end, or, if it is not running any more, delete "
+                            f"{url}/{WRITING} and run the command again") from None
+    try:
+        yield
+    finally:
+        with reached(url, flag):
+            fs.rm_file(inside)
+
+
+def listing(url: str, flag: str) -> list[str]:
+    """The names of the files under ``url`` (relative to it), a writer's object aside."""
+    url = url.rstrip("/")
+    with reached(url, flag):
+        fs, inside = filesystem(url)
+        if not fs.isdir(inside):
+            return [inside.rpartition("/")[2]] if fs.exists(inside) else []
+        return sorted(p[len(inside):].lstrip("/") for p in fs.find(inside)
+                      if not p.endswith(f"/{WRITING}"))
+
+
 def exists(url: str, flag: str) -> bool:
     with reached(url, flag):
         fs, inside = filesystem(url.rstrip("/"))
