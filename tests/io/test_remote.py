@@ -537,3 +537,41 @@ def test_one_writer_per_url_and_an_interrupted_upload_is_written_over(
     local = tmp_path / "local"
     assert main([*args[:-1], str(local)]) == 0
     assert fs.cat("data/locked/train/ids.bin") == (local / "train/ids.bin").read_bytes()
+
+
+def test_a_profile_in_the_shared_credentials_file_is_used(s3, tmp_path, monkeypatch):
+    """The store's usual environment: with the server checking keys, the access key of an
+    IAM user the server knows, given only as a named profile of a credentials file
+    (AWS_SHARED_CREDENTIALS_FILE, AWS_PROFILE), reads the data; the environment's keys
+    are not set."""
+    import boto3
+    import s3fs
+    from moto.core.authorization import enable_iam_authentication
+
+    iam = boto3.client("iam", region_name="us-east-1")
+    iam.create_user(UserName="reader")
+    iam.attach_user_policy(UserName="reader", PolicyArn=iam.create_policy(
+        PolicyName="s3-all", PolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))["Policy"]["Arn"])
+    key = iam.create_access_key(UserName="reader")["AccessKey"]
+    (tmp_path / "credentials").write_text(
+        f"[research]\naws_access_key_id = {key['AccessKeyId']}\n"
+        f"aws_secret_access_key = {key['SecretAccessKey']}\n")
+    write_corpus(tmp_path / "c.txt", n_docs=20)
+    assert main(["tokenizer", "train", "--input", str(tmp_path / "c.txt"), "--vocab-size",
+                 "100", "--out", str(tmp_path / "tok")]) == 0
+    store().put_file(str(tmp_path / "c.txt"), "data/profile/c.txt")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_PROFILE", "research")
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        with enable_iam_authentication():
+            assert main(["prepare", "--input", "s3://data/profile/c.txt", "--tokenizer",
+                         str(tmp_path / "tok"), "--seq-len", "32", "--out",
+                         str(tmp_path / "p")]) == 0
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+    assert (tmp_path / "p/meta.json").is_file()
