@@ -342,6 +342,11 @@ def test_each_process_fetches_only_its_parts_blocks_and_a_dropped_connection_res
     assert not kept & set(again.fetched)  # what came before is not fetched again
     local = ShardDataset(letters_data).batch(rows)
     assert all(got[k].equal(local[k]) for k in local)
+    # Slices and single rows (a counting pass over the split reads slices) as a memmap's.
+    mapped = ShardDataset(letters_data)
+    assert np.array_equal(again.ids[5:37], mapped.ids[5:37])
+    assert np.array_equal(again.ids[-1], mapped.ids[-1])
+    assert np.array_equal(again.segments[3:9, 1], mapped.segments[3:9, 1])
 
 
 def test_a_hub_dataset_is_read_as_a_store_is(letters_data, tmp_path, monkeypatch):
@@ -526,6 +531,11 @@ def test_one_writer_per_url_and_an_interrupted_upload_is_written_over(
            "process 4242)" in err and f"delete s3://data/locked/{WRITING}" in err
     assert fs.find("data/locked") == [f"data/locked/{WRITING}"]  # nothing else written
     fs.rm(f"data/locked/{WRITING}")
+    # Another command's folder (its mark says a run), no meta.json: never written over.
+    fs.pipe("data/other/.electra.json", b'{"kind": "run", "command": "pretrain"}')
+    err = cli_error(capsys, *args[:-1], "s3://data/other", "--overwrite")
+    assert "holds files `electra prepare` did not write" in err
+    assert fs.find("data/other") == ["data/other/.electra.json"]
     # An upload cut off after its first files: the mark and a shard, no meta.json.
     fs.pipe("data/locked/.electra.json", (letters_data / ".electra.json").read_bytes())
     fs.pipe("data/locked/train/ids.bin", b"half")

@@ -64,7 +64,6 @@ class ShardDataset:
                             f"--val-input for a validation split")
         self.meta = meta
         self.split = split
-        self.word_starts_asked = word_starts
         self.seq_len: int = meta["seq_len"]
         self.special = SpecialTokens(**meta["special_tokens"])
         n = meta["splits"][split]["examples"]
@@ -139,7 +138,7 @@ class ShardDataset:
 
     def other(self, split: str) -> ShardDataset:
         """The same folder's ``split`` (the held-out rows beside the training ones)."""
-        return ShardDataset(self.folder, split, word_starts=self.word_starts_asked)
+        return ShardDataset(self.folder, split, word_starts=self.with_word_starts)
 
     def _check_rows(self, rows: np.ndarray | slice) -> None:
         """Token ids inside the vocabulary and segment ends inside the example, for ``rows``."""

@@ -20,7 +20,7 @@ own rows, and a resumed run draws on where it stopped.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +101,10 @@ class _Stream:
     across epochs (the global order every rank computes alike)."""
 
     def __init__(self, n: int, seed: int, key: int, blocks: Blocks | None = None) -> None:
-        self.n, self.seed, self.key, self.blocks = n, seed, key, blocks
+        # train.shuffle=blocks: its folder's blocks in one part (a mixture's rows are drawn
+        # across folders, so parts do not apply)
+        self.n, self.seed, self.key = n, seed, key
+        self.blocks = replace(blocks, parts=1) if blocks else None
         self.epoch, self.position = 0, 0
         self._order: np.ndarray | None = None
         self._order_epoch = -1

@@ -603,7 +603,9 @@ def _prepare_to_store(opt: PrepareOptions) -> dict[str, Any]:
     url = opt.out.rstrip("/")
     with remote.writing(url, "--out"):
         there = remote.listing(url, "--out")
-        ours = "meta.json" in there or MARK in there
+        mark = remote.read_json(f"{url}/{MARK}", "--out") if MARK in there else None
+        ours = "meta.json" in there or (isinstance(mark, dict) and (
+            mark.get("kind"), mark.get("command")) == ("data", "prepare"))
         if there and not opt.overwrite:
             what = ("the upload of an interrupted `electra prepare`" if ours and
                     "meta.json" not in there else "something")

@@ -108,6 +108,8 @@ class BlockCache:
 
     def _trim(self, keep: set[Path]) -> None:
         """The blocks used longest ago removed until the cache is within its bound."""
+        if self.total <= self.bound:
+            return  # (most batches: no walk over the cache's blocks)
         for p in list(self.used):
             if self.total <= self.bound:
                 break
@@ -162,9 +164,12 @@ class BlockFile:
         if isinstance(index, tuple):
             index, columns = index
         one = isinstance(index, int | np.integer)
-        idx = np.arange(self.shape[0])[index] if one or isinstance(index, slice) else \
-            np.asarray(index, dtype=np.int64)
-        idx = np.atleast_1d(idx)
+        if one:
+            idx = np.array([range(self.shape[0])[index]])  # (a negative index counted back)
+        elif isinstance(index, slice):
+            idx = np.arange(*index.indices(self.shape[0]))  # the slice's rows alone
+        else:
+            idx = np.asarray(index, dtype=np.int64)
         which = idx // self.rows
         wanted = np.unique(which)
         got = self.source.cache.blocks(self.source, self.rel, wanted, self.rows,
@@ -240,7 +245,7 @@ class StreamedShards(ShardDataset):
         return path
 
     def other(self, split: str) -> ShardDataset:
-        return StreamedShards(self.url, split, self.word_starts_asked, self.block_rows)
+        return StreamedShards(self.url, split, self.with_word_starts, self.block_rows)
 
     def verify(self, chunk: int = 1 << 16) -> dict[str, int]:
         raise UserError(f"--data {self.url}: `electra prepare --verify` checks a local "

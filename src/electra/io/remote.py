@@ -201,10 +201,15 @@ def listing(url: str, flag: str) -> list[str]:
                       if not p.endswith(f"/{WRITING}"))
 
 
-def exists(url: str, flag: str) -> bool:
+def read_json(url: str, flag: str) -> Any:
+    """A small JSON object of the store (a folder's mark), or None where it is missing or
+    not JSON."""
     with reached(url, flag):
-        fs, inside = filesystem(url.rstrip("/"))
-        return bool(fs.exists(inside))
+        fs, inside = filesystem(url)
+        try:
+            return json.loads(fs.cat_file(inside)[:1 << 20])
+        except (FileNotFoundError, ValueError):
+            return None
 
 
 @contextlib.contextmanager

@@ -225,7 +225,6 @@ class Head(Reader, Learner, Scorer, Exporter):
     read with :meth:`settings`.
     """
 
-    name: ClassVar[str]
     Settings: ClassVar[type[FamilySettings]] = FamilySettings
 
     def settings(self, cfg: FinetuneConfig) -> Any:

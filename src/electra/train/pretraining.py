@@ -320,9 +320,8 @@ def _phases(opt: PretrainOptions, cfg: RunConfig, datasets: dict[int, ShardDatas
             first: Phase, step: int, rt: Runtime) -> tuple[dict[int, Phase], int]:
     """Each length's :class:`Phase` (the first: the run's own), and the length of the phase
     ``step`` is in (a resumed run's)."""
-    words = cfg.objective.unit != "token"
     phases = {n: Phase(dataclasses.replace(cfg, objective=phase_objective(
-        opt.config.objective, cfg.train.phases, n)), _val(d, words),
+        opt.config.objective, cfg.train.phases, n)), _val(d),
         _mfu_terms(cfg, n, rt)[0]) for n, d in list(datasets.items())[1:]}
     phases = {next(iter(datasets)): first, **phases}
     starts = phase_starts([f for _, f, _ in parse_phases(cfg.train.phases)],
@@ -381,7 +380,7 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
     mixes = _datasets(opt, tc, words)  # one per length, the first phase's first
     datasets = {n: mix[0][0] for n, mix in mixes.items()}  # each phase's first folder
     data = next(iter(datasets.values()))
-    val = _val(data, words)
+    val = _val(data)
     init = _load_init(opt.init, cfg.model) if opt.init else None
     model_cfg = (init[0] if init else cfg.model).replace(vocab_size=data.vocab_size,
                                                         pad_token_id=data.special.pad)
@@ -478,8 +477,9 @@ def _open(path: str, tc: TrainConfig, words: bool) -> ShardDataset:
     return ShardDataset(remote.local(path, "--data"), "train", word_starts=words)
 
 
-def _val(data: ShardDataset, words: bool) -> ShardDataset | None:
-    """The held-out split beside ``data``, where it was prepared with one."""
+def _val(data: ShardDataset) -> ShardDataset | None:
+    """The held-out split beside ``data``, where it was prepared with one (read as ``data``
+    is: with word boundaries where it has them)."""
     return data.other("val") if "val" in \
         data.meta["splits"] else None
 
