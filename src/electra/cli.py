@@ -205,8 +205,9 @@ COMMANDS: dict[str, Command] = {
             arg("--workers", type=int, default=1, help="processes (default: 1), or Ray "
                 "actors with --engine ray; the output is identical whatever the count"),
             arg("--engine", choices=["local", "ray"], default="local", help="local: "
-                "processes on this machine; ray: tokenize and pack on a Ray cluster's cores "
-                "(pip install 'electra[ray]'), the same shards byte for byte"),
+                "processes on this machine; ray: read, tokenize and pack on a Ray cluster's "
+                "cores with Ray Data (pip install 'electra[ray]'), the same shards byte for "
+                "byte"),
             arg("--address", help="--engine ray: an existing cluster (ray://HOST:10001 or "
                 "HOST:6379); default: a local one, started and stopped here"),
             arg("--seed", type=int, default=12345, help="packing seed (default: 12345)"),

@@ -23,28 +23,6 @@ fsspec = pytest.importorskip("fsspec")
 pytest.importorskip("s3fs")
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on a free port, a bucket ``data`` in it, and the environment that
-    reaches it (endpoint, credentials) and a local cache of this module's own."""
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-           "ELECTRA_CACHE": str(tmp_path_factory.mktemp("cache"))}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    fsspec.filesystem("s3", skip_instance_cache=True).mkdir("data")
-    yield server, env
-    server.stop()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
 def store() -> object:
     return fsspec.filesystem("s3", skip_instance_cache=True)
 

@@ -20,7 +20,8 @@ On disk (``OUT/``)::
     val/...              the same for the validation split, if any
 
 Work is split into chunks of whole documents whose boundaries depend only on the text, and
-each chunk is packed with its own seeded RNG, so the output is identical for any --workers.
+each chunk is packed with its own seeded RNG, so the output is identical for any --workers,
+and for ``--engine ray`` (:mod:`electra.data.prepare_ray`, the same chunks found on a cluster).
 A run writes into ``OUT.partial/`` and renames it at the end: an interrupted run leaves
 nothing that loads as complete, and an existing ``OUT`` is replaced only then.
 """
@@ -45,8 +46,7 @@ from typing import Any
 import numpy as np
 
 from electra.config import MAX_SEED
-from electra.data.loader import FORMAT_VERSION, PACKED_FORMAT, ShardDataset, shard_files
-from electra.data.text import Chunk, ReadStats, expand_inputs, read_chunks
+from electra.data.text import Chunk, ReadStats, expand_inputs, read_chunks, remote_inputs
 from electra.data.tokenizer import (
     SpecialTokens,
     load_tokenizer,
@@ -73,8 +73,9 @@ class PrepareOptions:
     seq_len: int = 128
     workers: int = 1
     seed: int = 12345
-    engine: str = "local"  # local (processes on this machine) | ray (a Ray cluster's actors)
+    engine: str = "local"  # local (processes on this machine) | ray (a Ray cluster: Ray Data)
     address: str | None = None  # ray: an existing cluster's address; None: a local one
+    piece_bytes: int | None = None  # ray: inputs read in pieces of this (None: 4 a worker)
     val_inputs: list[str] | None = None
     val_fraction: float | None = None
     overwrite: bool = False
@@ -395,69 +396,6 @@ class _Workers:
             proc.join()
 
 
-class _RayWorkers:
-    """``n`` packing actors of a Ray cluster (``address``; None: a local one, started here
-    and stopped after), used as :class:`_Workers` is: chunks round-robin, at most ``2 n`` in
-    flight, the results taken in their order, so the shards are byte-identical to one
-    process's. Reading the inputs and writing the shards stay in this process; the
-    tokenizing and packing, most of the work, run on the cluster's cores."""
-
-    def __init__(self, n: int, tokenizer_json: str, settings: dict[str, Any],
-                 address: str | None) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise UserError("--engine ray needs Ray: pip install 'electra[ray]'") from None
-        self.ray, self.pending = ray, deque()
-        self.started = not ray.is_initialized()
-        if self.started:
-            try:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False,
-                         runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
-            except (ConnectionError, RuntimeError, ValueError) as err:
-                first = (str(err).strip().splitlines() or ["no answer"])[0][:160]
-                raise UserError(f"--engine ray --address {address}: no Ray cluster there "
-                                f"({first}); start one (ray start --head) or leave --address "
-                                f"out for a local one") from None
-        packer = ray.remote(num_cpus=1)(_RayPacker)
-        self.actors = [packer.remote(tokenizer_json, settings) for _ in range(n)]
-        self.sent = 0
-
-    def submit(self, chunk: Chunk) -> None:
-        actor = self.actors[self.sent % len(self.actors)]
-        self.sent += 1
-        self.pending.append(actor.pack.remote(chunk))
-
-    def full(self) -> bool:
-        return len(self.pending) >= 2 * len(self.actors)
-
-    def next_result(self) -> Packed:
-        try:
-            return self.ray.get(self.pending.popleft())
-        except self.ray.exceptions.RayTaskError as err:
-            raise err.as_instanceof_cause() from None
-        except self.ray.exceptions.RayActorError:
-            raise UserError(f"a Ray packing actor (--workers {len(self.actors)}) died, most "
-                            f"likely out of memory; run again with fewer --workers") from None
-
-    def close(self) -> None:
-        for actor in self.actors:
-            self.ray.kill(actor)
-        if self.started:
-            self.ray.shutdown()
-
-
-class _RayPacker:
-    """A Ray actor that packs chunks with its own tokenizer (:func:`pack_chunk`)."""
-
-    def __init__(self, tokenizer_json: str, settings: dict[str, Any]) -> None:
-        _init_worker(tokenizer_json, settings)
-
-    def pack(self, chunk: Chunk) -> Packed:
-        return pack_chunk(chunk)
-
-
 @contextlib.contextmanager
 def _sigint_held() -> Iterator[None]:
     """Ctrl-C held back while the worker processes are started (``Pool()``, which started
@@ -556,6 +494,20 @@ def _word_starts(encs: list[Any], lens: list[int]) -> np.ndarray:
     return starts
 
 
+def shard_rows(p: Packed, split: str) -> tuple[dict[str, np.ndarray], dict[str, int]] | None:
+    """The arrays of ``split``'s rows in ``p`` by shard file name, and what they count
+    (examples, tokens, sequences); None without rows."""
+    ids, seg = p.ids[split], p.segments[split]
+    if not len(ids):
+        return None
+    parts = {"ids.bin": ids, "segments.bin": seg, "word_starts.bin": p.word_starts[split],
+             "sequences.bin": p.sequences.get(split), "types.bin": p.types.get(split)}
+    return {name: a for name, a in parts.items() if a is not None}, {
+        "examples": len(ids), "tokens": int(seg[:, 1].sum(dtype=np.int64)),
+        "sequences": (int(np.unpackbits(p.sequences[split]).sum()) if split in p.sequences
+                      else len(ids))}
+
+
 # --- the driver ------------------------------------------------------------------------
 
 class _Writer:
@@ -571,17 +523,24 @@ class _Writer:
 
     def write(self, p: Packed, split: str) -> None:
         """The chunk's rows of ``split`` (from ``p``), each array into its file."""
-        ids, seg = p.ids[split], p.segments[split]
-        if not len(ids):
+        rows = shard_rows(p, split)
+        if rows is None:
             return
-        parts = {"ids.bin": ids, "segments.bin": seg, "word_starts.bin": p.word_starts[split],
-                 "sequences.bin": p.sequences.get(split), "types.bin": p.types.get(split)}
         for name, f in self.files.items():
-            f.write(parts[name].tobytes())
-        self.examples += len(ids)
-        self.tokens += int(seg[:, 1].sum(dtype=np.int64))
-        self.sequences += (int(np.unpackbits(p.sequences[split]).sum())
-                           if split in p.sequences else len(ids))
+            f.write(rows[0][name].tobytes())
+        self._count(rows[1])
+
+    def append(self, rows: dict[str, bytes], counts: dict[str, int]) -> None:
+        """Rows another process packed (each file's bytes, by name, and their ``counts``),
+        appended to this split's files."""
+        for name, f in self.files.items():
+            f.write(rows[name])
+        self._count(counts)
+
+    def _count(self, counts: dict[str, int]) -> None:
+        self.examples += counts["examples"]
+        self.tokens += counts["tokens"]
+        self.sequences += counts["sequences"]
 
     def close(self) -> None:
         for f in self.files.values():
@@ -623,6 +582,19 @@ def _prepare_to_store(opt: PrepareOptions) -> dict[str, Any]:
     return meta
 
 
+def _expand(inputs: list[str], flag: str, split: str | None) -> list[Any]:
+    """The input files: local paths (:func:`expand_inputs`), and a store's files by URL
+    (:func:`remote_inputs`: ``--engine ray`` reads them on the cluster's nodes)."""
+    if not any(remote.is_url(i) for i in inputs):
+        return expand_inputs(inputs, flag, split=split)
+    files: list[Any] = []
+    for i in inputs:
+        for f in remote_inputs(i, flag) if remote.is_url(i) else expand_inputs([i], flag, split):
+            if f not in files:
+                files.append(f)
+    return files
+
+
 def _check_options(opt: PrepareOptions) -> None:
     if not 8 <= opt.seq_len <= MAX_SEQ_LEN:
         raise UserError(f"--seq-len {opt.seq_len} is out of range; use 8 to {MAX_SEQ_LEN} "
@@ -646,9 +618,16 @@ def _check_options(opt: PrepareOptions) -> None:
 
 def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json: str,
                settings: dict[str, Any], tmp: Path, writers: dict[str, _Writer],
-               stats: ReadStats, totals: dict[str, int]) -> None:
+               stats: ReadStats, totals: dict[str, int], engine: Any = None) -> None:
+    from electra.data.loader import shard_files  # torch: not in the workers (pack_chunk's)
+
     settings = {**settings, "split_name": split_name,
                 "val_fraction": opt.val_fraction if split_name == "train" else None}
+    if engine is not None:  # --engine ray (electra.data.prepare_ray)
+        engine.run_split(files, split_name, tok_json, settings, writers,
+                         lambda target: _Writer(tmp / target, shard_files(opt.pack)), stats,
+                         totals, opt.text_field, opt.chunk_bytes, opt.split, opt.piece_bytes)
+        return
     chunks = read_chunks(files, opt.text_field, opt.chunk_bytes, stats, opt.split)
 
     def consume(p: Packed) -> None:
@@ -661,10 +640,6 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
         for key, value in p.counts.items():
             totals[key] = totals.get(key, 0) + value
 
-    if opt.engine == "ray":
-        _run_chunks(chunks, consume, lambda: _RayWorkers(opt.workers, tok_json, settings,
-                                                         opt.address))
-        return
     if opt.workers == 1:
         _init_worker(tok_json, settings)
         for chunk in chunks:
@@ -685,8 +660,8 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
 
 def _run_chunks(chunks: Iterator[Chunk], consume: Callable[[Packed], None],
                 start: Callable[[], Any]) -> None:
-    """Every chunk through the workers ``start()`` makes (:class:`_Workers`,
-    :class:`_RayWorkers`), at most 2 in flight a worker, the results consumed in the chunks'
+    """Every chunk through the workers ``start()`` makes (:class:`_Workers`), at most 2 in
+    flight a worker, the results consumed in the chunks'
     order (so the output is one process's); the workers stopped however it ends."""
     workers = None
     try:
@@ -732,14 +707,14 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
     if opt.tokenizer:
         opt = replace(opt, tokenizer=hub.resolve(opt.tokenizer, "--tokenizer"))
     _check_options(opt)
-    opt = replace(opt, inputs=[_mirrored(i, "--input") for i in opt.inputs],
-                  val_inputs=[_mirrored(i, "--val-input") for i in opt.val_inputs]
-                  if opt.val_inputs else opt.val_inputs)
+    if opt.engine == "local":  # Ray's tasks read a store's files themselves, on their nodes
+        opt = replace(opt, inputs=[_mirrored(i, "--input") for i in opt.inputs],
+                      val_inputs=[_mirrored(i, "--val-input") for i in opt.val_inputs]
+                      if opt.val_inputs else opt.val_inputs)
     if remote.is_url(opt.out):
         return _prepare_to_store(opt)
-    files = expand_inputs(opt.inputs, split=opt.split)
-    val_files = (expand_inputs(opt.val_inputs, "--val-input", split=opt.split)
-                 if opt.val_inputs else [])
+    files = _expand(opt.inputs, "--input", opt.split)
+    val_files = _expand(opt.val_inputs, "--val-input", opt.split) if opt.val_inputs else []
     tok = load_tokenizer(opt.tokenizer, opt.special_tokens)
     out = Path(opt.out)
     settings = {"seq_len": opt.seq_len, "special": SpecialTokens.of(tok),
@@ -756,11 +731,17 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
         writers: dict[str, _Writer] = {}
         totals: dict[str, int] = {}
         try:
-            _run_split(files, "train", opt, tok.to_str(), settings, tmp, writers, stats,
-                       totals)
-            if val_files:
-                _run_split(val_files, "val", opt, tok.to_str(), settings, tmp, writers, stats,
-                           totals)
+            with contextlib.ExitStack() as stack:
+                engine = None
+                if opt.engine == "ray":
+                    from electra.data.prepare_ray import RayEngine
+
+                    engine = stack.enter_context(RayEngine(opt.workers, opt.address))
+                _run_split(files, "train", opt, tok.to_str(), settings, tmp, writers, stats,
+                           totals, engine)
+                if val_files:
+                    _run_split(val_files, "val", opt, tok.to_str(), settings, tmp, writers,
+                               stats, totals, engine)
         finally:
             for w in writers.values():
                 w.close()
@@ -780,6 +761,8 @@ def _meta(opt: PrepareOptions, tok: Any, writers: dict[str, _Writer], stats: Rea
           totals: dict[str, int], tmp: Path, seconds: float) -> dict[str, Any]:
     """``meta.json``: the format, the tokenizer, the splits, each file's checksum, and what
     was read."""
+    from electra.data.loader import FORMAT_VERSION, PACKED_FORMAT, shard_files
+
     vocab_size = tok.get_vocab_size()
     return {
         "format_version": PACKED_FORMAT if opt.pack else FORMAT_VERSION,
@@ -811,6 +794,8 @@ def _meta(opt: PrepareOptions, tok: Any, writers: dict[str, _Writer], stats: Rea
 def verify_data(folder: str) -> dict[str, Any]:
     """Check every row of every split, the token counts and the files' checksums against
     meta.json, and the tokenizer against its checksum; print a summary."""
+    from electra.data.loader import ShardDataset
+
     meta = ShardDataset(folder, "train").meta
     found = {split: ShardDataset(folder, split).verify() for split in meta["splits"]}
     tok = load_tokenizer(Path(folder) / "tokenizer.json")

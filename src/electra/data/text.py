@@ -14,13 +14,18 @@ from __future__ import annotations
 import glob
 import gzip
 import hashlib
+import io
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
+
 from electra.errors import UserError
+from electra.io import remote
 from electra.io.files import json_line, read_json, sha256_file
 
 TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".txt.gz", ".text.gz", ".jsonl.gz", ".parquet",
@@ -105,12 +110,28 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]], flag: str = "--input"
     return unique
 
 
-def _open(path: Path) -> BinaryIO:
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+def _open(path: str | Path, unpack: bool = True) -> BinaryIO:
+    """A file's bytes (a gzipped one's unpacked, unless not ``unpack``), from a local path or
+    (under ``--engine ray``) a store's URL."""
+    gz = unpack and str(path).endswith(".gz")
+    if remote.is_url(path):
+        import fsspec
+
+        f = fsspec.open(str(path), "rb", compression="gzip" if gz else None).open()
+        return f if gz else io.BufferedReader(f, 1 << 20)  # lines split in C
+    return gzip.open(path, "rb") if gz else open(path, "rb")
 
 
-def _is_jsonl(path: Path) -> bool:
-    return path.name.endswith((".jsonl", ".jsonl.gz"))
+def input_size(path: str | Path) -> int:
+    """A local file's or a store's file's size in bytes."""
+    if remote.is_url(path):
+        fs, inside = remote.filesystem(str(path))
+        return int(fs.size(inside))
+    return Path(path).stat().st_size
+
+
+def _is_jsonl(path: str | Path) -> bool:
+    return str(path).endswith((".jsonl", ".jsonl.gz"))
 
 
 @dataclass
@@ -155,32 +176,33 @@ def _text_column(schema: Any, text_field: str, where: str) -> None:
                         f"text field with --text-field")
 
 
-def _table_records(path: Path, text_field: str) -> Iterator[str | None]:
+def _table_records(path: str | Path, text_field: str) -> Iterator[str | None]:
     """The text field of each record of a Parquet or Arrow (IPC file or stream, as
     ``datasets`` writes) file, read in record batches."""
     import pyarrow as pa
 
+    url = remote.is_url(path)
     try:
-        if path.name.endswith(".parquet"):
+        if str(path).endswith(".parquet"):
             import pyarrow.parquet as pq
 
-            pf = pq.ParquetFile(path)
+            pf = pq.ParquetFile(_open(path) if url else path)
             _text_column(pf.schema_arrow, text_field, str(path))
             batches: Iterable[Any] = pf.iter_batches(batch_size=_BATCH_ROWS,
                                                      columns=[text_field])
         else:
             try:  # the stream format (what datasets writes), else the file format
-                stream = pa.ipc.open_stream(pa.memory_map(str(path)))
+                stream = pa.ipc.open_stream(_open(path) if url else pa.memory_map(str(path)))
                 schema, batches = stream.schema, stream
             except pa.ArrowInvalid:
-                file = pa.ipc.open_file(pa.memory_map(str(path)))
+                file = pa.ipc.open_file(_open(path) if url else pa.memory_map(str(path)))
                 schema = file.schema
                 batches = (file.get_batch(i) for i in range(file.num_record_batches))
             _text_column(schema, text_field, str(path))
         for batch in batches:
             yield from batch.column(batch.schema.get_field_index(text_field)).to_pylist()
     except (pa.ArrowException, OSError) as err:
-        form = "Parquet" if path.suffix == ".parquet" else "Arrow"
+        form = "Parquet" if str(path).endswith(".parquet") else "Arrow"
         raise UserError(f"{path}: cannot be read as {form} ({str(err).splitlines()[0]}); the "
                         f"file is damaged or not {form}") from None
 
@@ -218,6 +240,31 @@ def _record_lines(records: Iterable[str | None]) -> Iterator[tuple[str, int]]:
         yield "", 0
 
 
+def _parse_lines(raws: Iterable[bytes], text_field: str, jsonl: bool,
+                 where: Callable[[int], str]) -> Iterator[tuple[str, int]]:
+    """(line, bad_bytes) for raw lines of a text or JSONL file, "" ending each JSONL record;
+    ``where(i)`` names the ``i``-th raw line (1-based) in an error."""
+    for i, raw in enumerate(raws, 1):
+        text, bad = _decode(raw)
+        if jsonl:
+            if not text.strip():
+                continue
+            record = json_line(text, where(i))
+            if not isinstance(record, dict) or text_field not in record:
+                raise UserError(f"{where(i)}: no {text_field!r} field; name the field with "
+                                f"--text-field")
+            for part in str(record[text_field]).split("\n"):
+                yield part.strip(), bad
+                bad = 0
+            yield "", 0
+        else:
+            yield text.strip(), bad
+
+
+def _is_table(path: str | Path) -> bool:
+    return str(path).endswith((".parquet", ".arrow"))
+
+
 def iter_lines(path: Path, text_field: str, stats: ReadStats,
                split: str | None = None) -> Iterator[tuple[str, int]]:
     """(line, bad_bytes) for each line of a file, "" marking document ends; hashes the file."""
@@ -225,7 +272,7 @@ def iter_lines(path: Path, text_field: str, stats: ReadStats,
         yield from _record_lines(_hub_records(str(path), text_field, split))
         stats.files[str(path)] = {"split": split or "train"}
         return
-    if path.name.endswith((".parquet", ".arrow")):
+    if _is_table(path):
         yield from _record_lines(_table_records(path, text_field))
         size = path.stat().st_size
         stats.files[str(path)] = {"sha256": sha256_file(path), "bytes": size}
@@ -233,59 +280,201 @@ def iter_lines(path: Path, text_field: str, stats: ReadStats,
         return
     h = hashlib.sha256()
     n = 0
-    jsonl = _is_jsonl(path)
-    with _open(path) as f:
-        for lineno, raw in enumerate(f, 1):
+
+    def hashed(f: BinaryIO) -> Iterator[bytes]:
+        nonlocal n
+        for raw in f:
             h.update(raw)
             n += len(raw)
-            text, bad = _decode(raw)
-            if jsonl:
-                if not text.strip():
-                    continue
-                record = json_line(text, f"{path}:{lineno}")
-                if not isinstance(record, dict) or text_field not in record:
-                    raise UserError(f"{path}:{lineno}: no {text_field!r} field; name the "
-                                    f"field with --text-field")
-                for part in str(record[text_field]).split("\n"):
-                    yield part.strip(), bad
-                    bad = 0
-                yield "", 0
-            else:
-                yield text.strip(), bad
+            yield raw
+
+    with _open(path) as f:
+        yield from _parse_lines(hashed(f), text_field, _is_jsonl(path),
+                                lambda i: f"{path}:{i}")
     yield "", 0  # a file always ends a document
     stats.files[str(path)] = {"sha256": h.hexdigest(), "bytes": n}
     stats.bytes += n
 
 
+def file_stats(path: str, split: str | None = None) -> dict[str, object]:
+    """What :func:`iter_lines` records of a file (its ``ReadStats.files`` entry), read alone:
+    the sha256 and size of its bytes (a gzipped text file's once unpacked)."""
+    if path.startswith(HUB):
+        return {"split": split or "train"}
+    h = hashlib.sha256()
+    n = 0
+    with _open(path, unpack=not _is_table(path)) as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+            n += len(block)
+    return {"sha256": h.hexdigest(), "bytes": n}
+
+
+def remote_inputs(url: str, flag: str = "--input") -> list[str]:
+    """The files of a store's URL, as :func:`expand_inputs` finds local ones: the file, the
+    text files under a folder (``TEXT_SUFFIXES``), or a pattern's matches, sorted."""
+    with remote.reached(url, flag):
+        fs, inside = remote.filesystem(url)
+        if glob.has_magic(inside):
+            found = sorted(f for f in fs.glob(inside) if fs.isfile(f))
+            if not found:
+                raise UserError(f"{flag} {url}: the pattern matches no file")
+        elif fs.isdir(inside):
+            found = sorted(f for f in fs.find(inside) if f.endswith(TEXT_SUFFIXES)
+                           and not f.rpartition("/")[2].startswith("."))
+            if not found:
+                raise UserError(f"{flag} {url}: the folder holds no text files "
+                                f"({', '.join(TEXT_SUFFIXES)})")
+        elif fs.isfile(inside):
+            found = [inside]
+        else:
+            raise FileNotFoundError(url)
+        return [fs.unstrip_protocol(f) for f in found]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A part of one input that a worker reads alone: the lines of a text or JSONL file that
+    begin in bytes ``[start, end)``, or (``end`` -1) the whole file; ``last``: it ends its
+    file (whose end ends a document). The lines of a file's pieces, in order, are the file's
+    (:func:`piece_lines`, tested equal to :func:`iter_lines`)."""
+
+    path: str
+    start: int = 0
+    end: int = -1
+    last: bool = True
+
+
+def plan_pieces(files: list[str | Path], piece_bytes: int) -> list[Piece]:
+    """Each input as pieces of about ``piece_bytes``: an uncompressed text or JSONL file cut
+    by byte ranges (a line belongs to the piece it begins in); a gzipped, Parquet or Arrow
+    file, or a hub dataset, is one piece."""
+    pieces = []
+    for path in files:
+        size = 0 if (str(path).startswith(HUB) or str(path).endswith(".gz")
+                     or _is_table(path)) else input_size(path)
+        if size <= piece_bytes:
+            pieces.append(Piece(str(path)))
+            continue
+        starts = range(0, size, piece_bytes)
+        pieces += [Piece(str(path), s, min(s + piece_bytes, size), s + piece_bytes >= size)
+                   for s in starts]
+    return pieces
+
+
+def piece_lines(piece: Piece, text_field: str = "text",
+                split: str | None = None) -> Iterator[tuple[str, int]]:
+    """(line, bad_bytes) for each line of a :class:`Piece`, as :func:`iter_lines` gives them
+    (errors name the same file:line)."""
+    path = piece.path
+    if path.startswith(HUB):
+        yield from _record_lines(_hub_records(piece.path, text_field, split))
+        return
+    if _is_table(path):
+        yield from _record_lines(_table_records(path, text_field))
+        return
+    first = piece.start
+
+    def where(i: int) -> str:  # the line number, counted only for an error
+        with _open(path) as f:
+            before = f.read(first).count(b"\n") if first else 0
+        return f"{path}:{before + i}"
+
+    def lines(f: BinaryIO) -> Iterator[bytes]:
+        nonlocal first
+        if piece.start:  # the line that began before the range is the piece before's
+            f.seek(piece.start - 1)
+            first = piece.start - 1 + len(f.readline())
+        pos = first
+        for raw in f:
+            if pos >= piece.end:
+                return
+            pos += len(raw)
+            yield raw
+
+    with _open(path) as f:
+        yield from _parse_lines(f if piece.end < 0 else lines(f), text_field,
+                                _is_jsonl(path), where)
+    if piece.last:
+        yield "", 0  # a file always ends a document
+
+
 def read_chunks(files: list[Path], text_field: str = "text", chunk_bytes: int = 1 << 20,
                 stats: ReadStats | None = None, split: str | None = None) -> Iterator[Chunk]:
-    """Chunks of whole documents, about ``chunk_bytes`` of text each, streamed.
+    """Chunks of whole documents, about ``chunk_bytes`` of text each, streamed
+    (:func:`chunk_lines` over every file's lines).
 
-    A document longer than 8 chunks is cut at a line boundary so memory stays bounded.
     Chunk boundaries depend only on the text, never on the number of workers.
     """
     stats = stats if stats is not None else ReadStats()
-    chunk = Chunk(0, [])
+    lines = chain.from_iterable(iter_lines(path, text_field, stats, split) for path in files)
+    return chunk_lines(lines, chunk_bytes, stats)
+
+
+def chunk_lines(lines: Iterable[tuple[str, int]], chunk_bytes: int,
+                stats: ReadStats | None = None, index: int = 0) -> Iterator[Chunk]:
+    """Lines (and their bad bytes) in chunks of whole documents: a chunk ends at the first
+    document end once it holds ``chunk_bytes`` characters, or (a document longer than 8
+    chunks, cut so memory stays bounded) at the line that brings it to 8 times that.
+    :func:`chunk_ends` finds the same ends from the lines' lengths alone."""
+    stats = stats if stats is not None else ReadStats()
+    chunk = Chunk(index, [])
     size = 0
     doc_open = False
-    for path in files:
-        for line, bad in iter_lines(path, text_field, stats, split):
-            chunk.bad_bytes += bad
-            stats.bad_bytes += bad
-            if line:
-                chunk.lines.append(line)
-                size += len(line)
-                doc_open = True
-                if size < 8 * chunk_bytes:
-                    continue
-            if doc_open:  # end of a document (or a forced cut of a huge one)
-                chunk.lines.append("")
-                chunk.n_docs += 1
-                stats.docs += 1
-                doc_open = False
-            if size >= chunk_bytes:
-                yield chunk
-                chunk = Chunk(chunk.index + 1, [])
-                size = 0
+    for line, bad in lines:
+        chunk.bad_bytes += bad
+        stats.bad_bytes += bad
+        if line:
+            chunk.lines.append(line)
+            size += len(line)
+            doc_open = True
+            if size < 8 * chunk_bytes:
+                continue
+        if doc_open:  # end of a document (or a forced cut of a huge one)
+            chunk.lines.append("")
+            chunk.n_docs += 1
+            stats.docs += 1
+            doc_open = False
+        if size >= chunk_bytes:
+            yield chunk
+            chunk = Chunk(chunk.index + 1, [])
+            size = 0
     if chunk.lines:
         yield chunk
+
+
+def chunk_ends(lengths: Iterable[np.ndarray], chunk_bytes: int
+               ) -> Iterator[tuple[int, int]]:
+    """Where :func:`chunk_lines` ends each chunk, from the lines' lengths alone (characters,
+    0 for a blank line), given piece by piece: ``(piece, line)`` of each chunk's last line,
+    the stream's last line for a last chunk. Vectorized: a search per chunk, not a step per
+    line, so one process finds a large corpus's ends."""
+    size = 0  # characters of the chunk so far, from the pieces before
+    last = None  # (piece, line) of the stream's last line
+    for k, c in enumerate(lengths):
+        c = np.asarray(c, dtype=np.int64)
+        if not len(c):
+            continue
+        last = (k, len(c) - 1)
+        total = np.cumsum(c)
+        blanks = np.flatnonzero(c == 0)
+        i = 0
+        while i < len(c):
+            base = total[i - 1] if i else 0
+            # Past chunk_bytes (a line with text: while below it, no blank line ends the
+            # chunk; at once if the pieces before brought it there, the document still open).
+            full = max(i, int(np.searchsorted(total, chunk_bytes - size + base)))
+            cut = len(c)
+            b = int(np.searchsorted(blanks, full))
+            if b < len(blanks):
+                cut = int(blanks[b])
+            huge = int(np.searchsorted(total, 8 * chunk_bytes - size + base))
+            cut = min(cut, huge)
+            if cut >= len(c):
+                size += int(total[-1] - base)
+                break
+            yield k, cut
+            size = 0
+            i = cut + 1
+    if size and last is not None:
+        yield last

@@ -1,0 +1,306 @@
+"""`electra prepare --engine ray`: reading, tokenizing, packing and writing on a Ray cluster,
+in two Ray Data passes, the shards byte-identical to one process's.
+
+1. **Read** (tasks): every input cut in pieces (:func:`~electra.data.text.plan_pieces`: byte
+   ranges of a text or JSONL file; a gzipped, Parquet or Arrow file whole), each piece read
+   by a task that returns its lines' lengths (4 bytes a line) and bad bytes; each file's
+   checksum read by a task too.
+2. **Plan** (here, streamed as the pieces come): where each chunk ends
+   (:func:`~electra.data.text.chunk_ends`, from the lengths alone, vectorized), so the chunks,
+   their indices and seeds are one process's; each chunk given to the piece it begins in.
+3. **Pack** (actors, ``--workers`` of them, each with its tokenizer): a piece's task reads
+   its chunks' lines again (on past its end for a chunk that runs on), packs them
+   (:func:`~electra.data.prepare.pack_chunk`) and returns each chunk's rows, the bytes of each
+   shard file, through Ray's object store as it is packed (so no filesystem need be shared,
+   and a whole gzipped file's rows are never held at once). A gzipped, Parquet or Arrow file
+   is one piece, so one actor packs it: many such files spread over the cluster.
+4. **Write** (here): each piece's bytes appended to the split's shard files in the pieces'
+   order, as soon as the piece is done (a copy, no decoding).
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import functools
+import json
+import logging
+import pickle
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from electra.data.text import (
+    HUB,
+    Piece,
+    ReadStats,
+    chunk_ends,
+    chunk_lines,
+    file_stats,
+    input_size,
+    piece_lines,
+    plan_pieces,
+)
+from electra.errors import UserError
+from electra.io import remote
+
+PIECE_MIN = 1 << 20  # bytes: pieces are at least this (or whole files)
+PIECE_MAX = 256 << 20  # and at most this, else 4 a worker
+
+
+def piece_size(files: list[str | Path], workers: int) -> int:
+    """About 4 pieces a worker, 1 to 256 MiB each (the output does not depend on it)."""
+    total = sum(input_size(f) for f in files if not str(f).startswith(HUB))
+    return int(min(PIECE_MAX, max(PIECE_MIN, total // (4 * workers) + 1)))
+
+
+class RayEngine:
+    """A Ray cluster for one `electra prepare` (``address``; None: a local one, started here
+    and stopped at the end), running each split's passes (:meth:`run_split`)."""
+
+    def __init__(self, workers: int, address: str | None) -> None:
+        try:
+            import ray
+            import ray.data
+        except ImportError:
+            raise UserError("--engine ray needs Ray Data: pip install 'electra[ray]'") from None
+        self.ray, self.workers, self.address = ray, workers, address
+        self.started = False
+
+    def __enter__(self) -> RayEngine:
+        ray = self.ray
+        # Ray Data logs a line a pass, and a task's error (raised here as one line) at length
+        logging.getLogger("ray.data").setLevel(logging.CRITICAL)
+        if not ray.is_initialized():
+            try:
+                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False,
+                         runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+            except (ConnectionError, RuntimeError, ValueError) as err:
+                first = (str(err).strip().splitlines() or ["no answer"])[0][:160]
+                raise UserError(f"--engine ray --address {self.address}: no Ray cluster there "
+                                f"({first}); start one (ray start --head) or leave --address "
+                                f"out for a local one") from None
+            self.started = True
+        ctx = ray.data.DataContext.get_current()
+        ctx.execution_options.preserve_order = True  # results in the pieces' order
+        ctx.enable_progress_bars = False
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.started:
+            self.ray.shutdown()
+
+    def run_split(self, files: list[str | Path], split_name: str, tokenizer_json: str,
+                  settings: dict[str, Any], writers: dict[str, Any],
+                  new_writer: Any, stats: ReadStats, totals: dict[str, int],
+                  text_field: str, chunk_bytes: int, split: str | None,
+                  piece_bytes: int | None) -> None:
+        """One split's inputs (``files``) read, packed and written into ``writers`` (made by
+        ``new_writer(target)``), ``stats`` and ``totals`` counted, as the one-process path
+        does."""
+        ray = self.ray
+        pieces = plan_pieces(files, piece_bytes or piece_size(files, self.workers))
+        # 1. Read: the lines' lengths of each piece, each file's checksum.
+        items = ([{"kind": "piece", "i": i} for i in range(len(pieces))]
+                 + [{"kind": "file", "i": i} for i in range(len(files))])
+        read = ray.data.from_items(items, override_num_blocks=len(items)).map(
+            _read, fn_kwargs={"pieces": pieces, "files": [str(f) for f in files],
+                              "text_field": text_field, "split": split}, num_cpus=1)
+        found: dict[int, dict[str, Any]] = {}
+        lines: list[int] = []  # each piece's count of lines
+        rows = self._rows(read)
+
+        def lengths() -> Iterator[np.ndarray]:  # streamed: a piece's lengths, then dropped
+            for row in rows:
+                if row["kind"] == "file":
+                    found[row["i"]] = json.loads(row["stats"])
+                    continue
+                lines.append(len(row["lengths"]) // 4)
+                stats.bad_bytes += int(row["bad"])
+                yield np.frombuffer(row["lengths"], dtype=np.int32)
+
+        # 2. Plan: every chunk's end, each chunk given to the piece it begins in.
+        tasks: list[dict[str, Any]] = []
+        start = (0, 0)
+        for index, end in enumerate(chunk_ends(lengths(), chunk_bytes)):
+            while start[1] >= lines[start[0]]:  # past a piece's last line
+                start = (start[0] + 1, 0)
+            if not tasks or tasks[-1]["piece"] != start[0]:
+                tasks.append({"piece": start[0], "skip": start[1], "index": index,
+                              "ends": []})
+            tasks[-1]["ends"].append(end)
+            start = (end[0], end[1] + 1)
+        for i, f in enumerate(files):
+            stats.files[str(f)] = found[i]
+            stats.bytes += int(found[i].get("bytes", 0))
+        if not tasks:
+            return
+        # 3. Pack and write, on the actors; 4. joined here in the pieces' order.
+        with warnings.catch_warnings():  # max_restarts as a remote argument: deprecated
+            warnings.simplefilter("ignore")  # in Ray 2.60 for a name it does not have yet
+            packed = self._packed(tasks, tokenizer_json, settings, pieces, text_field,
+                                  split, chunk_bytes, split_name)
+
+        for row in self._rows(packed):
+            done, rows = json.loads(row["done"]), pickle.loads(row["rows"])
+            for target, counts in done["written"].items():
+                if target not in writers:
+                    writers[target] = new_writer(target)
+                writers[target].append(rows[target], counts)
+            for key, value in done["counts"].items():
+                totals[key] = totals.get(key, 0) + value
+            stats.docs += done["docs"]
+
+    def _packed(self, tasks: list[dict[str, Any]], tokenizer_json: str,
+                settings: dict[str, Any], pieces: list[Piece], text_field: str,
+                split: str | None, chunk_bytes: int, split_name: str) -> Any:
+        """Pass 3's dataset: each task's chunks packed by an actor, their rows' bytes."""
+        ray = self.ray
+        return ray.data.from_items(
+            [{"task": json.dumps(t)} for t in tasks], override_num_blocks=len(tasks)
+        ).map_batches(
+            _Packer, batch_size=1, num_cpus=1,
+            compute=ray.data.ActorPoolStrategy(size=min(self.workers, len(tasks))),
+            fn_constructor_kwargs={
+                "tokenizer_json": tokenizer_json, "settings": settings, "pieces": pieces,
+                "text_field": text_field, "split": split, "chunk_bytes": chunk_bytes,
+                "split_name": split_name},
+            max_restarts=0)  # an actor lost is one line (RayActorError), not a restart
+
+    def _rows(self, dataset: Any) -> Iterator[dict[str, Any]]:
+        """A dataset's rows in order; a task's error of the inputs (its row's ``error``)
+        raised as a :class:`UserError`, an actor lost as one line."""
+        ray = self.ray
+        try:
+            for row in dataset.iter_rows():
+                if row["error"]:
+                    raise UserError(row["error"])
+                yield row
+        except UserError:
+            raise
+        except Exception as err:  # Ray Data wraps an actor lost in kinds by version
+            seen: list[BaseException] = [err]
+            while seen:
+                cause = seen.pop()
+                if isinstance(cause, ray.exceptions.RayActorError):
+                    raise UserError(f"a Ray packing actor (--workers {self.workers}) died, "
+                                    f"most likely out of memory; run again with fewer "
+                                    f"--workers") from None
+                seen += [c for c in (getattr(cause, "cause", None), cause.__cause__,
+                                     cause.__context__) if isinstance(c, BaseException)]
+            raise
+
+
+def _as_row(work: Any) -> Any:
+    """A task's function whose :class:`UserError` (a bad input: one line) comes back as its
+    row's ``error``, raised again where the rows are read (Ray Data keeps only its text)."""
+    @functools.wraps(work)
+    def run(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        try:
+            return {**work(*args, **kwargs), "error": ""}
+        except UserError as err:
+            return {"error": str(err)}
+    return run
+
+
+@_as_row
+def _read(row: dict[str, Any], pieces: list[Piece], files: list[str], text_field: str,
+          split: str | None) -> dict[str, Any]:
+    """Pass 1, a task: a piece's lines' lengths (characters, 0 for a blank line) and bad
+    bytes, or a file's checksum."""
+    if row["kind"] == "file":
+        with _reached(files[row["i"]]):
+            return {**row, "lengths": b"", "bad": 0,
+                    "stats": json.dumps(file_stats(files[row["i"]], split))}
+    lengths, bad = array.array("i"), 0  # 4 bytes a line
+    for line, b in _lines(pieces[row["i"]], text_field, split):
+        lengths.append(len(line))
+        bad += b
+    return {**row, "lengths": lengths.tobytes(), "bad": bad, "stats": ""}
+
+
+def _reached(path: str) -> contextlib.AbstractContextManager[None]:
+    """A store's failure while a task reads ``path`` (a URL) as one line."""
+    return remote.reached(path, "--input") if remote.is_url(path) else contextlib.nullcontext()
+
+
+def _lines(piece: Piece, text_field: str, split: str | None) -> Iterator[tuple[str, int]]:
+    """:func:`piece_lines`, a store's failure while reading them one line (only the
+    reading's: what the caller does between lines is not the store's)."""
+    lines = piece_lines(piece, text_field, split)
+    if not remote.is_url(piece.path):
+        yield from lines
+        return
+    while True:
+        with _reached(piece.path):
+            item = next(lines, None)
+        if item is None:
+            return
+        yield item
+
+
+class _Packer:
+    """Pass 3, an actor with its own tokenizer: the chunks that begin in a piece, read, packed
+    and written to the piece's part files."""
+
+    def __init__(self, tokenizer_json: str, settings: dict[str, Any], pieces: list[Piece],
+                 text_field: str, split: str | None, chunk_bytes: int,
+                 split_name: str) -> None:
+        from electra.data.prepare import _init_worker
+
+        _init_worker(tokenizer_json, {**settings})
+        self.pieces, self.text_field, self.split = pieces, text_field, split
+        self.chunk_bytes, self.split_name = chunk_bytes, split_name
+
+    def __call__(self, batch: dict[str, Any]) -> Iterator[dict[str, list[Any]]]:
+        """A row a chunk, as each is packed (so a whole gzipped file's rows are never held
+        at once); an input's :class:`UserError` as a last row's ``error``."""
+        try:
+            for row in self._pack(json.loads(batch["task"][0])):
+                yield {key: [value] for key, value in {**row, "error": ""}.items()}
+        except UserError as err:
+            yield {"done": [""], "rows": [b""], "error": [str(err)]}
+
+    def _pack(self, task: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        from electra.data.prepare import pack_chunk, shard_rows
+
+        for i, lines in enumerate(self._chunks(task)):
+            chunks = list(chunk_lines(lines, self.chunk_bytes, index=task["index"] + i))
+            if len(chunks) != 1:  # the plan and the lines disagree: a bug, not an input
+                raise RuntimeError(f"chunk {task['index'] + i}: {len(chunks)} chunks where "
+                                   f"the plan has 1")
+            p = pack_chunk(chunks[0])
+            arrays: dict[str, dict[str, bytes]] = {}
+            written: dict[str, dict[str, int]] = {}
+            for name in ("train", "val"):
+                rows = shard_rows(p, name)
+                if rows is not None:  # a validation input's rows all go to val
+                    target = self.split_name if self.split_name == "val" else name
+                    arrays[target] = {f: a.tobytes() for f, a in rows[0].items()}
+                    written[target] = rows[1]
+            yield {"done": json.dumps({"written": written, "counts": p.counts,
+                                       "docs": chunks[0].n_docs}),
+                   "rows": pickle.dumps(arrays)}
+
+    def _chunks(self, task: dict[str, Any]) -> Iterator[list[tuple[str, int]]]:
+        """The lines of each chunk of ``task``: from line ``skip`` of its piece to each of its
+        ``ends`` in turn, reading on into the pieces after."""
+        ends = [tuple(e) for e in task["ends"]]
+        lines: list[tuple[str, int]] = []
+        k = task["piece"]
+        while ends:
+            for j, item in enumerate(_lines(self.pieces[k], self.text_field, self.split)):
+                if k == task["piece"] and j < task["skip"]:
+                    continue
+                lines.append(item)
+                if (k, j) == ends[0]:
+                    yield lines
+                    lines = []
+                    ends.pop(0)
+                    if not ends:
+                        return
+            k += 1
