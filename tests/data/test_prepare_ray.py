@@ -123,7 +123,7 @@ fsspec = pytest.importorskip("fsspec")
 @pytest.mark.slow
 def test_prepare_on_ray_writes_the_one_process_shards(s3, tmp_path, capsys, monkeypatch,
                                                       request):
-    """Text, gzipped text and JSONL inputs, a validation split by fraction and one by file,
+    """Text, gzipped text, JSONL and Parquet inputs, a validation split by fraction and one by file,
     packed rows, a document longer than 8 chunks: on 2 actors, the inputs read in pieces of
     3 kB (a chunk running on into the next piece and the next file) and in the default
     pieces, every shard and meta.json's every count and checksum are the one process's; read
@@ -136,6 +136,12 @@ def test_prepare_on_ray_writes_the_one_process_shards(s3, tmp_path, capsys, monk
     (tmp_path / "e.jsonl").write_text("".join(
         json.dumps({"text": "\n".join(d)}) + "\n" for d in docs[:30])
         + json.dumps({"text": " ".join(["abab"] * 5000)}) + "\n")  # 25 kB: 8 chunks
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    more = write_corpus(tmp_path / "f.txt", n_docs=25, seed=3)
+    pq.write_table(pa.table({"text": ["\n".join(d) for d in more]}), tmp_path / "f.parquet",
+                   row_group_size=10)
     write_corpus(tmp_path / "v.txt", n_docs=20, seed=2)
     assert main(["tokenizer", "train", "--input", str(tmp_path / "c.txt"), "--vocab-size",
                  "120", "--out", str(tmp_path / "tok")]) == 0
@@ -144,7 +150,8 @@ def test_prepare_on_ray_writes_the_one_process_shards(s3, tmp_path, capsys, monk
     # One local cluster for the test's runs (a run that finds one uses it, leaves it up).
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     request.addfinalizer(ray.shutdown)
-    inputs = [str(tmp_path / n) for n in ("c.txt", "d.txt.gz", "e.jsonl")]
+    names = ("c.txt", "d.txt.gz", "e.jsonl", "f.parquet")
+    inputs = [str(tmp_path / n) for n in names]
     runs = {}
     for out, engine, workers, piece in (("one", "local", 1, None), ("ray", "ray", 2, 3000),
                                         ("ray-val", "ray", 2, None), ("one-val", "local", 1,
@@ -156,14 +163,13 @@ def test_prepare_on_ray_writes_the_one_process_shards(s3, tmp_path, capsys, monk
             seq_len=32, pack=True, engine=engine, workers=workers, chunk_bytes=3000,
             piece_bytes=piece, quiet=True, **val))
     fs = fsspec.filesystem("s3", skip_instance_cache=True)
-    for name in ("c.txt", "d.txt.gz", "e.jsonl"):
+    for name in names:
         fs.put_file(str(tmp_path / name), f"data/ray/{name}")
     runs["s3"] = prepare(PrepareOptions(
         inputs=["s3://data/ray/"], tokenizer=str(tmp_path / "tok"), out=str(tmp_path / "s3"),
         seq_len=32, pack=True, engine="ray", workers=2, chunk_bytes=3000, piece_bytes=3000,
         quiet=True, val_fraction=0.1))
-    assert list(runs["s3"]["inputs"]) == [f"s3://data/ray/{n}" for n in ("c.txt", "d.txt.gz",
-                                                                         "e.jsonl")]
+    assert list(runs["s3"]["inputs"]) == [f"s3://data/ray/{n}" for n in names]
     assert list(runs["s3"]["inputs"].values()) == list(runs["one"]["inputs"].values())
     assert not (Path(s3[1]["ELECTRA_CACHE"]) / "outgoing").exists()  # nothing mirrored
     assert not any(p.name.startswith("c.txt") for p in Path(s3[1]["ELECTRA_CACHE"]).rglob("*"))
