@@ -32,7 +32,7 @@ def s3(tmp_path_factory):
     without moto, fsspec and s3fs)."""
     moto_server = pytest.importorskip("moto.server")
     fsspec = pytest.importorskip("fsspec")
-    pytest.importorskip("s3fs")
+    s3fs = pytest.importorskip("s3fs")
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -41,9 +41,12 @@ def s3(tmp_path_factory):
            "ELECTRA_CACHE": str(tmp_path_factory.mktemp("cache"))}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    fsspec.filesystem("s3", skip_instance_cache=True).mkdir("data")
+    s3fs.S3FileSystem.clear_instance_cache()  # none made for another module's server
+    # moto keeps one store per process: a module before this one may have made the bucket
+    fsspec.filesystem("s3", skip_instance_cache=True).makedirs("data", exist_ok=True)
     yield server, env
     server.stop()
+    s3fs.S3FileSystem.clear_instance_cache()
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)

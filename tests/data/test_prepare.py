@@ -17,6 +17,7 @@ from electra.commands.pretrain import PretrainOptions, pretrain
 from electra.config import TrainConfig
 from electra.data import prepare as prep
 from electra.data.loader import BatchLoader, Prefetched, ShardDataset
+from electra.data.packing import pack_rows
 from electra.data.prepare import PrepareOptions, prepare
 from electra.data.tokenizer import load_tokenizer, tokenizer_checksum, train_tokenizer
 from electra.errors import UserError
@@ -109,8 +110,8 @@ def test_workers_do_not_change_the_output(corpus, tmp_path):
 
 def test_pack_rows_places_each_example_first_fit():
     # 0 and 2 fill rows alone; 3 and 5 join 1's row; 4 does not fit there and begins a row.
-    assert prep.pack_rows([32, 5, 32, 12, 20, 10], 32) == [[0], [1, 3, 5], [2], [4]]
-    assert prep.pack_rows([], 32) == []
+    assert pack_rows([32, 5, 32, 12, 20, 10], 32) == [[0], [1, 3, 5], [2], [4]]
+    assert pack_rows([], 32) == []
 
 
 def examples_of(ds: ShardDataset) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:

@@ -10,7 +10,7 @@ in two Ray Data passes, the shards byte-identical to one process's.
    their indices and seeds are one process's; each chunk given to the piece it begins in.
 3. **Pack** (actors, ``--workers`` of them, each with its tokenizer): a piece's task reads
    its chunks' lines again (on past its end for a chunk that runs on), packs them
-   (:func:`~electra.data.prepare.pack_chunk`) and returns each chunk's rows, the bytes of each
+   (:func:`~electra.data.packing.pack_chunk`) and returns each chunk's rows, the bytes of each
    shard file, through Ray's object store as it is packed (so no filesystem need be shared,
    and a whole gzipped file's rows are never held at once). A gzipped, Parquet or Arrow file
    is one piece, so one actor packs it: many such files spread over the cluster.
@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from electra.data.packing import init_worker, pack_chunk, shard_rows
 from electra.data.text import (
     HUB,
     Piece,
@@ -139,9 +140,9 @@ class RayEngine:
             stats.bytes += int(found[i].get("bytes", 0))
         if not tasks:
             return
-        # 3. Pack and write, on the actors; 4. joined here in the pieces' order.
-        with warnings.catch_warnings():  # max_restarts as a remote argument: deprecated
-            warnings.simplefilter("ignore")  # in Ray 2.60 for a name it does not have yet
+        # 3. Packed on the actors; 4. written here, in the chunks' order.
+        with warnings.catch_warnings():  # Ray 2.60 warns of remote arguments given by name
+            warnings.simplefilter("ignore")  # (max_restarts), which it will take otherwise
             packed = self._packed(tasks, tokenizer_json, settings, pieces, text_field,
                                   split, chunk_bytes, split_name)
 
@@ -184,8 +185,12 @@ class RayEngine:
             raise
         except Exception as err:  # Ray Data wraps an actor lost in kinds by version
             seen: list[BaseException] = [err]
+            visited: set[int] = set()
             while seen:
                 cause = seen.pop()
+                if id(cause) in visited:
+                    continue
+                visited.add(id(cause))
                 if isinstance(cause, ray.exceptions.RayActorError):
                     raise UserError(f"a Ray packing actor (--workers {self.workers}) died, "
                                     f"most likely out of memory; run again with fewer "
@@ -250,9 +255,7 @@ class _Packer:
     def __init__(self, tokenizer_json: str, settings: dict[str, Any], pieces: list[Piece],
                  text_field: str, split: str | None, chunk_bytes: int,
                  split_name: str) -> None:
-        from electra.data.prepare import _init_worker
-
-        _init_worker(tokenizer_json, {**settings})
+        init_worker(tokenizer_json, settings)
         self.pieces, self.text_field, self.split = pieces, text_field, split
         self.chunk_bytes, self.split_name = chunk_bytes, split_name
 
@@ -266,8 +269,6 @@ class _Packer:
             yield {"done": [""], "rows": [b""], "error": [str(err)]}
 
     def _pack(self, task: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        from electra.data.prepare import pack_chunk, shard_rows
-
         for i, lines in enumerate(self._chunks(task)):
             chunks = list(chunk_lines(lines, self.chunk_bytes, index=task["index"] + i))
             if len(chunks) != 1:  # the plan and the lines disagree: a bug, not an input
