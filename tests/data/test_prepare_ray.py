@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,8 @@ import pytest
 from helpers import cli_error, sha, write_corpus
 
 from electra.cli import main
+from electra.data import prepare_ray
+from electra.data.prepare import PrepareOptions, prepare
 from electra.data.text import (
     ReadStats,
     chunk_ends,
@@ -127,7 +131,8 @@ def test_prepare_on_ray_writes_the_one_process_shards(s3, tmp_path, capsys, monk
     packed rows, a document longer than 8 chunks: on 2 actors, the inputs read in pieces of
     3 kB (a chunk running on into the next piece and the next file) and in the default
     pieces, every shard and meta.json's every count and checksum are the one process's; read
-    from an S3 server by the tasks themselves (byte ranges), the same shards."""
+    from an S3 server by the tasks themselves (byte ranges), the same shards. A SIGTERM and an
+    input's error end it in one line, nothing written."""
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a local cluster of this test's own
     write_corpus(tmp_path / "c.txt", n_docs=120)
     docs = write_corpus(tmp_path / "d.txt", n_docs=60, seed=1)
@@ -145,8 +150,22 @@ def test_prepare_on_ray_writes_the_one_process_shards(s3, tmp_path, capsys, monk
     write_corpus(tmp_path / "v.txt", n_docs=20, seed=2)
     assert main(["tokenizer", "train", "--input", str(tmp_path / "c.txt"), "--vocab-size",
                  "120", "--out", str(tmp_path / "tok")]) == 0
-    from electra.data.prepare import PrepareOptions, prepare
+    # SIGTERM (SLURM's, a container's) while the chunks are planned, Ray started by the
+    # command: it ends as Ctrl-C does (Ray's own handler, a stack dump, is not left in place).
+    def planned(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        yield from real(*args)
 
+    real = prepare_ray.chunk_ends
+    monkeypatch.setattr(prepare_ray, "chunk_ends", planned)
+    assert main(["prepare", "--input", str(tmp_path / "c.txt"), "--tokenizer",
+                 str(tmp_path / "tok"), "--engine", "ray", "--out", str(tmp_path / "t")]) == 143
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "electra: stopped by SIGTERM; nothing was written (--out is as it was); run the "
+        "command again")
+    assert not ray.is_initialized()
+    assert not (tmp_path / "t").exists() and not (tmp_path / "t.partial").exists()
+    monkeypatch.setattr(prepare_ray, "chunk_ends", real)
     # One local cluster for the test's runs (a run that finds one uses it, leaves it up).
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     request.addfinalizer(ray.shutdown)

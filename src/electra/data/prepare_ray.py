@@ -26,6 +26,8 @@ import functools
 import json
 import logging
 import pickle
+import signal
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +78,11 @@ class RayEngine:
         # Ray Data logs a line a pass, and a task's error (raised here as one line) at length
         logging.getLogger("ray.data").setLevel(logging.CRITICAL)
         if not ray.is_initialized():
+            # ray.init takes SIGTERM over (a stack dump, an exit); the command's handler, which
+            # ends it as Ctrl-C does (electra.train.stop), is put back after it
+            main = threading.current_thread() is threading.main_thread()
+            handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)
+                        } if main else {}
             try:
                 ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
                          configure_logging=False,
@@ -85,6 +92,10 @@ class RayEngine:
                 raise UserError(f"--engine ray --address {self.address}: no Ray cluster there "
                                 f"({first}); start one (ray start --head) or leave --address "
                                 f"out for a local one") from None
+            finally:
+                for sig, handler in handlers.items():
+                    if handler is not None:
+                        signal.signal(sig, handler)
             self.started = True
         ctx = ray.data.DataContext.get_current()
         ctx.execution_options.preserve_order = True  # results in the pieces' order
