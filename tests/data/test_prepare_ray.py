@@ -52,12 +52,19 @@ def _messy_text(rng: random.Random, n: int) -> bytes:
     return b"\n".join(out)  # no newline at the end
 
 
-@pytest.mark.parametrize("kind", ["text", "jsonl"])
+@pytest.mark.parametrize("kind", ["text", "jsonl", "parquet"])
 def test_a_files_pieces_hold_its_lines(tmp_path, kind):
     rng = random.Random(3)
-    path = tmp_path / ("c.txt" if kind == "text" else "c.jsonl")
+    path = tmp_path / f"c.{'txt' if kind == 'text' else kind}"
     if kind == "text":
         path.write_bytes(_messy_text(rng, 400))
+    elif kind == "parquet":  # row groups of 7 records, some empty or None
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        texts = [None if rng.random() < 0.1 else "\n".join(
+            "w" * rng.randint(0, 30) for _ in range(rng.randint(1, 5))) for _ in range(150)]
+        pq.write_table(pa.table({"text": texts}), path, row_group_size=7)
     else:
         path.write_text("".join(json.dumps({"text": "\n".join(
             "w" * rng.randint(0, 30) for _ in range(rng.randint(1, 5)))}) + "\n" + (
@@ -65,7 +72,7 @@ def test_a_files_pieces_hold_its_lines(tmp_path, kind):
     whole = list(iter_lines(path, "text", ReadStats()))
     for size in (1, 7, 64, 300, 5000, 10**9):
         pieces = plan_pieces([path], size)
-        assert (len(pieces) > 1) == (size < path.stat().st_size)
+        assert (len(pieces) > 1) == (size < (path.stat().st_size if kind != "parquet" else 7000))
         got = [item for p in pieces for item in piece_lines(p)]
         assert got == whole, size
 

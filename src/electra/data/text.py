@@ -176,9 +176,11 @@ def _text_column(schema: Any, text_field: str, where: str) -> None:
                         f"text field with --text-field")
 
 
-def _table_records(path: str | Path, text_field: str) -> Iterator[str | None]:
+def _table_records(path: str | Path, text_field: str,
+                   row_groups: list[int] | None = None) -> Iterator[str | None]:
     """The text field of each record of a Parquet or Arrow (IPC file or stream, as
-    ``datasets`` writes) file, read in record batches."""
+    ``datasets`` writes) file, read in record batches (of a Parquet file's ``row_groups``
+    alone, if given)."""
     import pyarrow as pa
 
     url = remote.is_url(path)
@@ -189,6 +191,7 @@ def _table_records(path: str | Path, text_field: str) -> Iterator[str | None]:
             pf = pq.ParquetFile(_open(path) if url else path)
             _text_column(pf.schema_arrow, text_field, str(path))
             batches: Iterable[Any] = pf.iter_batches(batch_size=_BATCH_ROWS,
+                                                     row_groups=row_groups,
                                                      columns=[text_field])
         else:
             try:  # the stream format (what datasets writes), else the file format
@@ -335,9 +338,10 @@ def remote_inputs(url: str, flag: str = "--input") -> list[str]:
 @dataclass(frozen=True)
 class Piece:
     """A part of one input that a worker reads alone: the lines of a text or JSONL file that
-    begin in bytes ``[start, end)``, or (``end`` -1) the whole file; ``last``: it ends its
-    file (whose end ends a document). The lines of a file's pieces, in order, are the file's
-    (:func:`piece_lines`, tested equal to :func:`iter_lines`)."""
+    begin in bytes ``[start, end)``, a Parquet file's row groups ``[start, end)``, or (``end``
+    -1) the whole file; ``last``: it ends its file (whose end ends a text file's document).
+    The lines of a file's pieces, in order, are the file's (:func:`piece_lines`, tested equal
+    to :func:`iter_lines`)."""
 
     path: str
     start: int = 0
@@ -347,10 +351,14 @@ class Piece:
 
 def plan_pieces(files: list[str | Path], piece_bytes: int) -> list[Piece]:
     """Each input as pieces of about ``piece_bytes``: an uncompressed text or JSONL file cut
-    by byte ranges (a line belongs to the piece it begins in); a gzipped, Parquet or Arrow
-    file, or a hub dataset, is one piece."""
+    by byte ranges (a line belongs to the piece it begins in), a Parquet file by its row
+    groups (``start``, ``end``: a range of them); a gzipped or Arrow file, or a hub dataset,
+    is one piece."""
     pieces = []
     for path in files:
+        if str(path).endswith(".parquet"):
+            pieces += _row_group_pieces(str(path), piece_bytes)
+            continue
         size = 0 if (str(path).startswith(HUB) or str(path).endswith(".gz")
                      or _is_table(path)) else input_size(path)
         if size <= piece_bytes:
@@ -359,6 +367,28 @@ def plan_pieces(files: list[str | Path], piece_bytes: int) -> list[Piece]:
         starts = range(0, size, piece_bytes)
         pieces += [Piece(str(path), s, min(s + piece_bytes, size), s + piece_bytes >= size)
                    for s in starts]
+    return pieces
+
+
+def _row_group_pieces(path: str, piece_bytes: int) -> list[Piece]:
+    """A Parquet file's row groups, consecutive ones together up to ``piece_bytes`` (their
+    size unpacked, as the file's footer gives it)."""
+    import pyarrow.parquet as pq
+
+    try:
+        with _open(path) as f:
+            meta = pq.ParquetFile(f).metadata
+    except Exception:  # not Parquet: the reader says so in one line, as it does for a file
+        return [Piece(path)]
+    sizes = [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
+    if sum(sizes) <= piece_bytes:
+        return [Piece(path)]
+    pieces, start, size = [], 0, 0
+    for i, n in enumerate(sizes):
+        size += n
+        if size >= piece_bytes or i == len(sizes) - 1:
+            pieces.append(Piece(path, start, i + 1, i == len(sizes) - 1))
+            start, size = i + 1, 0
     return pieces
 
 
@@ -371,7 +401,8 @@ def piece_lines(piece: Piece, text_field: str = "text",
         yield from _record_lines(_hub_records(piece.path, text_field, split))
         return
     if _is_table(path):
-        yield from _record_lines(_table_records(path, text_field))
+        groups = list(range(piece.start, piece.end)) if piece.end >= 0 else None
+        yield from _record_lines(_table_records(path, text_field, groups))
         return
     first = piece.start
 
