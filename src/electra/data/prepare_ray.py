@@ -2,7 +2,8 @@
 in two Ray Data passes, the shards byte-identical to one process's.
 
 1. **Read** (tasks): every input cut in pieces (:func:`~electra.data.text.plan_pieces`: byte
-   ranges of a text or JSONL file; a gzipped, Parquet or Arrow file whole), each piece read
+   ranges of a text or JSONL file, a Parquet file's row groups; a gzipped or Arrow file
+   whole), each piece read
    by a task that returns its lines' lengths (4 bytes a line) and bad bytes; each file's
    checksum read by a task too.
 2. **Plan** (here, streamed as the pieces come): where each chunk ends
@@ -12,8 +13,8 @@ in two Ray Data passes, the shards byte-identical to one process's.
    its chunks' lines again (on past its end for a chunk that runs on), packs them
    (:func:`~electra.data.packing.pack_chunk`) and returns each chunk's rows, the bytes of each
    shard file, through Ray's object store as it is packed (so no filesystem need be shared,
-   and a whole gzipped file's rows are never held at once). A gzipped, Parquet or Arrow file
-   is one piece, so one actor packs it: many such files spread over the cluster.
+   and a whole gzipped file's rows are never held at once). A gzipped or Arrow file is one
+   piece, so one actor packs it: many such files spread over the cluster.
 4. **Write** (here): each piece's bytes appended to the split's shard files in the pieces'
    order, as soon as the piece is done (a copy, no decoding).
 """
