@@ -933,6 +933,14 @@ CASES = [
 SG = ("finetune", "--model", P("run"), "--quiet", "--task")
 LONG = "x" * 300
 CASES += [
+    # -- issue 61: prepare --engine ray's cluster --
+    ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--engine", "ray",
+                "--address", "127.0.0.1:1", "--out", P("ray61")),
+     "--engine ray --address 127.0.0.1:1: nothing answers there (Connection refused); start a "
+     "cluster there (ray start --head), or leave --address out for a local one"),
+    ("config", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--engine", "ray",
+                "--address", "ray://no-such-host.invalid:10001", "--out", P("ray61")),
+     "--engine ray --address ray://no-such-host.invalid:10001: nothing answers there"),
     # -- issue 61: weighted mixtures, a mask rate per phase --
     ("config", ("pretrain", "--config", P("tiny.toml"), "--data", "{w}/data:0.7+{w}/packed",
                 "--quiet"), "give every folder of"),

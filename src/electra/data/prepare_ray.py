@@ -28,6 +28,7 @@ import json
 import logging
 import pickle
 import signal
+import socket
 import threading
 import warnings
 from collections.abc import Iterator
@@ -79,6 +80,8 @@ class RayEngine:
         # Ray Data logs a line a pass, and a task's error (raised here as one line) at length
         logging.getLogger("ray.data").setLevel(logging.CRITICAL)
         if not ray.is_initialized():
+            if self.address:
+                _answers(self.address)
             # ray.init takes SIGTERM over (a stack dump, an exit); the command's handler, which
             # ends it as Ctrl-C does (electra.train.stop), is put back after it
             main = threading.current_thread() is threading.main_thread()
@@ -210,6 +213,21 @@ class RayEngine:
                 seen += [c for c in (getattr(cause, "cause", None), cause.__cause__,
                                      cause.__context__) if isinstance(c, BaseException)]
             raise
+
+
+def _answers(address: str) -> None:
+    """Refuse an ``--address`` where nothing answers (ray.init retries one for minutes,
+    logging as it goes): ``HOST:PORT`` or ``ray://HOST:PORT`` tried once, 5 s at most;
+    ``auto`` and other forms left to Ray."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not (host and port.isdigit()):
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as err:
+        raise UserError(f"--engine ray --address {address}: nothing answers there "
+                        f"({err.strerror or err}); start a cluster there (ray start --head), "
+                        f"or leave --address out for a local one") from None
 
 
 def _as_row(work: Any) -> Any:
