@@ -73,7 +73,7 @@ class PrepareOptions:
     seed: int = 12345
     engine: str = "local"  # local (processes on this machine) | ray (a Ray cluster: Ray Data)
     address: str | None = None  # ray: an existing cluster's address; None: a local one
-    piece_bytes: int | None = None  # ray: inputs read in pieces of this (None: 4 a worker)
+    piece_bytes: int | None = None  # ray: pieces of inputs (None: about 4 a worker, 1-256 MiB)
     val_inputs: list[str] | None = None
     val_fraction: float | None = None
     overwrite: bool = False
