@@ -127,10 +127,6 @@ def test_chunk_ends_are_the_chunkings(tmp_path):
         assert not any(line for line, _ in flat[start:])
 
 
-ray = pytest.importorskip("ray")
-fsspec = pytest.importorskip("fsspec")
-
-
 @pytest.mark.slow
 def test_prepare_on_ray_writes_the_one_process_shards(s3, tmp_path, capsys, monkeypatch,
                                                       request):
@@ -140,6 +136,8 @@ def test_prepare_on_ray_writes_the_one_process_shards(s3, tmp_path, capsys, monk
     pieces, every shard and meta.json's every count and checksum are the one process's; read
     from an S3 server by the tasks themselves (byte ranges), the same shards. A SIGTERM and an
     input's error end it in one line, nothing written."""
+    ray = pytest.importorskip("ray")  # (the tests above need no Ray)
+    fsspec = pytest.importorskip("fsspec")
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a local cluster of this test's own
     write_corpus(tmp_path / "c.txt", n_docs=120)
     docs = write_corpus(tmp_path / "d.txt", n_docs=60, seed=1)
