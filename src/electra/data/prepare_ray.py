@@ -3,9 +3,9 @@ in two Ray Data passes, the shards byte-identical to one process's.
 
 1. **Read** (tasks): every input cut in pieces (:func:`~electra.data.text.plan_pieces`: byte
    ranges of a text or JSONL file, a Parquet file's row groups; a gzipped or Arrow file
-   whole), each piece read
-   by a task that returns its lines' lengths (4 bytes a line) and bad bytes; each file's
-   checksum read by a task too.
+   whole), each piece read by a task that returns its lines' lengths (4 bytes a line) and
+   bad bytes, and a whole text file's checksum as it reads it (a file read in pieces, or a
+   table, is read once more by a task of its own for its checksum).
 2. **Plan** (here, streamed as the pieces come): where each chunk ends
    (:func:`~electra.data.text.chunk_ends`, from the lengths alone, vectorized), so the chunks,
    their indices and seeds are one process's; each chunk given to the piece it begins in.
@@ -45,6 +45,7 @@ from electra.data.text import (
     chunk_ends,
     chunk_lines,
     file_stats,
+    hashed_as_read,
     input_size,
     piece_lines,
     plan_pieces,
@@ -120,9 +121,12 @@ class RayEngine:
         does."""
         ray = self.ray
         pieces = plan_pieces(files, piece_bytes or piece_size(files, self.workers))
-        # 1. Read: the lines' lengths of each piece, each file's checksum.
+        # 1. Read: the lines' lengths of each piece, each file's checksum (by the task that
+        # reads a whole text file; a task of its own for a file read in pieces or a table).
+        file_of = {str(f): i for i, f in enumerate(files)}
+        alone = {file_of[p.path] for p in pieces if hashed_as_read(p)}
         items = ([{"kind": "piece", "i": i} for i in range(len(pieces))]
-                 + [{"kind": "file", "i": i} for i in range(len(files))])
+                 + [{"kind": "file", "i": i} for i in range(len(files)) if i not in alone])
         read = ray.data.from_items(items, override_num_blocks=len(items)).map(
             _read, fn_kwargs={"pieces": pieces, "files": [str(f) for f in files],
                               "text_field": text_field, "split": split}, num_cpus=1)
@@ -137,6 +141,8 @@ class RayEngine:
                     continue
                 lines.append(len(row["lengths"]) // 4)
                 stats.bad_bytes += int(row["bad"])
+                if row["stats"]:  # a whole text file's checksum, taken as it was read
+                    found[file_of[pieces[row["i"]].path]] = json.loads(row["stats"])
                 yield np.frombuffer(row["lengths"], dtype=np.int32)
 
         # 2. Plan: every chunk's end, each chunk given to the piece it begins in.
@@ -251,11 +257,14 @@ def _read(row: dict[str, Any], pieces: list[Piece], files: list[str], text_field
         with _reached(files[row["i"]]):
             return {**row, "lengths": b"", "bad": 0,
                     "stats": json.dumps(file_stats(files[row["i"]], split))}
+    piece = pieces[row["i"]]
     lengths, bad = array.array("i"), 0  # 4 bytes a line
-    for line, b in _lines(pieces[row["i"]], text_field, split):
+    stats = ReadStats() if hashed_as_read(piece) else None
+    for line, b in _lines(piece, text_field, split, stats):
         lengths.append(len(line))
         bad += b
-    return {**row, "lengths": lengths.tobytes(), "bad": bad, "stats": ""}
+    return {**row, "lengths": lengths.tobytes(), "bad": bad,
+            "stats": json.dumps(stats.files[piece.path]) if stats else ""}
 
 
 def _reached(path: str) -> contextlib.AbstractContextManager[None]:
@@ -263,10 +272,11 @@ def _reached(path: str) -> contextlib.AbstractContextManager[None]:
     return remote.reached(path, "--input") if remote.is_url(path) else contextlib.nullcontext()
 
 
-def _lines(piece: Piece, text_field: str, split: str | None) -> Iterator[tuple[str, int]]:
+def _lines(piece: Piece, text_field: str, split: str | None,
+           stats: ReadStats | None = None) -> Iterator[tuple[str, int]]:
     """:func:`piece_lines`, a store's failure while reading them one line (only the
     reading's: what the caller does between lines is not the store's)."""
-    lines = piece_lines(piece, text_field, split)
+    lines = piece_lines(piece, text_field, split, stats)
     if not remote.is_url(piece.path):
         yield from lines
         return

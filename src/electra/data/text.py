@@ -268,7 +268,7 @@ def _is_table(path: str | Path) -> bool:
     return str(path).endswith((".parquet", ".arrow"))
 
 
-def iter_lines(path: Path, text_field: str, stats: ReadStats,
+def iter_lines(path: str | Path, text_field: str, stats: ReadStats,
                split: str | None = None) -> Iterator[tuple[str, int]]:
     """(line, bad_bytes) for each line of a file, "" marking document ends; hashes the file."""
     if str(path).startswith(HUB):
@@ -277,6 +277,7 @@ def iter_lines(path: Path, text_field: str, stats: ReadStats,
         return
     if _is_table(path):
         yield from _record_lines(_table_records(path, text_field))
+        path = Path(path)
         size = path.stat().st_size
         stats.files[str(path)] = {"sha256": sha256_file(path), "bytes": size}
         stats.bytes += size
@@ -392,11 +393,21 @@ def _row_group_pieces(path: str, piece_bytes: int) -> list[Piece]:
     return pieces
 
 
-def piece_lines(piece: Piece, text_field: str = "text",
-                split: str | None = None) -> Iterator[tuple[str, int]]:
+def hashed_as_read(piece: Piece) -> bool:
+    """Whether :func:`piece_lines` can checksum the piece's file as it reads it: a whole
+    text or JSONL file (not a range, a table or a hub dataset)."""
+    return piece.end < 0 and not piece.path.startswith(HUB) and not _is_table(piece.path)
+
+
+def piece_lines(piece: Piece, text_field: str = "text", split: str | None = None,
+                stats: ReadStats | None = None) -> Iterator[tuple[str, int]]:
     """(line, bad_bytes) for each line of a :class:`Piece`, as :func:`iter_lines` gives them
-    (errors name the same file:line)."""
+    (errors name the same file:line); with ``stats``, a piece :func:`hashed_as_read` has its
+    file's checksum and size recorded there as iter_lines records them."""
     path = piece.path
+    if stats is not None and hashed_as_read(piece):
+        yield from iter_lines(path, text_field, stats, split)
+        return
     if path.startswith(HUB):
         yield from _record_lines(_hub_records(piece.path, text_field, split))
         return
