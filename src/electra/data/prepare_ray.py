@@ -119,8 +119,32 @@ class RayEngine:
         """One split's inputs (``files``) read, packed and written into ``writers`` (made by
         ``new_writer(target)``), ``stats`` and ``totals`` counted, as the one-process path
         does."""
-        ray = self.ray
         pieces = plan_pieces(files, piece_bytes or piece_size(files, self.workers))
+        tasks = self._plan(files, pieces, stats, text_field, chunk_bytes, split)
+        if not tasks:
+            return
+        # 3. Packed on the actors; 4. written here, in the chunks' order.
+        with warnings.catch_warnings():  # Ray 2.60 warns of remote arguments given by name
+            warnings.simplefilter("ignore")  # (max_restarts), which it will take otherwise
+            packed = self._packed(tasks, tokenizer_json, settings, pieces, text_field,
+                                  split, chunk_bytes, split_name)
+
+        for row in self._rows(packed):
+            done, rows = json.loads(row["done"]), pickle.loads(row["rows"])
+            for target, counts in done["written"].items():
+                if target not in writers:
+                    writers[target] = new_writer(target)
+                writers[target].append(rows[target], counts)
+            for key, value in done["counts"].items():
+                totals[key] = totals.get(key, 0) + value
+            stats.docs += done["docs"]
+
+    def _plan(self, files: list[str | Path], pieces: list[Piece], stats: ReadStats,
+              text_field: str, chunk_bytes: int, split: str | None) -> list[dict[str, Any]]:
+        """Passes 1 and 2: the pieces read (``stats``' files, bytes and bad bytes counted),
+        the chunks' ends found, and the packing tasks made: each the chunks that begin in a
+        piece."""
+        ray = self.ray
         # 1. Read: the lines' lengths of each piece, each file's checksum (by the task that
         # reads a whole text file; a task of its own for a file read in pieces or a table).
         file_of = {str(f): i for i, f in enumerate(files)}
@@ -159,23 +183,7 @@ class RayEngine:
         for i, f in enumerate(files):
             stats.files[str(f)] = found[i]
             stats.bytes += int(found[i].get("bytes", 0))
-        if not tasks:
-            return
-        # 3. Packed on the actors; 4. written here, in the chunks' order.
-        with warnings.catch_warnings():  # Ray 2.60 warns of remote arguments given by name
-            warnings.simplefilter("ignore")  # (max_restarts), which it will take otherwise
-            packed = self._packed(tasks, tokenizer_json, settings, pieces, text_field,
-                                  split, chunk_bytes, split_name)
-
-        for row in self._rows(packed):
-            done, rows = json.loads(row["done"]), pickle.loads(row["rows"])
-            for target, counts in done["written"].items():
-                if target not in writers:
-                    writers[target] = new_writer(target)
-                writers[target].append(rows[target], counts)
-            for key, value in done["counts"].items():
-                totals[key] = totals.get(key, 0) + value
-            stats.docs += done["docs"]
+        return tasks
 
     def _packed(self, tasks: list[dict[str, Any]], tokenizer_json: str,
                 settings: dict[str, Any], pieces: list[Piece], text_field: str,
