@@ -399,17 +399,16 @@ def hashed_as_read(piece: Piece) -> bool:
     return piece.end < 0 and not piece.path.startswith(HUB) and not _is_table(piece.path)
 
 
-_ASCII_SPACE_MORE = b"\x1c\x1d\x1e\x1f"  # ASCII that str.strip() strips, bytes.strip() keeps
-_SCAN_BLOCK = 1 << 24  # bytes of lines split at once
+_SCAN_BLOCK = 1 << 24  # bytes of lines decoded at once
 
 
 def piece_lengths(piece: Piece) -> tuple[np.ndarray, dict[str, object]] | None:
     """The lengths :func:`piece_lines` gives a plain-text piece's lines (characters once
-    stripped, 0 for a blank line, 0 for a file's end), found on its bytes (split and stripped
-    as bytes, not decoded line by line) when they are ASCII (no bad bytes then), with its
-    file's checksum for a whole file; None for any other piece (JSONL, gzipped, tables; text
-    that is not all ASCII, or holds the separators ``\x1c``-``\x1f`` that only str.strip()
-    strips), which is read line by line."""
+    stripped, 0 for a blank line, 0 for a file's end), found on its bytes decoded in blocks
+    of whole lines (UTF-8 never holds a newline byte inside a character, so a block's lines
+    are the lines decoded one by one), with its file's checksum for a whole file; None for a
+    piece with bytes that are not UTF-8 (their replacements are counted line by line) and for
+    any other kind (JSONL, gzipped, tables), which are read line by line."""
     path = piece.path
     if (path.startswith(HUB) or _is_table(path) or _is_jsonl(path)
             or path.endswith(".gz")):
@@ -425,13 +424,14 @@ def piece_lengths(piece: Piece) -> tuple[np.ndarray, dict[str, object]] | None:
             data = f.read(max(0, piece.end - first))
             if data and not data.endswith(b"\n"):
                 data += f.readline()  # the last line that begins in the range, whole
-    if not data.isascii() or any(c in data for c in _ASCII_SPACE_MORE):
-        return None
     parts, pos = [], 0
-    while pos < len(data):  # in blocks of whole lines, so the lines' copies stay small
+    while pos < len(data):  # in blocks of whole lines, so the decoded copies stay small
         cut = data.find(b"\n", min(pos + _SCAN_BLOCK, len(data)) - 1)
         cut = len(data) if cut < 0 else cut + 1
-        lines = data[pos:cut].split(b"\n")
+        try:
+            lines = data[pos:cut].decode("utf-8").split("\n")
+        except UnicodeDecodeError:
+            return None
         if data[cut - 1] == 10:  # no line after a block's last newline
             lines.pop()
         parts.append(np.fromiter((len(x.strip()) for x in lines), np.int32, len(lines)))
