@@ -47,7 +47,6 @@ from electra.data.text import (
     file_stats,
     hashed_as_read,
     input_size,
-    piece_lengths,
     piece_lines,
     plan_pieces,
 )
@@ -267,11 +266,6 @@ def _read(row: dict[str, Any], pieces: list[Piece], files: list[str], text_field
             return {**row, "lengths": b"", "bad": 0,
                     "stats": json.dumps(file_stats(files[row["i"]], split))}
     piece = pieces[row["i"]]
-    with _reached(piece.path):
-        fast = piece_lengths(piece)  # plain ASCII text: found at once, not line by line
-    if fast is not None:
-        return {**row, "lengths": fast[0].tobytes(), "bad": 0,
-                "stats": json.dumps(fast[1]) if fast[1] else ""}
     lengths, bad = array.array("i"), 0  # 4 bytes a line
     stats = ReadStats() if hashed_as_read(piece) else None
     for line, b in _lines(piece, text_field, split, stats):

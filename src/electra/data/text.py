@@ -399,50 +399,6 @@ def hashed_as_read(piece: Piece) -> bool:
     return piece.end < 0 and not piece.path.startswith(HUB) and not _is_table(piece.path)
 
 
-_SCAN_BLOCK = 1 << 24  # bytes of lines decoded at once
-
-
-def piece_lengths(piece: Piece) -> tuple[np.ndarray, dict[str, object]] | None:
-    """The lengths :func:`piece_lines` gives a plain-text piece's lines (characters once
-    stripped, 0 for a blank line, 0 for a file's end), found on its bytes decoded in blocks
-    of whole lines (UTF-8 never holds a newline byte inside a character, so a block's lines
-    are the lines decoded one by one), with its file's checksum for a whole file; None for a
-    piece with bytes that are not UTF-8 (their replacements are counted line by line) and for
-    any other kind (JSONL, gzipped, tables), which are read line by line."""
-    path = piece.path
-    if (path.startswith(HUB) or _is_table(path) or _is_jsonl(path)
-            or path.endswith(".gz")):
-        return None
-    with _open(path) as f:
-        if piece.end < 0:
-            data = f.read()
-        else:
-            first = piece.start
-            if first:  # as piece_lines: the line begun before the range is the piece before's
-                f.seek(first - 1)
-                first += len(f.readline()) - 1
-            data = f.read(max(0, piece.end - first))
-            if data and not data.endswith(b"\n"):
-                data += f.readline()  # the last line that begins in the range, whole
-    parts, pos = [], 0
-    while pos < len(data):  # in blocks of whole lines, so the decoded copies stay small
-        cut = data.find(b"\n", min(pos + _SCAN_BLOCK, len(data)) - 1)
-        cut = len(data) if cut < 0 else cut + 1
-        try:
-            lines = data[pos:cut].decode("utf-8").split("\n")
-        except UnicodeDecodeError:
-            return None
-        if data[cut - 1] == 10:  # no line after a block's last newline
-            lines.pop()
-        parts.append(np.fromiter((len(x.strip()) for x in lines), np.int32, len(lines)))
-        pos = cut
-    lengths = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
-    if piece.last:
-        lengths = np.append(lengths, np.int32(0))  # a file always ends a document
-    whole = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-    return lengths, whole if piece.end < 0 else {}
-
-
 def piece_lines(piece: Piece, text_field: str = "text", split: str | None = None,
                 stats: ReadStats | None = None) -> Iterator[tuple[str, int]]:
     """(line, bad_bytes) for each line of a :class:`Piece`, as :func:`iter_lines` gives them
