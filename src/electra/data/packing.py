@@ -7,6 +7,7 @@ packs which chunk (:mod:`electra.data.prepare` describes the packing and the fil
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -274,17 +275,19 @@ def _word_starts(encs: list[Any], lens: list[int]) -> np.ndarray:
     return starts
 
 
-def shard_rows(p: Packed, split: str) -> tuple[dict[str, np.ndarray], dict[str, int]] | None:
-    """The arrays of ``split``'s rows in ``p`` by shard file name, and what they count
-    (examples, tokens, sequences); None without rows."""
-    ids, seg = p.ids[split], p.segments[split]
-    if not len(ids):
-        return None
-    parts = {"ids.bin": ids, "segments.bin": seg, "word_starts.bin": p.word_starts[split],
-             "sequences.bin": p.sequences.get(split), "types.bin": p.types.get(split)}
-    return {name: a for name, a in parts.items() if a is not None}, {
-        "examples": len(ids), "tokens": int(seg[:, 1].sum(dtype=np.int64)),
-        "sequences": (int(np.unpackbits(p.sequences[split]).sum()) if split in p.sequences
-                      else len(ids))}
-
-
+def shard_rows(p: Packed, split_name: str
+               ) -> Iterator[tuple[str, dict[str, np.ndarray], dict[str, int]]]:
+    """Where a chunk's rows go: for each split that has rows in ``p``, the split they are
+    written to (``split_name``'s val for a validation input's, else their own), their arrays
+    by shard file name, and what they count (examples, tokens, sequences)."""
+    for name in ("train", "val"):
+        ids, seg = p.ids[name], p.segments[name]
+        if not len(ids):
+            continue
+        parts = {"ids.bin": ids, "segments.bin": seg, "word_starts.bin": p.word_starts[name],
+                 "sequences.bin": p.sequences.get(name), "types.bin": p.types.get(name)}
+        yield (split_name if split_name == "val" else name,
+               {file: a for file, a in parts.items() if a is not None},
+               {"examples": len(ids), "tokens": int(seg[:, 1].sum(dtype=np.int64)),
+                "sequences": (int(np.unpackbits(p.sequences[name]).sum())
+                              if name in p.sequences else len(ids))})

@@ -248,23 +248,11 @@ class _Writer:
         self.tokens = 0
         self.sequences = 0
 
-    def write(self, p: Packed, split: str) -> None:
-        """The chunk's rows of ``split`` (from ``p``), each array into its file."""
-        rows = shard_rows(p, split)
-        if rows is None:
-            return
-        for name, f in self.files.items():
-            f.write(rows[0][name].tobytes())
-        self._count(rows[1])
-
-    def append(self, rows: dict[str, bytes], counts: dict[str, int]) -> None:
-        """Rows another process packed (each file's bytes, by name, and their ``counts``),
+    def write(self, arrays: dict[str, Any], counts: dict[str, int]) -> None:
+        """Rows (each shard file's array or bytes, by name, and what they ``counts``)
         appended to this split's files."""
         for name, f in self.files.items():
-            f.write(rows[name])
-        self._count(counts)
-
-    def _count(self, counts: dict[str, int]) -> None:
+            f.write(arrays[name])
         self.examples += counts["examples"]
         self.tokens += counts["tokens"]
         self.sequences += counts["sequences"]
@@ -350,20 +338,21 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
 
     settings = {**settings, "split_name": split_name,
                 "val_fraction": opt.val_fraction if split_name == "train" else None}
+
+    def write(target: str, arrays: dict[str, Any], counts: dict[str, int]) -> None:
+        if target not in writers:
+            writers[target] = _Writer(tmp / target, shard_files(opt.pack))
+        writers[target].write(arrays, counts)
+
     if engine is not None:  # --engine ray (electra.data.prepare_ray)
-        engine.run_split(files, split_name, tok_json, settings, writers,
-                         lambda target: _Writer(tmp / target, shard_files(opt.pack)), stats,
-                         totals, opt.text_field, opt.chunk_bytes, opt.split, opt.piece_bytes)
+        engine.run_split(files, split_name, tok_json, settings, write, stats, totals,
+                         opt.text_field, opt.chunk_bytes, opt.split, opt.piece_bytes)
         return
     chunks = read_chunks(files, opt.text_field, opt.chunk_bytes, stats, opt.split)
 
     def consume(p: Packed) -> None:
-        for name in ("train", "val"):
-            if len(p.ids[name]):
-                target = split_name if split_name == "val" else name
-                if target not in writers:
-                    writers[target] = _Writer(tmp / target, shard_files(opt.pack))
-                writers[target].write(p, name)
+        for target, arrays, counts in shard_rows(p, split_name):
+            write(target, arrays, counts)
         for key, value in p.counts.items():
             totals[key] = totals.get(key, 0) + value
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import array
 import contextlib
-import functools
 import json
 import logging
 import pickle
@@ -31,7 +30,7 @@ import signal
 import socket
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,28 +38,17 @@ import numpy as np
 
 from electra.data.packing import init_worker, pack_chunk, shard_rows
 from electra.data.text import (
-    HUB,
     Piece,
     ReadStats,
     chunk_ends,
     chunk_lines,
     file_stats,
     hashed_as_read,
-    input_size,
     piece_lines,
     plan_pieces,
 )
 from electra.errors import UserError
 from electra.io import remote
-
-PIECE_MIN = 1 << 20  # bytes: pieces are at least this (or whole files)
-PIECE_MAX = 256 << 20  # and at most this, else 4 a worker
-
-
-def piece_size(files: list[str | Path], workers: int) -> int:
-    """About 4 pieces a worker, 1 to 256 MiB each (the output does not depend on it)."""
-    total = sum(input_size(f) for f in files if not str(f).startswith(HUB))
-    return int(min(PIECE_MAX, max(PIECE_MIN, total // (4 * workers) + 1)))
 
 
 class RayEngine:
@@ -112,14 +100,14 @@ class RayEngine:
             self.ray.shutdown()
 
     def run_split(self, files: list[str | Path], split_name: str, tokenizer_json: str,
-                  settings: dict[str, Any], writers: dict[str, Any],
-                  new_writer: Any, stats: ReadStats, totals: dict[str, int],
+                  settings: dict[str, Any], write: Callable[..., None],
+                  stats: ReadStats, totals: dict[str, int],
                   text_field: str, chunk_bytes: int, split: str | None,
                   piece_bytes: int | None) -> None:
-        """One split's inputs (``files``) read, packed and written into ``writers`` (made by
-        ``new_writer(target)``), ``stats`` and ``totals`` counted, as the one-process path
-        does."""
-        pieces = plan_pieces(files, piece_bytes or piece_size(files, self.workers))
+        """One split's inputs (``files``) read, packed and written (``write(target, arrays,
+        counts)``, each chunk's rows in order), ``stats`` and ``totals`` counted, as the
+        one-process path does."""
+        pieces = plan_pieces(files, piece_bytes, self.workers)
         tasks = self._plan(files, pieces, stats, text_field, chunk_bytes, split)
         if not tasks:
             return
@@ -132,9 +120,7 @@ class RayEngine:
         for row in self._rows(packed):
             done, rows = json.loads(row["done"]), pickle.loads(row["rows"])
             for target, counts in done["written"].items():
-                if target not in writers:
-                    writers[target] = new_writer(target)
-                writers[target].append(rows[target], counts)
+                write(target, rows[target], counts)
             for key, value in done["counts"].items():
                 totals[key] = totals.get(key, 0) + value
             stats.docs += done["docs"]
@@ -244,23 +230,19 @@ def _answers(address: str) -> None:
                         f"or leave --address out for a local one") from None
 
 
-def _as_row(work: Any) -> Any:
-    """A task's function whose :class:`UserError` (a bad input: one line) comes back as its
-    row's ``error``, raised again where the rows are read (Ray Data keeps only its text)."""
-    @functools.wraps(work)
-    def run(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        try:
-            return {**work(*args, **kwargs), "error": ""}
-        except UserError as err:
-            return {"error": str(err)}
-    return run
-
-
-@_as_row
 def _read(row: dict[str, Any], pieces: list[Piece], files: list[str], text_field: str,
           split: str | None) -> dict[str, Any]:
     """Pass 1, a task: a piece's lines' lengths (characters, 0 for a blank line) and bad
-    bytes, or a file's checksum."""
+    bytes, or a file's checksum; an input's :class:`UserError` as the row's ``error``
+    (raised again where the rows are read: Ray Data keeps only its text)."""
+    try:
+        return {**_read_one(row, pieces, files, text_field, split), "error": ""}
+    except UserError as err:
+        return {"error": str(err)}
+
+
+def _read_one(row: dict[str, Any], pieces: list[Piece], files: list[str], text_field: str,
+              split: str | None) -> dict[str, Any]:
     if row["kind"] == "file":
         with _reached(files[row["i"]]):
             return {**row, "lengths": b"", "bad": 0,
@@ -297,8 +279,8 @@ def _lines(piece: Piece, text_field: str, split: str | None,
 
 
 class _Packer:
-    """Pass 3, an actor with its own tokenizer: the chunks that begin in a piece, read, packed
-    and written to the piece's part files."""
+    """Pass 3, an actor with its own tokenizer: the chunks that begin in a piece, read and
+    packed, each chunk's rows returned as a row of the dataset."""
 
     def __init__(self, tokenizer_json: str, settings: dict[str, Any], pieces: list[Piece],
                  text_field: str, split: str | None, chunk_bytes: int,
@@ -325,12 +307,9 @@ class _Packer:
             p = pack_chunk(chunks[0])
             arrays: dict[str, dict[str, bytes]] = {}
             written: dict[str, dict[str, int]] = {}
-            for name in ("train", "val"):
-                rows = shard_rows(p, name)
-                if rows is not None:  # a validation input's rows all go to val
-                    target = self.split_name if self.split_name == "val" else name
-                    arrays[target] = {f: a.tobytes() for f, a in rows[0].items()}
-                    written[target] = rows[1]
+            for target, rows, counts in shard_rows(p, self.split_name):
+                arrays[target] = {f: a.tobytes() for f, a in rows.items()}
+                written[target] = counts
             yield {"done": json.dumps({"written": written, "counts": p.counts,
                                        "docs": chunks[0].n_docs}),
                    "rows": pickle.dumps(arrays)}

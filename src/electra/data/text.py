@@ -350,18 +350,26 @@ class Piece:
     last: bool = True
 
 
-def plan_pieces(files: list[str | Path], piece_bytes: int) -> list[Piece]:
-    """Each input as pieces of about ``piece_bytes``: an uncompressed text or JSONL file cut
-    by byte ranges (a line belongs to the piece it begins in), a Parquet file by its row
-    groups (``start``, ``end``: a range of them); a gzipped or Arrow file, or a hub dataset,
-    is one piece."""
+PIECE_MIN = 1 << 20  # bytes: a chosen piece size is at least this...
+PIECE_MAX = 256 << 20  # ...and at most this
+
+
+def plan_pieces(files: list[str | Path], piece_bytes: int | None = None,
+                workers: int = 1) -> list[Piece]:
+    """Each input as pieces of about ``piece_bytes`` (None: about 4 a worker, 1 to 256 MiB;
+    the output of a prepare does not depend on it): an uncompressed text or JSONL file cut by
+    byte ranges (a line belongs to the piece it begins in), a Parquet file by its row groups
+    (``start``, ``end``: a range of them); a gzipped or Arrow file, or a hub dataset, is one
+    piece."""
+    sizes = [0 if (str(path).startswith(HUB) or str(path).endswith(".gz") or _is_table(path))
+             else input_size(path) for path in files]  # each read once (a URL's: a request)
+    if piece_bytes is None:
+        piece_bytes = min(PIECE_MAX, max(PIECE_MIN, sum(sizes) // (4 * workers) + 1))
     pieces = []
-    for path in files:
+    for path, size in zip(files, sizes, strict=True):
         if str(path).endswith(".parquet"):
             pieces += _row_group_pieces(str(path), piece_bytes)
             continue
-        size = 0 if (str(path).startswith(HUB) or str(path).endswith(".gz")
-                     or _is_table(path)) else input_size(path)
         if size <= piece_bytes:
             pieces.append(Piece(str(path)))
             continue
