@@ -14,25 +14,32 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install torch==2.13.0 2>&1 | sed "/^WARNING: Location/d"
 	$(PIP) install -e '.[dev]' 2>&1 | sed "/^WARNING: Location/d"
-	$(PY) -c "import electra, torch, tokenizers, safetensors, transformers, sklearn, tensorboard, matplotlib, pyarrow, datasets, seqeval, mkdocs, mkdocstrings, material, xdist, hypothesis, mlflow, wandb, pytorch_optimizer, sentencepiece, s3fs, moto, ray, sentence_transformers"
+	$(PY) -c "import electra, torch, tokenizers, safetensors, transformers, sklearn, tensorboard, matplotlib, pyarrow, datasets, seqeval, mkdocs, mkdocstrings, material, xdist, hypothesis, pytest_randomly, mlflow, wandb, pytorch_optimizer, sentencepiece, s3fs, moto, ray, sentence_transformers"
 	touch $@
 
 # ARGS: the demo's flags, e.g. make demo ARGS="--resume" or ARGS="--set train.threads=1"
 demo: setup
 	$(VENV)/bin/electra demo $(ARGS)
 
-# A pytest-xdist worker per core, each test file on one worker in its order (the docs' pages
-# build on each other); TEST_WORKERS=0: one process. Times per CPU: docs/results/machines.md.
+# A pytest-xdist worker per core, each test file on one worker; TEST_WORKERS=0: one process.
+# The tests run in a new random order each time (pytest-randomly; the header says its seed):
+# TEST_SEED=N repeats an order, TEST_SEED=off keeps the files' own. Times per CPU:
+# docs/results/machines.md.
 TEST_WORKERS ?= auto
+ifeq ($(origin TEST_SEED), undefined)
+TEST_SEED := $(shell python3 -c "import random; print(random.randrange(1 << 31))")
+endif
+ORDER = $(if $(filter off,$(TEST_SEED)),-p no:randomly,-p randomly --randomly-seed=$(TEST_SEED))
 test: setup
 	$(VENV)/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	@echo "the tests' order: TEST_SEED=$(TEST_SEED) (make test TEST_SEED=$(TEST_SEED) repeats it)"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(ORDER)
 
 # Everything but the tests marked slow (a quick check while working; `make test` is the suite).
 test-fast: setup
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(ORDER) -m "not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check .

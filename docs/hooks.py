@@ -78,6 +78,12 @@ def config_reference() -> str:
             out.append(f"| `{key}` | {kind} | `{_default(f)}` | {_range(cls, f.name, str(f.type))}"
                        f" | {doc} |")
         out.append("")
+    from electra import environ
+
+    out += ["## Environment variables", "", "Read by every command through one checked parser "
+            "(`electra.environ`): a value that does not parse or is out of range is one line "
+            "naming it, exit 2, before any work; unset or empty is the default.", "",
+            environ.reference(), ""]
     return "\n".join(out)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable
@@ -25,33 +26,35 @@ def pytest_configure(config) -> None:
         torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on a free port, a bucket ``data`` in it, and the environment that
-    reaches it (endpoint, credentials) and a local cache of this module's own (skipped
-    without moto, fsspec and s3fs)."""
+@pytest.fixture
+def s3(tmp_path, monkeypatch):
+    """A moto S3 server of this test's own on a free port, over a store emptied for it
+    (moto keeps one store per process, which tests run before on this worker filled), a new
+    bucket ``data`` in it, and the environment that reaches it (endpoint, credentials) and a
+    cache of this test's own (skipped without moto, fsspec and s3fs). Nothing a test does to
+    the store or the cache is seen by another, whatever the order or the split."""
+    import urllib.request
+
     moto_server = pytest.importorskip("moto.server")
     fsspec = pytest.importorskip("fsspec")
     s3fs = pytest.importorskip("s3fs")
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset",
+                                                  method="POST")).close()
     env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-           "ELECTRA_CACHE": str(tmp_path_factory.mktemp("cache"))}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    s3fs.S3FileSystem.clear_instance_cache()  # none made for another module's server
-    # moto keeps one store per process: a module before this one may have made the bucket
-    fsspec.filesystem("s3", skip_instance_cache=True).makedirs("data", exist_ok=True)
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
+           "ELECTRA_CACHE": str(tmp_path / "electra-cache")}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    s3fs.S3FileSystem.clear_instance_cache()  # none made for another test's server
+    fsspec.filesystem("s3", skip_instance_cache=True).mkdir("data")  # new: the store is empty
     yield server, env
-    server.stop()
+    with contextlib.suppress(Exception):  # (a test may have stopped it already)
+        server.stop()
     s3fs.S3FileSystem.clear_instance_cache()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 @pytest.fixture

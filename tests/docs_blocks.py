@@ -187,18 +187,41 @@ def start_blocks() -> list[str]:
     return blocks
 
 
+class Chain:
+    """A chain's pages run in order in one folder, each once, as far as a test asks: the
+    test of any page, whichever order the tests run in, runs the pages before it first and
+    reports that page's own outcome."""
+
+    def __init__(self, pages: list[str], folder: Path) -> None:
+        self.pages, self.folder = pages, folder
+        self.outcome: dict[str, BaseException | None] = {}
+
+    def through(self, page: str) -> None:
+        for p in self.pages[:self.pages.index(page) + 1]:
+            if p not in self.outcome:
+                try:
+                    run_blocks(runnable(p), self.folder, p)  # where earlier pages wrote
+                    self.outcome[p] = None
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as err:  # (pytest.fail's is no Exception)
+                    self.outcome[p] = err
+        if self.outcome[page] is not None:
+            raise self.outcome[page]
+
+
 def chain(name: str, start: str) -> tuple[Any, Any]:
-    """A chain's test file is these two names: its ``workdir`` fixture (a copy of the folder
-    of the session fixture ``start``, conftest's ``docs_bare`` or ``docs_started``) and the
-    test that runs each of its pages there, in order."""
+    """A chain's test file is these two names: its ``workdir`` fixture (a :class:`Chain` in a
+    copy of the folder of the session fixture ``start``, conftest's ``docs_bare`` or
+    ``docs_started``) and the test of each of its pages, which runs the chain through it."""
     @pytest.fixture(scope="module")
-    def workdir(request, tmp_path_factory) -> Path:
-        return copy_folder(request.getfixturevalue(start), tmp_path_factory.mktemp(
-            f"docs-{name}"))
+    def workdir(request, tmp_path_factory) -> Chain:
+        return Chain(CHAINS[name], copy_folder(request.getfixturevalue(start),
+                                               tmp_path_factory.mktemp(f"docs-{name}")))
 
     @pytest.mark.slow
     @pytest.mark.parametrize("page", CHAINS[name])
     def test_every_runnable_block_runs(workdir, page):
-        run_blocks(runnable(page), workdir, page)  # in the folder earlier pages wrote to
+        workdir.through(page)
 
     return workdir, test_every_runnable_block_runs

@@ -196,6 +196,11 @@ def test_sts_on_a_file_of_scored_pairs_and_its_bad_input(tmp_path, capsys):
                  str(tmp_path / "pairs.csv"), "--label-column", "score"]) == 0
     got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert got == electra.sts(run, dev=tmp_path / "pairs.csv", label_column="score")
+    # the documented layout needs no --label-column: a score column is read where there is
+    # no label column
+    assert main(["evaluate", "--model", str(run), "--task", "sts", "--dev",
+                 str(tmp_path / "pairs.csv"), "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == got
     (tmp_path / "one.csv").write_text("sentence1,score\na,1\nb,2\n")
     err = cli_error(capsys, "evaluate", "--model", run, "--task", "sts", "--dev",
                     tmp_path / "one.csv", "--label-column", "score")
@@ -229,3 +234,82 @@ def test_every_body_embeds_fine_tunes_and_exports_alike(body, tmp_path):
     theirs = st.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS)
     np.testing.assert_allclose(theirs, electra.encode(tmp_path / "ft/seed-1", TEXTS),
                                atol=1e-5)
+
+
+def test_a_sentence_transformers_folders_own_settings_are_honoured(tmp_path):
+    """A folder saved with max_seq_length 8, lowercasing and query/document prompts:
+    electra.encode and retrieval embed as sentence-transformers does with it (its length, its
+    lowercasing; the query prompt on queries, the document prompt on documents), within
+    1e-5; a prompt name it lacks is one line."""
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers.sentence_transformer import modules as models
+
+    from electra.cli import main
+    from electra.commands.embed import Encoder
+
+    run, _ = make_run(tmp_path, "tiny")
+    assert main(["export", str(run), "--out", str(tmp_path / "st"),
+                 "--sentence-transformers", "mean"]) == 0
+    first = models.Transformer(str(tmp_path / "st"), max_seq_length=8, do_lower_case=True)
+    model = st.SentenceTransformer(modules=[first, models.Pooling(
+        first.get_embedding_dimension(), "mean"), models.Normalize()],
+        prompts={"query": "query: ", "document": "passage: "}, device="cpu")
+    model.save(str(tmp_path / "own"))
+    long = ["The File Is Opened In Binary Mode And Read In Blocks Of Bytes " * 3, "a b c"]
+    enc = Encoder(tmp_path / "own")
+    assert enc.max_length == 8  # (6.x saves the lowercasing in tokenizer.json's normaliser)
+    np.testing.assert_allclose(enc.encode(long), model.encode(long), atol=1e-5)
+    np.testing.assert_allclose(enc.encode(long, prompt_name="query"),
+                               model.encode(long, prompt_name="query"), atol=1e-5)
+    with pytest.raises(UserError, match="prompt_name='title'"):
+        enc.encode(long, prompt_name="title")
+    # at the folder's length, not the model's 64 positions
+    assert not np.allclose(Encoder(tmp_path / "st").encode(long), enc.encode(long))
+    # the layout of sentence-transformers before 6 (both in sentence_bert_config.json)
+    (tmp_path / "own/sentence_bert_config.json").write_text(
+        '{"max_seq_length": 12, "do_lower_case": true}')
+    old = Encoder(tmp_path / "own")
+    assert (old.max_length, old.lowercase) == (12, True)
+    np.testing.assert_allclose(old.encode(long), st.SentenceTransformer(
+        str(tmp_path / "own"), device="cpu").encode(long), atol=1e-5)
+
+
+def test_an_embedding_model_exports_its_own_pooling_and_length_with_usual_modes(tmp_path,
+                                                                                capsys):
+    """A fine-tuned embedding model (mean pooling, max_length 16) exports with its own
+    pooling and the length it was fine-tuned at (sentence-transformers cuts there, as
+    electra.encode does); another pooling is one line; every file of the export is written
+    with the mode open() gives (transformers writes its weights 0600)."""
+    import os
+
+    st = pytest.importorskip("sentence_transformers")
+    from helpers import cli_error
+
+    from electra.cli import main
+
+    run, _ = make_run(tmp_path, "tiny")
+    rows = [{"query": f"{a} {b}", "positive": f"{b} {a}"} for a in "abcdefgh" for b in "xyz"]
+    import json
+
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["finetune", "--model", str(run), "--task", "embedding", "--train",
+                 str(tmp_path / "p.jsonl"), "--dev", str(tmp_path / "p.jsonl"), "--out",
+                 str(tmp_path / "ft"), "--quiet", "--set", "epochs=1", "--set",
+                 "precision=fp32", "--set", "max_length=16"]) == 0
+    model = tmp_path / "ft/seed-1"
+    err = cli_error(capsys, "export", model, "--out", tmp_path / "cls",
+                    "--sentence-transformers", "cls")
+    assert "was fine-tuned to embed with mean pooling, and cls pooling would give" in err
+    assert main(["export", str(model), "--out", str(tmp_path / "st")]) == 0
+    assert "texts cut at 16 tokens" in capsys.readouterr().out
+    theirs = st.SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    assert theirs.max_seq_length == 16
+    long = [" ".join("abcdefghxyz") * 4, "a x"]
+    np.testing.assert_allclose(theirs.encode(long), electra.encode(model, long), atol=1e-5)
+    np.testing.assert_allclose(electra.encode(tmp_path / "st", long),
+                               electra.encode(model, long), atol=1e-6)
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "st").rglob("*")
+             if p.is_file()}
+    assert set(modes.values()) == {0o666 & ~umask}, modes

@@ -94,9 +94,13 @@ def world(tmp_path_factory) -> Iterator[Path]:
     shutil.copytree(w / "ft/seed-1", w / "ft_w_cut")
     truncate(w / "ft_w_cut/model.safetensors")
     # A run whose latest checkpoint holds a malicious state.pt (with a matching manifest),
-    # and one whose checkpoint was copied in from another run (other settings).
+    # and one whose checkpoint was copied in from another run (other settings); the first
+    # killed after its last checkpoint, before its models were written (what --resume of a
+    # finished run would refuse before reading a checkpoint).
     for name in ("run_evil", "run_foreign"):
         shutil.copytree(w / "run", w / name)
+    for part in ("discriminator", "generator"):
+        shutil.rmtree(w / "run_evil" / part)
     ck = w / "run_evil/checkpoints/step-0000004"
     malicious_pickle(ck / "state.pt", w / "PWNED")
     manifest = json.loads((ck / "manifest.json").read_text())
@@ -206,6 +210,16 @@ def world(tmp_path_factory) -> Iterator[Path]:
                "--pack", "--out", w / "packed_cut") == 0
     starts = w / "packed_cut/train/sequences.bin"
     starts.write_bytes(bytes([0]) + starts.read_bytes()[1:])
+    # issue 69: files whose columns a task would not read in full; a BEIR folder with one
+    # document twice
+    (w / "scored.tsv").write_text("sentence1\tsentence2\tscore\n" + "".join(
+        f"{a} b\t{a} c\t{k}\n" for k, a in enumerate("abcdefgh")))
+    (w / "two_texts.csv").write_text("text,text_b,label\n" + "".join(
+        f"{a},{a} b,{k % 2}\n" for k, a in enumerate("abcdefgh")))
+    (w / "beir_twice/qrels").mkdir(parents=True)
+    (w / "beir_twice/corpus.jsonl").write_text('{"_id": "d1", "text": "a"}\n' * 2)
+    (w / "beir_twice/queries.jsonl").write_text('{"_id": "q1", "text": "a"}\n')
+    (w / "beir_twice/qrels/test.tsv").write_text("q\td\ts\nq1\td1\t1\n")
     holder = hold_lock(w / "locked")  # another process writing --out locked
     yield w
     holder.kill()
@@ -309,6 +323,8 @@ def add_issue_39_fixtures(w: Path) -> None:
     (w / "twice.json").write_text(json.dumps({"version": "1.1", "data": [
         {"title": "t", "paragraphs": [good, good]}]}))
     shutil.copytree(w / "run", w / "run_zip")  # damaged inside, checksums updated to match
+    for part in ("discriminator", "generator"):  # (killed before its models were written)
+        shutil.rmtree(w / "run_zip" / part)
     ck = w / "run_zip/checkpoints/step-0000004"
     data = (ck / "state.pt").read_bytes()[:-200]  # the zip's central directory cut off
     (ck / "state.pt").write_bytes(data)
@@ -945,7 +961,7 @@ CASES += [
     ("config", ("pretrain", "--config", P("tiny.toml"), "--data", "{w}/data:0.7+{w}/packed",
                 "--quiet"), "give every folder of"),
     ("config", ("pretrain", "--config", P("tiny.toml"), "--data", "{w}/data:0+{w}/packed:1",
-                "--quiet"), "the weight of {w}/data is 0; give a number > 0"),
+                "--quiet"), "the weight of {w}/data is 0; give a number from 1e-9 to 1e9"),
     ("data", ("pretrain", "--config", P("tiny.toml"), "--data", "{w}/data+{w}/data2",
               "--quiet"), "data2 was prepared with another tokenizer than {w}/data"),
     ("data", ("pretrain", "--config", P("tiny.toml"), "--data", "{w}/data+{w}/data8k",
@@ -1113,6 +1129,51 @@ CASES += [
      "--set n_best: a setting of the qa task family"),
 ]
 
+EMBED = ("finetune", "--random-init", "tiny", "--tokenizer", P("tok"), "--task", "embedding",
+         "--train", P("scored.tsv"), "--dev", P("scored.tsv"), "--quiet")
+
+CASES += [
+    # -- issue 69: environment variables, each through one checked parser, before any work --
+    ("env", PRETRAIN, "ELECTRA_CACHE_GB='abc': give a number", {"ELECTRA_CACHE_GB": "abc"}),
+    ("env", (*PRETRAIN, "--set", "train.shuffle=blocks"), "ELECTRA_CACHE_GB='nan'",
+     {"ELECTRA_CACHE_GB": "nan"}),
+    ("env", FINETUNE, "WORLD_SIZE='two': give a whole number", {"WORLD_SIZE": "two"}),
+    ("env", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok")),
+     "ELECTRA_PROGRESS_SECONDS='0'", {"ELECTRA_PROGRESS_SECONDS": "0"}),
+    # -- issue 69: mixture weights whose sum overflowed; hub ids the hub's rules reject --
+    ("config", ("pretrain", "--config", P("tiny.toml"), "--data",
+                "{w}/data:1e308+{w}/packed:1e308", "--quiet"), "give a number from 1e-9 to 1e9"),
+    ("model", ("detect", "--model", "org/na..me", "a b"),
+     "'org/na..me' is no hub id (Cannot have -- or .. in repo_id)"),
+    ("model", ("import", "org/name--x"), "'org/name--x' is no hub id"),
+    # -- issue 69: store URLs: '..' parts, an output over, inside or around an input --
+    ("out", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok"), "--out",
+             "s3://b/X/../../escape"), "a store's URL may not have '..', '.' or empty parts"),
+    ("out", ("prepare", "--input", "s3://b/corpus", "--tokenizer", P("tok"), "--out",
+             "s3://b/corpus/data"), "--out s3://b/corpus/data is inside --input s3://b/corpus"),
+    ("out", ("prepare", "--input", "s3://b/corpus/*.txt", "--tokenizer", P("tok"), "--out",
+             "s3://b"), "--out s3://b holds --input s3://b/corpus/*.txt"),
+    ("data", ("prepare", "--input", P("data"), "--tokenizer", P("tok")),
+     "data is an electra output (its .electra.json), not text"),
+    # -- issue 69: a finished run is not resumed (its cards were rewritten empty) --
+    ("out", (*PRETRAIN[:-1], "--out", P("run"), "--resume"),
+     "is finished (4 of 4 steps, its models written) and nothing was interrupted"),
+    # -- issue 69: no column dropped silently; flags a task does not read --
+    ("task", EMBED, "scored.tsv: column 'score' would not be read"),
+    ("task", (*EMBED, "--regression"), "--regression: --task embedding reads pairs"),
+    ("task", (*EMBED, "--label-column", "score"), "--label-column score: --task embedding"),
+    ("task", (*EMBED, "--min-score", "9"), "0 row(s) with 0 different document(s)"),
+    ("task", (*FINETUNE, "--min-score", "3"), "--min-score: --task custom does not read it"),
+    ("task", ("finetune", "--model", P("run"), "--task", "custom", "--train",
+              P("two_texts.csv"), "--dev", P("two_texts.csv"), "--quiet"),
+     "column 'text_b' would not be read"),
+    ("task", ("finetune", "--model", P("run"), "--task", "sst2", "--data", P("."),
+              "--label-column", "x", "--quiet"), "--label-column: --task sst2 reads GLUE's"),
+    ("task", (*TAGGING, "--min-score", "1"), "--min-score: --task tagging does not read it"),
+    ("data", ("evaluate", "--model", P("run"), "--task", "retrieval", "--data",
+              P("beir_twice")), "corpus.jsonl:2: document 'd1' is given twice"),
+]
+
 
 def resolve(args: tuple, world: Path, case: int) -> list[str]:
     out = []
@@ -1129,8 +1190,10 @@ def resolve(args: tuple, world: Path, case: int) -> list[str]:
 
 @pytest.mark.parametrize("case", range(len(CASES)),
                          ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
-def test_bad_input_is_one_line_exit_2_and_changes_nothing(world, capsys, case):
-    _, args, words = CASES[case]
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(world, capsys, case, monkeypatch):
+    _, args, words, *env = CASES[case]
+    for name, value in (env[0] if env else {}).items():  # (an "env" case's variables)
+        monkeypatch.setenv(name, value)
     argv = resolve(args, world, case)
     words = words.replace("{a_file}", str(world / "a_file")).replace("{tok}", str(
         world / "tok")).replace("{w}", str(world))
@@ -1169,7 +1232,7 @@ def test_the_matrix_covers_every_command_and_category():
                         "import", "plot"}
     assert len(CASES) >= 60
     assert {c[0] for c in CASES} == {"config", "device", "data", "model", "pickle", "task",
-                                     "out", "loss"}
+                                     "out", "loss", "env"}
 
 
 def test_a_torn_last_metrics_line_is_skipped_and_said(world, capsys):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import cli_error, host_reads, no_syncs, small_model, write_corpus
+from helpers import cli_error, host_reads, no_syncs, small_model, snapshot, write_corpus
 from safetensors.torch import load_file
 
 from electra.cli import main
@@ -486,7 +486,8 @@ def test_pretrain_bad_input(data, tmp_path, capsys):
         "max_position_embeddings=16")
     # A run folder is not overwritten by accident, and not by a different config on resume.
     assert cli("pretrain", "--preset", "tiny", "--data", data, "--out", tmp_path / "r",
-               "--quiet", "--set", "max_steps=2", "--set", "batch_size=4") == 0
+               "--quiet", "--set", "max_steps=2", "--set", "batch_size=4",
+               "--stop-after", "1") == 0
     assert "--resume" in err("--preset", "tiny", "--data", data, "--out", tmp_path / "r")
     assert "settings differ" in err("--preset", "tiny", "--data", data, "--out", tmp_path / "r",
                                     "--resume", "--set", "max_steps=2", "--set",
@@ -509,6 +510,14 @@ def test_pretrain_bad_input(data, tmp_path, capsys):
                "--set", "max_steps=2") == 0
     saved = json.loads((tmp_path / "r/config.json").read_text())
     assert saved["train"]["batch_size"] == 4
+    # A finished run is not finished again (its cards' held-out results were rewritten
+    # empty): --resume is refused and changes nothing, as finetune's and demo's are.
+    card = (tmp_path / "r/discriminator/README.md").read_text()
+    assert "accuracy" in card
+    before = snapshot(tmp_path / "r")
+    said = err("--data", data, "--out", tmp_path / "r", "--resume")
+    assert "is finished (2 of 2 steps, its models written)" in said and "--overwrite" in said
+    assert snapshot(tmp_path / "r") == before
 
 
 def test_accumulation_trains_like_one_big_batch(data, tmp_path):

@@ -23,7 +23,8 @@ CLI_IMPORTS = {"electra", "electra.config", "electra.errors", "electra.io.files"
                "electra.objectives.registry", "electra.objectives.config",
                "electra.tasks.registry", "electra.model.bodies",  # presets, help only
                "electra.data.examples", "electra.runtime",
-               "electra.invocation", "electra.train.stop"}  # stdlib alone: the advice, signals
+               "electra.invocation", "electra.train.stop",  # stdlib alone: the advice, signals
+               "electra.environ"}  # the environment variables, checked first
 
 
 def module_name(path: Path) -> str:
@@ -120,6 +121,7 @@ LAYERS = [
     {"electra.data"},  # text, tokenizers, shards, task readers
     {"electra.config"},  # the configuration machinery and the objective-free sections
     {"electra.io"},  # files, outputs, checkpoints
+    {"electra.environ"},  # the environment variables, each through one checked parser
     {"electra.registry", "electra.errors", "electra.invocation", "electra"},
 ]
 

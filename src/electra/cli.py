@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from electra import __version__, invocation
+from electra import __version__, environ, invocation
 from electra.config import (
     DEFAULT_TIMEOUT_S,
     FinetuneConfig,
@@ -113,7 +113,8 @@ def section_keys() -> str:
 
 
 def _quiet() -> Arg:
-    return arg("--quiet", dest="progress", action="store_false", help="no progress bar")
+    return arg("--quiet", dest="progress", action="store_false", help="no progress bar (off "
+               "a terminal: no progress line every ELECTRA_PROGRESS_SECONDS)")
 
 
 def _device() -> Arg:
@@ -122,8 +123,9 @@ def _device() -> Arg:
 
 def _precision() -> Arg:
     return arg("--precision", choices=["auto", "fp32", "bf16", "fp16"], help="the precision "
-               "to run the model at (default: the fine-tune's, whose auto is bf16 where the "
-               "device has it); fp32 gives transformers' fp32 results")
+               "to run the model at (default: a fine-tuned model's own, whose auto is bf16 "
+               "where the device has it; sts and retrieval: fp32); fp32 gives transformers' "
+               "fp32 results")
 
 
 def _dist_timeout() -> Arg:
@@ -145,11 +147,19 @@ def _task_args(evaluate: bool = False) -> tuple[Arg, ...]:
         *(() if evaluate else (arg("--train", help="custom: training file (.csv, .tsv, "
                                    ".jsonl); tagging: .conllu, CoNLL or .jsonl {tokens, tags}"),)),
         arg("--dev", help="custom: dev file" + (" (the file to score)" if evaluate else "")),
-        arg("--text-columns", default=None if evaluate else "text", help="custom: A or A,B "
-            + ("(default: the columns the model was fine-tuned on)" if evaluate else
-               "(default: text)")),
-        arg("--label-column", default="label", help="custom: the label column"),
+        arg("--text-columns", help="custom: A or A,B " + (
+            "(default: the columns the model was fine-tuned on)" if evaluate else
+            "(default: text); embedding: QUERY,POSITIVE[,NEGATIVE] (default: the first of "
+            "anchor,positive[,negative], query,positive[,negative], query,document, "
+            "sentence1,sentence2 the file has)") + "; a label, score or text column a file "
+            "has beside the ones read is refused unless the columns are named"),
+        arg("--label-column", help="custom: the label column (default: label)" + (
+            "; sts: the score column (default: label, else score)" if evaluate else
+            "; embedding: the score column --min-score reads (default: score, else label)")),
         arg("--regression", action="store_true", help="custom: numeric labels"),
+        *(() if evaluate else (arg("--min-score", type=float, metavar="X", help=(
+            "embedding: train on the pairs scored at least X alone (their score in "
+            "--label-column), e.g. 4 for STS-B's 0-5 scores")),)),
         arg("--tag-column", help="tagging: upos (default) or xpos in CoNLL-U; the tag's "
             "column number in CoNLL (default: the last)"),
     )
@@ -347,8 +357,11 @@ COMMANDS: dict[str, Command] = {
             arg("--split", default="dev", help="dev (all dev sets), or e.g. dev_matched; "
                 "retrieval: the BEIR folder's qrels/SPLIT.tsv (dev: its only one)"),
             arg("--pooling", help="sts, retrieval: the embedding, mean or cls (default: an "
-                "embedding model's own, else mean)"),
-            _precision(), _device())),
+                "embedding model's or a sentence-transformers folder's own, else mean); texts "
+                "are cut at the model's own length (a sentence-transformers folder's "
+                "max_seq_length, a fine-tuned model's max_length, else its positions) and a "
+                "sentence-transformers folder's prompts are used (retrieval: query, document)"),
+            _precision(), _device(), _quiet())),
     "predict": Command(
         "apply a fine-tuned model to an unlabelled file (one JSON line per input)",
         "electra.commands.predict:main", (
@@ -485,6 +498,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     kwargs = {k: v for k, v in args.items() if k != "command" and not k.endswith("_command")}
     module, function = target.split(":")
     try:
+        environ.check()
+    except UserError as err:  # before launched() reads them
+        print(f"electra: error: {err}", file=sys.stderr)
+        return 2
+    try:
         with handling():  # SIGTERM and SIGUSR1 end as Ctrl-C does (electra.train.stop)
             getattr(importlib.import_module(module), function)(**kwargs)
         return 0
@@ -497,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"electra: error{rank}: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:  # Ctrl-C, or electra.train.stop.Stopped
-        if os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 says it
+        if environ.get("RANK") == 0:  # under torchrun: rank 0 says it
             print(interrupted_line(err, interrupted, continues), file=sys.stderr)
         return 128 + getattr(err, "signum", 2)
     except MemoryError:
@@ -525,10 +543,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _world_size() -> int:
+    try:
+        return int(environ.get("WORLD_SIZE"))
+    except UserError:  # main said so
+        return 1
+
+
 def entry() -> NoReturn:
     """The `electra` command and `python -m electra`: run :func:`main` and exit with its code."""
     code = main()
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if _world_size() > 1:
         # Under torchrun, end the process here, without interpreter finalization. A DDP
         # model keeps a reference to the gloo process group that destroy_process_group does
         # not release (torch 2.13), so gloo's threads still run at exit, and exit-time

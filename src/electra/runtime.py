@@ -44,6 +44,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from electra import environ
 from electra.config import DEFAULT_TIMEOUT_S
 from electra.errors import UserError
 from electra.model.kernels import Kernels, kernels_for
@@ -121,7 +122,7 @@ def keep_freed_memory() -> bool:
     import platform
 
     preloaded = os.environ.get("LD_PRELOAD", "")
-    if (os.environ.get("ELECTRA_MALLOC") == "system" or "jemalloc" in preloaded
+    if (environ.get("ELECTRA_MALLOC") == "system" or "jemalloc" in preloaded
             or "tcmalloc" in preloaded or platform.libc_ver()[0] != "glibc"):
         return False
     try:
@@ -446,13 +447,12 @@ def _shared(message: str) -> UserError:
 
 def launched() -> Runtime:
     """This process's place, from torchrun's environment (one process when absent)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    grouped = world == 1 and "RANK" in os.environ and os.environ.get(
+    world = environ.get("WORLD_SIZE")
+    grouped = world == 1 and "RANK" in os.environ and environ.get(
         "ELECTRA_PROCESS_GROUP") == "1"
     if world <= 1 and not grouped:
         return Runtime()
-    return Runtime(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")),
-                   grouped=grouped)
+    return Runtime(environ.get("RANK"), world, environ.get("LOCAL_RANK"), grouped=grouped)
 
 
 @contextlib.contextmanager

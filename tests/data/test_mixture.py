@@ -33,7 +33,9 @@ def test_the_data_grammar():
                                                  ("s3://bucket/books", 0.25)]
     phases = parse_data("web:0.5+books:0.5,long")
     assert [len(p) for p in phases] == [2, 1]
-    for bad, words in (("web:0.7+books", "give every folder"), ("web:-1+b:1", "> 0"),
+    for bad, words in (("web:0.7+books", "give every folder"),
+                       ("web:-1+b:1", "from 1e-9 to 1e9"),
+                       ("a:1e308+b:1e308", "from 1e-9 to 1e9"),  # (their sum overflowed)
                        ("web+", "empty part")):
         with pytest.raises(UserError, match=words):
             parse_data(bad)

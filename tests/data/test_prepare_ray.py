@@ -174,8 +174,15 @@ def test_prepare_on_ray_writes_the_one_process_shards(s3, tmp_path, capsys, monk
     assert not (tmp_path / "t").exists() and not (tmp_path / "t.partial").exists()
     monkeypatch.setattr(prepare_ray, "chunk_ends", real)
     # One local cluster for the test's runs (a run that finds one uses it, leaves it up).
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    request.addfinalizer(ray.shutdown)
+
+    def stop_ray() -> None:  # and the process's signal handlers back (ray.init sets its own
+        ray.shutdown()       # and leaves them: the worker's later tests would run under them)
+        for s, h in handlers.items():
+            signal.signal(s, h)
+
+    request.addfinalizer(stop_ray)
     names = ("c.txt", "d.txt.gz", "e.jsonl", "f.parquet")
     inputs = [str(tmp_path / n) for n in names]
     runs = {}
@@ -221,3 +228,79 @@ def test_prepare_on_ray_writes_the_one_process_shards(s3, tmp_path, capsys, monk
     assert err.startswith("electra: error: ") and f"{tmp_path / 'bad.jsonl'}:31" in err
     assert "Traceback" not in capsys.readouterr().err
     assert not (tmp_path / "bad").exists() and not (tmp_path / "bad.partial").exists()
+
+
+def _signalled(argv: list[str], sig: int, when: str, group: bool) -> tuple[int, str, list]:
+    """`electra ARGV` in a session of its own, sent ``sig`` (to its whole process group, as
+    a terminal's Ctrl-C is, where ``group``) as soon as ``when`` holds: ``init`` (its local
+    cluster's first process is up: ray.init is running) or ``packing`` (a packing actor
+    runs); its exit code, standard error and every process it started (psutil's)."""
+    import subprocess
+    import time
+
+    psutil = pytest.importorskip("psutil")
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    seen: dict[int, object] = {}
+    deadline = time.monotonic() + 120
+    while p.poll() is None and time.monotonic() < deadline:
+        try:
+            kids = psutil.Process(p.pid).children(recursive=True)
+        except psutil.Error:
+            break
+        seen.update({k.pid: k for k in kids})
+        names = ""
+        for k in kids:
+            try:
+                names += " ".join(k.cmdline()) + " "
+            except psutil.Error:  # (gone, or a zombie)
+                pass
+        if (when == "init" and kids) or (when == "packing" and "_Packer" in names):
+            (os.killpg(p.pid, sig) if group else p.send_signal(sig))
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"{when} never came (exit {p.poll()})")
+    _, err = p.communicate(timeout=120)
+    return p.returncode, err, list(seen.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "when", "group"), [
+    (signal.SIGTERM, "init", False),  # Ray's handlers: exit 15 and no line; an abort
+    (signal.SIGINT, "init", True),  # a half-made core worker: a crash at exit
+    (signal.SIGINT, "packing", True),  # a terminal's Ctrl-C: every process of the group
+    (signal.SIGTERM, "packing", False),
+])
+def test_a_signal_at_any_moment_ends_ray_in_one_line_and_leaves_no_process(
+        tmp_path, sig, when, group):
+    """Ctrl-C or SIGTERM while ray.init runs or while the actors pack: one line, exit 130 or
+    143, nothing written (no --out, no .partial), and every process the command's local
+    cluster started (raylet, GCS, agents, workers) gone within seconds of its exit; Ray's
+    banners kept off the screen."""
+    psutil = pytest.importorskip("psutil")
+    pytest.importorskip("ray")
+    rng = random.Random(0)
+    words = [f"w{k}" for k in range(300)]
+    with open(tmp_path / "c.txt", "w") as f:  # ~6 MB: some seconds of packing on 2 cores
+        for _ in range(30_000):
+            f.write(" ".join(rng.choices(words, k=30)) + "\n" + ("\n" if rng.random() < .1
+                                                                  else ""))
+    assert main(["tokenizer", "train", "--input", str(tmp_path / "c.txt"), "--vocab-size",
+                 "400", "--out", str(tmp_path / "tok")]) == 0
+    import shutil
+    import sys
+
+    electra = [sys.executable, "-m", "electra"] if not shutil.which("electra") else ["electra"]
+    argv = [*electra, "prepare", "--input", str(tmp_path / "c.txt"), "--tokenizer",
+            str(tmp_path / "tok"), "--engine", "ray", "--workers", "2", "--out",
+            str(tmp_path / "out")]
+    code, err, started = _signalled(argv, sig, when, group)
+    lines = err.strip().splitlines()
+    said = ("electra: stopped by SIGTERM" if sig == signal.SIGTERM else
+            "electra: interrupted") + "; nothing was written (--out is as it was)"
+    assert code == 128 + sig and len(lines) == 1 and lines[0].startswith(said), (code, err)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+    assert started  # (the cluster was up)
+    _, alive = psutil.wait_procs(started, timeout=5)
+    assert not [(q.pid, q.name()) for q in alive if q.is_running()], alive

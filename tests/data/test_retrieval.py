@@ -55,12 +55,17 @@ def test_squad_becomes_its_questions_against_its_unique_paragraphs():
     ("unknown document", "test.tsv:2: document 'd9' is not in corpus.jsonl"),
     ("unknown query", "test.tsv:2: query 'q9' is not in queries.jsonl"),
     ("no split", "no qrels/train.tsv; give --split test"),
+    ("repeated document", "corpus.jsonl:2: document 'd1' is given twice; give each document "
+                          "its own \"_id\""),
+    ("repeated query", "queries.jsonl:2: query 'q1' is given twice"),
 ])
 def test_bad_retrieval_sets_are_one_line(case, expect, tmp_path, capsys):
-    corpus = [] if case == "empty corpus" else [{"_id": "d1", "text": "a"}]
+    corpus = [] if case == "empty corpus" else [{"_id": "d1", "text": "a"}] * (
+        2 if case == "repeated document" else 1)  # (a second text would replace the first)
     qrels = {"unknown document": [("q1", "d9", 1)], "unknown query": [("q9", "d1", 1)]}.get(
         case, [("q1", "d1", 1)])
-    folder = beir(tmp_path / "b", corpus, [{"_id": "q1", "text": "a"}], qrels)
+    queries = [{"_id": "q1", "text": "a"}] * (2 if case == "repeated query" else 1)
+    folder = beir(tmp_path / "b", corpus, queries, qrels)
     with pytest.raises(UserError) as caught:
         read_retrieval(folder, "train" if case == "no split" else "test")
     assert expect in str(caught.value)

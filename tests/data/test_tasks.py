@@ -175,3 +175,26 @@ def test_bad_task_input(tmp_path):
     (tmp_path / "dev.csv").write_text("text,y\nho,2\n")
     with pytest.raises(UserError, match="dev labels '2' never occur"):
         label_map(train, read_custom(tmp_path / "dev.csv", ["text"], "y"))
+
+
+def test_a_column_a_custom_task_would_leave_unread_is_refused_unless_named(tmp_path, capsys):
+    """`--task custom` with the default columns (text, label) on a file that also holds a
+    second text or a score: one line naming the column and the flags that read it; named
+    columns read the file as asked; ids and other names are the file's own business."""
+    from helpers import cli_error
+
+    (tmp_path / "pairs.csv").write_text("id,text,text_b,label\n1,a,b,x\n2,c,d,y\n")
+    with pytest.raises(UserError, match="column 'text_b' would not be read"):
+        read_custom(tmp_path / "pairs.csv", ["text"], "label", named=False)
+    assert len(read_custom(tmp_path / "pairs.csv", ["text"], "label", named=True)) == 2
+    (tmp_path / "ids.csv").write_text("id,source,text,label\n1,web,a,x\n2,web,c,y\n")
+    assert len(read_custom(tmp_path / "ids.csv", ["text"], "label", named=False)) == 2
+    err = cli_error(capsys, "finetune", "--random-init", "tiny", "--tokenizer", tmp_path,
+                    "--task", "custom", "--train", tmp_path / "pairs.csv", "--dev",
+                    tmp_path / "pairs.csv", "--out", tmp_path / "o")
+    assert "pairs.csv: column 'text_b' would not be read (this task reads 'text', " \
+           "'label'); name the columns to read: --text-columns A or A,B and --label-column " \
+           "L" in err
+    assert "--label-column: --task sst2 reads GLUE's files" in cli_error(
+        capsys, "finetune", "--random-init", "tiny", "--tokenizer", tmp_path, "--task",
+        "sst2", "--data", tmp_path, "--label-column", "x", "--out", tmp_path / "o")

@@ -136,6 +136,17 @@ def compared(letters_data, tmp_path_factory) -> tuple[Path, list[str]]:
     return root / "out", args
 
 
+@pytest.fixture
+def own_compare(compared, tmp_path) -> tuple[Path, list[str]]:
+    """A copy of the module's comparison for a test that reruns or changes it: the module's
+    stays as it was, whichever order the tests run in."""
+    out, args = compared
+    mine = tmp_path / "out"
+    shutil.copytree(out, mine, symlinks=True)
+    at = args.index("--out") + 1
+    return mine, [*args[:at], str(mine), *args[at + 1:]]
+
+
 def test_a_tiny_comparison_writes_the_table_results_and_plot(compared):
     out, _ = compared
     results = json.loads((out / "results.json").read_text())
@@ -188,8 +199,8 @@ def test_a_modernbert_comparison_spends_its_flops_on_that_body(compared, letters
         assert saved["model"]["body"] == "modernbert"
 
 
-def test_rerun_skips_finished_parts_and_reproduces_interrupted_ones(compared, capsys):
-    out, args = compared
+def test_rerun_skips_finished_parts_and_reproduces_interrupted_ones(own_compare, capsys):
+    out, args = own_compare
     before = json.loads((out / "results.json").read_text())
     kept = next((out / "finetune/electra-50").glob("sent-*/results.json"))
     stamp = kept.stat().st_mtime_ns
@@ -208,8 +219,8 @@ def test_rerun_skips_finished_parts_and_reproduces_interrupted_ones(compared, ca
     assert json.loads((out / "results.json").read_text()) == before
 
 
-def test_other_seeds_reuse_the_pretraining_and_another_budget_is_refused(compared, capsys):
-    out, args = compared
+def test_other_seeds_reuse_the_pretraining_and_another_budget_is_refused(own_compare, capsys):
+    out, args = own_compare
     seeds = args.index("--seeds") + 1
     capsys.readouterr()
     assert main([*args[:seeds], "3", *args[seeds + 1:]]) == 0
@@ -246,13 +257,13 @@ def test_two_processes_compare_like_one(compared):
     assert [m["tasks"] for m in one_r["models"]] == [m["tasks"] for m in two_r["models"]]
 
 
-def test_probes_train_the_head_alone_on_each_pretrained_model(compared, capsys):
+def test_probes_train_the_head_alone_on_each_pretrained_model(own_compare, capsys):
     """--probe beside: the same pretraining, each model also probed (TASK-probe); every
     probe's encoder is bitwise the model it probed, the table names the probe's column, and
     the average leaves the probes out; --probe only runs the probes alone."""
     from safetensors.torch import load_file
 
-    out, args = compared
+    out, args = own_compare
     seeds = args.index("--seeds") + 1
     capsys.readouterr()
     assert main([*args[:seeds], "1", *args[seeds + 1:], "--probe", "beside"]) == 0
@@ -276,13 +287,13 @@ def test_probes_train_the_head_alone_on_each_pretrained_model(compared, capsys):
     assert main(args) == 0  # back to the full fine-tunes, read back
 
 
-def test_embedding_scores_stand_beside_the_fine_tunes(compared, capsys, tmp_path):
+def test_embedding_scores_stand_beside_the_fine_tunes(own_compare, capsys, tmp_path):
     """--tasks ...,retrieval:data=BEIR: each model's embeddings scored as they are (random
     init's drawn once, seed 0), one value each, equal to `electra.retrieval`'s on the saved
     model, outside the average; the table says so."""
     import electra
 
-    out, args = compared
+    out, args = own_compare
     beir = tmp_path / "beir"
     (beir / "qrels").mkdir(parents=True)
     docs = {f"d{i}": " ".join(c * (i + 1) for _ in range(4)) for i, c in enumerate("abcdef")}

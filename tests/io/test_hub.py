@@ -150,3 +150,21 @@ def test_a_released_deberta_v3_id_imports_with_its_generator(tmp_path, offline,
     assert main(["import", "microsoft/deberta-v3-tiny", "--out", str(tmp_path / "imp")]) == 0
     gen, _ = folders.load(tmp_path / "imp", "generator")
     assert gen.config.body == "deberta" and gen.config.num_layers == 1
+
+
+@pytest.mark.parametrize(("ref", "rule"), [
+    ("org/na..me", "Cannot have -- or .. in repo_id"),
+    ("org/name--x", "Cannot have -- or .. in repo_id"),
+    ("org/name.", "The name cannot start or end with '-' or '.'"),
+])
+def test_an_id_the_hub_rejects_is_one_line_by_the_hubs_own_rules(ref, rule, offline, tmp_path,
+                                                                  capsys):
+    """An id of the org/name form that huggingface_hub's own validation rejects is one line
+    naming the rule, wherever a model or tokenizer goes (it was HFValidationError's
+    traceback)."""
+    for args in (("detect", "--model", ref, "a text"),
+                 ("import", ref, "--out", tmp_path / "i"),
+                 ("prepare", "--input", tmp_path, "--tokenizer", ref, "--out", tmp_path / "p")):
+        err = cli_error(capsys, *args)
+        assert f"{ref}: no such local folder, and {ref.split('@')[0]!r} is no hub id" in err
+        assert rule in err

@@ -563,3 +563,180 @@ def test_a_profile_in_the_shared_credentials_file_is_used(s3, tmp_path, monkeypa
     finally:
         s3fs.S3FileSystem.clear_instance_cache()
     assert (tmp_path / "p/meta.json").is_file()
+
+
+# -- never lose, round 4 (issue 69): keys, the cache's bound, outputs over inputs, writers --
+
+
+def test_a_hostile_key_is_never_written_outside_the_cache(s3, tmp_path, capsys):
+    """A key with '..' or empty parts under a URL a user reads (which anyone who can write
+    one object there could plant) is one line naming it, and nothing is fetched, inside the
+    cache or out of it; a URL with such parts is refused before any request, as an input and
+    as prepare's --out (a store would take them as literal key parts)."""
+    import boto3
+
+    client = boto3.client("s3")
+    client.put_object(Bucket="data", Key="evil/a.txt", Body=b"good")
+    client.put_object(Bucket="data", Key="evil/../../../../escape.txt", Body=b"planted")
+    cache = Path(os.environ["ELECTRA_CACHE"])
+    err = cli_error(capsys, "pretrain", "--preset", "tiny", "--data", "s3://data/evil",
+                    "--out", tmp_path / "r")
+    assert "--data s3://data/evil: the store holds an object whose key " \
+           "'../../../../escape.txt' has '..', '.' or empty parts" in err
+    assert not list(tmp_path.rglob("escape.txt")) and not (tmp_path / "r").exists()
+    assert not [p for p in cache.rglob("*") if p.is_file() and p.suffix == ".txt"]
+    client.delete_object(Bucket="data", Key="evil/../../../../escape.txt")
+    client.put_object(Bucket="data", Key="evil//etc.txt", Body=b"planted")
+    assert "key '/etc.txt'" in cli_error(capsys, "finetune", "--model", tmp_path, "--task",
+                                         "custom", "--train", "s3://data/evil", "--dev",
+                                         "s3://data/evil", "--out", tmp_path / "f")
+    # URLs with such parts: refused before any request
+    write_corpus(tmp_path / "c.txt", n_docs=10)
+    before = sorted(store().find("data"))
+    for url, flag in (("s3://data/x/../../escape", "--out"), ("s3://data//x", "--out"),
+                      ("s3://data/./x", "--input")):
+        args = ["--input", str(tmp_path / "c.txt"), "--out", url] if flag == "--out" else [
+            "--input", url, "--out", str(tmp_path / "p")]
+        err = cli_error(capsys, "prepare", *args, "--tokenizer", str(tmp_path))
+        assert f"{flag} {url}: a store's URL may not have '..', '.' or empty parts" in err
+    assert sorted(store().find("data")) == before
+
+
+def test_the_caches_bound_removes_only_the_mirrors_electra_made(s3, tmp_path, monkeypatch):
+    """ELECTRA_CACHE set to a folder that holds other things: to make room, the bound
+    removes mirrors electra made there (their stamps beside them) and nothing else: not a
+    user's folder, not the stream's blocks, not a folder named like a mirror without its
+    stamps; a mirror another process holds is skipped."""
+    from electra.io import remote
+
+    cache = tmp_path / "mine"
+    monkeypatch.setenv("ELECTRA_CACHE", str(cache))
+    (cache / "notes").mkdir(parents=True)
+    (cache / "notes/big.bin").write_bytes(b"k" * 300_000)  # a user's, older than any mirror
+    (cache / "0123456789abcdef-lookalike").mkdir()
+    (cache / "0123456789abcdef-lookalike/keep.bin").write_bytes(b"k" * 300_000)
+    (cache / "stream/rank-0").mkdir(parents=True)
+    (cache / "stream/rank-0/block.bin").write_bytes(b"k" * 300_000)
+    for p in cache.rglob("*"):  # long unused
+        os.utime(p, (1_000_000_000, 1_000_000_000))
+    fs = store()
+    fs.pipe("data/one/a.bin", b"1" * 400_000)
+    fs.pipe("data/two/b.bin", b"2" * 400_000)
+    first = remote.local("s3://data/one", "--data")
+    assert (first / "a.bin").is_file()
+    monkeypatch.setenv("ELECTRA_CACHE_GB", str(600_000 / 1e9))  # room for one mirror
+    second = remote.local("s3://data/two", "--data")
+    assert (second / "b.bin").is_file() and not first.exists()  # the older mirror went
+    assert not first.with_name(first.name + ".stamps.json").exists()
+    for kept in ("notes/big.bin", "0123456789abcdef-lookalike/keep.bin",
+                 "stream/rank-0/block.bin"):
+        assert (cache / kept).stat().st_size == 300_000, kept
+    # a mirror in use by another process is not removed under it
+    from filelock import FileLock
+
+    fs.pipe("data/three/c.bin", b"3" * 400_000)
+    with FileLock(str(second) + ".lock"):
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        p = ctx.Process(target=_mirror, args=("s3://data/three", dict(os.environ)))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+    assert (second / "b.bin").is_file()
+
+
+def _mirror(url: str, env: dict[str, str]) -> None:
+    os.environ.update(env)
+    from electra.io import remote
+
+    remote.local(url, "--data")
+
+
+def test_a_damaged_stamps_file_is_read_as_none_and_the_files_fetched_again(s3, tmp_path):
+    from electra.io import remote
+
+    store().pipe("data/st/a.bin", b"a" * 1000)
+    mirror = remote.local("s3://data/st", "--data")
+    stamps = mirror.with_name(mirror.name + ".stamps.json")
+    for damaged in (b"{\"a.bin\": ", b"[1, 2]", b"\xff\xfe"):
+        stamps.write_bytes(damaged)
+        (mirror / "a.bin").write_bytes(b"b" * 1000)  # the same size: only stamps tell
+        assert (remote.local("s3://data/st", "--data") / "a.bin").read_bytes() == b"a" * 1000
+        assert json.loads(stamps.read_text())["a.bin"]
+
+
+def test_an_output_url_over_inside_or_around_an_input_url_is_refused(s3, tmp_path, capsys):
+    """The outputs rule for URLs as for paths: prepare --out equal to, inside or holding an
+    --input URL (or its pattern's folder) is one line, and the store is unchanged."""
+    write_corpus(tmp_path / "c.txt", n_docs=10)
+    store().put_file(str(tmp_path / "c.txt"), "data/corpus/c.txt")
+    before = sorted(store().find("data"))
+    for given, out, words in (
+            ("s3://data/corpus", "s3://data/corpus", "is --input s3://data/corpus itself"),
+            ("s3://data/corpus/", "s3://data/corpus/shards", "is inside --input"),
+            ("s3://data/corpus/*.txt", "s3a://data/corpus/shards", "is inside --input"),
+            ("s3://data/corpus/c.txt", "s3://data", "holds --input s3://data/corpus/c.txt")):
+        err = cli_error(capsys, "prepare", "--input", given, "--tokenizer", str(tmp_path),
+                        "--out", out)
+        assert f"--out {out} {words}" in err, err
+    assert sorted(store().find("data")) == before
+
+
+def test_a_dead_writers_mark_on_this_machine_is_taken_over(s3, letters_data, capsys):
+    """`prepare --out URL` killed (-9) leaves its URL/.electra-writing: the next run on the
+    same machine finds its process gone and takes it over with a note, as a local lock is;
+    a live process's mark (this test's own) is still one line naming it."""
+    import socket
+    import subprocess
+
+    from electra.io.remote import WRITING
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    mark = {"host": socket.gethostname(), "since": "noon"}
+    args = ["prepare", "--input", str(letters_data.parent / "c.txt"), "--tokenizer",
+            str(letters_data.parent / "tok"), "--seq-len", "32", "--out", "s3://data/killed"]
+    store().pipe(f"data/killed/{WRITING}", json.dumps({**mark, "pid": os.getpid()}).encode())
+    assert "another `electra` is writing there" in cli_error(capsys, *args)
+    store().pipe(f"data/killed/{WRITING}", json.dumps({**mark, "pid": dead.pid}).encode())
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert f"process {dead.pid}); taking it over" in err
+    assert store().exists("data/killed/meta.json")
+    assert not store().exists(f"data/killed/{WRITING}")
+
+
+def test_an_electra_output_inside_an_input_folder_is_not_read_as_text(s3, tmp_path, capsys):
+    """prepare's --input folder holding an earlier output of electra's (prepared data: its
+    vocab.txt is a .txt): that output is skipped with a note, locally and in a store; an
+    input that is an output itself is one line."""
+    (tmp_path / "corpus").mkdir()
+    write_corpus(tmp_path / "corpus/c.txt", n_docs=20)
+    assert main(["tokenizer", "train", "--input", str(tmp_path / "corpus/c.txt"),
+                 "--vocab-size", "100", "--out", str(tmp_path / "tok")]) == 0
+    common = ["--tokenizer", str(tmp_path / "tok"), "--seq-len", "32"]
+    assert main(["prepare", "--input", str(tmp_path / "corpus"), *common, "--out",
+                 str(tmp_path / "alone")]) == 0
+    # an earlier prepare into a folder inside the corpus (before the outputs rule said no)
+    import shutil
+
+    shutil.copytree(tmp_path / "alone", tmp_path / "corpus/data")
+    capsys.readouterr()
+    assert main(["prepare", "--input", str(tmp_path / "corpus"), *common, "--out",
+                 str(tmp_path / "again")]) == 0
+    assert "skipping " + str(tmp_path / "corpus/data") in capsys.readouterr().err
+    same = [json.loads((tmp_path / n / "meta.json").read_text())["splits"] for n in
+            ("alone", "again")]
+    assert same[0] == same[1]
+    assert "is an electra output (its .electra.json), not text" in cli_error(
+        capsys, "prepare", "--input", str(tmp_path / "alone"), *common, "--out",
+        str(tmp_path / "x"))
+    for f in sorted((tmp_path / "corpus").rglob("*")):
+        if f.is_file():
+            store().put_file(str(f), f"data/c/{f.relative_to(tmp_path / 'corpus')}")
+    capsys.readouterr()
+    assert main(["prepare", "--input", "s3://data/c", *common, "--out",
+                 str(tmp_path / "from-url"), "--engine", "local"]) == 0
+    assert "skipping" in capsys.readouterr().err
+    assert json.loads((tmp_path / "from-url/meta.json").read_text())["splits"] == same[0]

@@ -174,6 +174,59 @@ def test_a_pairs_file_with_one_text_column_is_one_line(data, capsys):
     assert "short.csv: row 2 has no text in 'positive'" in err
 
 
+def _ft(data, train, *more) -> list:
+    return ["finetune", "--random-init", "tiny", "--tokenizer", data / "tok", "--task",
+            "embedding", "--train", train, "--dev", data / "dev.jsonl", "--out", data / "x",
+            *more]
+
+
+def test_no_column_of_a_pairs_file_is_dropped_silently(data, capsys):
+    """STS-B's layout (sentence1, sentence2, score) read as pairs would make every row a
+    positive, the 0-scored ones too: refused, naming the score and both ways to read it
+    (--min-score keeps the high ones; named columns take every row); a label beside
+    triplets, a second negative, a row lacking the negative a later row has, a file of one
+    document, and flags the family does not read: each one line, nothing written."""
+    rows = [("a b", "b a", 5.0), ("c d", "d c", 4.2), ("e f", "g h", 0.4), ("i j", "j i", 4.8)]
+    (data / "scored.tsv").write_text("sentence1\tsentence2\tscore\n" + "".join(
+        f"{a}\t{b}\t{s}\n" for a, b, s in rows))
+    bad = (("tri.jsonl", '{"query": "a", "positive": "b", "negative": "c", "label": 1}\n',
+            "column 'label' would not be read"),
+           ("two.jsonl", '{"query": "a", "positive": "b", "negative": "c", '
+                         '"negative_2": "d"}\n', "column 'negative_2' would not be read"),
+           ("ragged.jsonl", '{"query": "a", "positive": "b"}\n'
+                            '{"query": "c", "positive": "d", "negative": "e"}\n',
+            "ragged.jsonl: row 1 has no text in 'negative'"),
+           ("same.jsonl", '{"query": "a", "positive": "b"}\n' * 64,
+            "same.jsonl: 64 row(s) with 1 different document(s); InfoNCE's negatives are "
+            "the other rows' documents"))
+    for name, text, _ in bad:
+        (data / name).write_text(text)
+    before = snapshot(data)
+    err = cli_error(capsys, *_ft(data, data / "scored.tsv"))
+    assert "scored.tsv: column 'score' would not be read (this task reads 'sentence1', " \
+           "'sentence2'); --task embedding takes every row as a positive pair, whatever its " \
+           "score; train on the pairs scored high with --min-score X (--label-column score)" \
+           ", or name the columns to take every row: --text-columns sentence1,sentence2" in err
+    for name, _, words in bad:
+        assert words in cli_error(capsys, *_ft(data, data / name)), name
+    for flags, words in ((("--regression",), "--regression: --task embedding reads pairs"),
+                         (("--label-column", "score"), "--label-column score: --task "
+                          "embedding reads a score only to keep the pairs scored at least "
+                          "--min-score X"),
+                         (("--min-score", "4", "--task", "custom"), "--min-score: --task "
+                          "custom does not read it (the embedding family does); drop it")):
+        assert words in cli_error(capsys, *_ft(data, data / "scored.tsv"), *flags)
+    assert snapshot(data) == before
+    from electra.tasks.embedding.data import read_pairs
+
+    kept = read_pairs(data / "scored.tsv", min_score=4)
+    assert [(p.query, p.positive) for p in kept] == [("a b", "b a"), ("c d", "d c"),
+                                                     ("i j", "j i")]
+    assert "1 of 4 pairs scored below --min-score 4 are left out" in capsys.readouterr().err
+    every = read_pairs(data / "scored.tsv", "sentence1,sentence2")  # named: every row
+    assert len(every) == 4
+
+
 def test_embedding_trains_beside_another_task(data):
     """Multi-task (--task embedding,custom): one encoder; the embedding model's own weight
     (its temperature) is kept with it, and its folder embeds as electra.encode does."""

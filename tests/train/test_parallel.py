@@ -359,37 +359,28 @@ def test_embedding_finetune_on_two_processes_equals_one(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_processes_stream_their_parts_of_a_store_as_one_reads_the_folder(setup, tmp_path):
+def test_two_processes_stream_their_parts_of_a_store_as_one_reads_the_folder(setup, s3,
+                                                                           tmp_path):
     """train.shuffle=blocks with two parts: two processes streaming the folder from an S3
     server train as one process reading it locally, and each fetched its own part's blocks
     (the first and last, read by both when the split is opened, aside)."""
-    moto_server = pytest.importorskip("moto.server")
-    fsspec = pytest.importorskip("fsspec")
-    pytest.importorskip("s3fs")
+    import fsspec
+
     data, config = setup
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-           "ELECTRA_CACHE": str(tmp_path / "cache")}
-    fs = fsspec.filesystem("s3", skip_instance_cache=True, key="test", secret="test",
-                           endpoint_url=env["AWS_ENDPOINT_URL"])
-    fs.mkdir("data")
+    _, env = s3  # a server and store of this test's own (conftest)
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
     for f in sorted(data.rglob("*")):
         if f.is_file():
             fs.put_file(str(f), f"data/letters/{f.relative_to(data).as_posix()}")
     blocks = ("--set", "train.shuffle=blocks", "--set", "train.shuffle_block=16", "--set",
               "train.shuffle_window=2", "--set", "train.partitions=2")
-    try:
-        pretrain(1, data, config, tmp_path / "one", *blocks)
-        pretrain(2, "s3://data/letters", config, tmp_path / "two", *blocks, env=env)
-    finally:
-        server.stop()
+    pretrain(1, data, config, tmp_path / "one", *blocks)
+    pretrain(2, "s3://data/letters", config, tmp_path / "two", *blocks, env=env)
     assert_same_run(tmp_path / "one", tmp_path / "two", exact=False)
     n = int(json.loads((data / "meta.json").read_text())["splits"]["train"]["examples"])
     opened = {0, (n - 16) // 16, (n - 1) // 16}
+    cache = Path(env["ELECTRA_CACHE"])
     read = [{int(p.stem.rpartition("-")[2]) for p in
-             (tmp_path / f"cache/stream/rank-{r}").glob("*-train-ids.bin-*.bin")} - opened
+             (cache / f"stream/rank-{r}").glob("*-train-ids.bin-*.bin")} - opened
             for r in (0, 1)]
     assert read[0] and read[1] and read[0].isdisjoint(read[1])

@@ -58,6 +58,7 @@ from electra.errors import UserError
 from electra.io import hub, remote
 from electra.io.files import disk_errors, publish, read_json, write_json
 from electra.io.outputs import Claim, claim_out
+from electra.io.progress import reporting
 from electra.io.trackers import check_reachable, parse_log_to
 from electra.model.bodies import model_preset
 from electra.runtime import Runtime, check_compile, placed, resolve_device, start
@@ -217,8 +218,8 @@ def load_tasks(names: list[str], data: str | None, train: str | None, dev: str |
 
 def evaluate(model: str, task: str, data: str | None = None, dev: str | None = None,
              split: str = "dev", text_columns: str | None = None, precision: str | None = None,
-             pooling: str | None = None, device: str = "auto", **reading: Any
-             ) -> dict[str, Any]:
+             pooling: str | None = None, device: str = "auto", progress: bool = True,
+             **reading: Any) -> dict[str, Any]:
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s); a
     collapsed model (nearly one class) is flagged as fine-tuning flags it. The text columns
     are the model's own (saved when it was fine-tuned) unless --text-columns names others;
@@ -229,8 +230,8 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     resolve_device(device)  # before any file is read
     if task in EMBEDDING_TASKS:
         return evaluate_embeddings(model, task, data, dev, split, pooling, precision,
-                                   text_columns, reading.get("label_column") or "label",
-                                   device)
+                                   text_columns, reading.get("label_column"),
+                                   device, progress)
     data, dev = local_files(data, "--data"), local_files(dev, "--dev")
     classifier, meta = load_classifier(model)
     classifier = placed(classifier, device)
@@ -243,7 +244,8 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     if precision is not None:
         cfg = dataclasses.replace(cfg, precision=precision)
     task_data = head_of(meta).for_model(task_data, meta, cfg, model)
-    preds = dev_predictions(classifier, load_tokenizer(model), task_data, cfg)
+    with reporting(None, f"evaluate: {task}", "input", progress):
+        preds = dev_predictions(classifier, load_tokenizer(model), task_data, cfg)
     res = scores(task_data, preds)
     for split_name, (p, y) in preds.items():
         for warning in task_data.head.report(split_name, p, y, task_data)[0]:

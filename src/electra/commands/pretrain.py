@@ -116,6 +116,8 @@ def _pretrain(opt: PretrainOptions, rt: Runtime, claim: Claim) -> dict[str, Any]
     fit(opt, p, rt)
     trainer, tc = p.trainer, p.cfg.train
     if trainer.step == tc.max_steps:
+        if not trainer.last:  # resumed at its last step (killed before its models were
+            trainer.last = last_metrics(opt.out)  # written): its last line for the cards
         final = trainer.whole_model()  # a collective under FSDP
         if rt.is_main:
             tok = load_tokenizer(Path(opt.out))
@@ -126,6 +128,12 @@ def _pretrain(opt: PretrainOptions, rt: Runtime, claim: Claim) -> dict[str, Any]
         print(closing_line(opt.out, trainer.step, tc.max_steps, trainer.last), flush=True)
     rt.barrier()  # every rank returns once the run's files exist
     return trainer.last
+
+
+def last_metrics(run: str | Path) -> dict[str, Any]:
+    """The last line of RUN/metrics.jsonl (none: {})."""
+    lines = list(iter_metrics(run)) if (Path(run) / "metrics.jsonl").is_file() else []
+    return lines[-1] if lines else {}
 
 
 VAL_SHOWN = (("val_disc_acc", "held-out discriminator accuracy {:.2%}"),
@@ -286,6 +294,13 @@ def _run_folder(opt: PretrainOptions, run_config: dict[str, Any], data: ShardDat
                 raise UserError(f"--resume: checkpoint {found.name} was written by another run "
                                 f"({'; '.join(diffs[:3])}); remove {found} to resume from an "
                                 f"earlier checkpoint, or start a new --out")
+            last = opt.config.train.max_steps
+            if theirs.get("step", 0) >= last and (out / "discriminator").is_dir():
+                raise UserError(f"--resume: {out} is finished ({last:,} of {last:,} steps, its "
+                                f"models written) and nothing was interrupted (nothing was "
+                                f"changed); pass --overwrite to pretrain it again, or branch "
+                                f"from its last checkpoint with --decay-from {found} and a new "
+                                f"--out")
     if opt.decay_from is not None:
         found = _branch(Path(opt.decay_from), run_config, out)
     write_json(out / "config.json", run_config)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +35,42 @@ class Example:
     guid: str = ""
 
 
+# Column names that say what a column holds for some task (a label or score, a text of a
+# pair or a triplet): a file's column of this kind that a task would leave unread is refused
+# unless the user named the columns (:func:`check_unread`). Ids, titles, sources and other
+# names are a file's own business.
+ROLE_COLUMNS = re.compile(
+    r"(labels?|gold(_label)?|scores?|similarity|relevance|rating|target|class|"
+    r"text(_?[ab12])?|sentences?_?[12]?|question|query|anchor|positive|negatives?(_?\d+)?|"
+    r"document|passage|context|premise|hypothesis)", re.IGNORECASE)
+
+
+def header_of(records: list[Any]) -> list[str]:
+    """Every column a file's rows have, in the order first met (JSONL rows may differ)."""
+    seen: dict[str, None] = {}
+    for r in records:
+        if isinstance(r, dict):
+            seen.update(dict.fromkeys(map(str, r)))
+    return list(seen)
+
+
+def check_unread(path: Path, header: list[str], used: list[str], named: bool,
+                 how: str | Callable[[str], str]) -> None:
+    """Refuse, in one line, a file with a column that holds a label, a score or a text (by
+    its name, :data:`ROLE_COLUMNS`) which this task would not read, unless the user named the
+    columns (``named``): a column is never dropped silently. ``how``: the way to read it
+    (or, given the column, a function that says it)."""
+    left = [c for c in header if c not in used and ROLE_COLUMNS.fullmatch(c.strip())]
+    if left and not named:
+        raise UserError(f"{path}: column {left[0]!r} would not be read (this task reads "
+                        f"{', '.join(map(repr, used))}); "
+                        f"{how if isinstance(how, str) else how(left[0])}")
+
+
 def read_custom(path: str | Path, text_columns: list[str], label_column: str | None,
-                regression: bool = False) -> list[Example]:
-    """Any labelled CSV, TSV or JSONL: one text column or a pair, labels of any type.
+                regression: bool = False, named: bool = True) -> list[Example]:
+    """Any labelled CSV, TSV or JSONL: one text column or a pair, labels of any type; a label
+    or text column beside them refused unless the user ``named`` them (:func:`check_unread`).
 
     Raises:
         UserError: for a missing file, an empty one, or missing columns (naming the columns
@@ -56,6 +91,8 @@ def read_custom(path: str | Path, text_columns: list[str], label_column: str | N
         raise UserError(f"{path}: row 1 is not an object with named fields")
     found = list(records[0].keys())
     wanted = [*text_columns, *([label_column] if label_column else [])]
+    check_unread(path, header_of(records), wanted, named,
+                 "name the columns to read: --text-columns A or A,B and --label-column L")
     missing = [c for c in wanted if c not in records[0]]
     if missing:
         raise UserError(f"{path}: no column {', '.join(map(repr, missing))}; found "

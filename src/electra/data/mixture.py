@@ -75,8 +75,9 @@ def _weight(part: str, text: str) -> tuple[str, float | None]:
         weight = float(tail)
     except ValueError:
         return part, None  # a colon of the path itself (s3://bucket/data)
-    if not (weight > 0 and np.isfinite(weight)):
-        raise UserError(f"--data {text}: the weight of {path} is {tail}; give a number > 0")
+    if not 1e-9 <= weight <= 1e9:  # (shares, not counts: their sum must stay finite)
+        raise UserError(f"--data {text}: the weight of {path} is {tail}; give a number from "
+                        f"1e-9 to 1e9 (only the shares matter: 0.7 and 0.3, or 7 and 3)")
     return path, weight
 
 

@@ -55,7 +55,8 @@ from electra.data.tokenizer import (
 from electra.errors import UserError
 from electra.io import hub, remote
 from electra.io.files import sha256_file, staged, write_json
-from electra.io.outputs import MARK, claim_out
+from electra.io.outputs import MARK, check_inputs, claim_out
+from electra.io.progress import advance, reporting
 
 MAX_SEQ_LEN = 8192  # ModernBERT's context (the BERT presets hold 512 positions)
 OVERFLOW = ("drop", "carry")
@@ -343,6 +344,7 @@ def _run_split(files: list[Path], split_name: str, opt: PrepareOptions, tok_json
         if target not in writers:
             writers[target] = _Writer(tmp / target, shard_files(opt.pack))
         writers[target].write(arrays, counts)
+        advance(counts.get("tokens", 0))  # the command's bar (prepare())
 
     if engine is not None:  # --engine ray (electra.data.prepare_ray)
         engine.run_split(files, split_name, tok_json, settings, write, stats, totals,
@@ -423,6 +425,9 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
     if opt.tokenizer:
         opt = replace(opt, tokenizer=hub.resolve(opt.tokenizer, "--tokenizer"))
     _check_options(opt)
+    if remote.is_url(opt.out):  # (a local --out: claim_out compares it with the inputs)
+        check_inputs(opt.out, [*(("--input", i) for i in opt.inputs),
+                               *(("--val-input", i) for i in opt.val_inputs or [])])
     if opt.engine == "local":  # Ray's tasks read a store's files themselves, on their nodes
         opt = replace(opt, inputs=[_mirrored(i, "--input") for i in opt.inputs],
                       val_inputs=[_mirrored(i, "--val-input") for i in opt.val_inputs]
@@ -451,6 +456,8 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
                 engine = None
                 if opt.engine == "ray":
                     engine = stack.enter_context(RayEngine(opt.workers, opt.address))
+                stack.enter_context(reporting(None, "prepare: tokens packed", "token",
+                                              not opt.quiet))
                 _run_split(files, "train", opt, tok.to_str(), settings, tmp, writers, stats,
                            totals, engine)
                 if val_files:

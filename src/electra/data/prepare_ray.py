@@ -25,6 +25,7 @@ import array
 import contextlib
 import json
 import logging
+import os
 import pickle
 import signal
 import socket
@@ -47,13 +48,31 @@ from electra.data.text import (
     piece_lines,
     plan_pieces,
 )
-from electra.errors import UserError
+from electra.errors import Stopped, UserError
 from electra.io import remote
+
+HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1}  # held back while ray.init runs
+_HOLDING = False  # whether they are (read in a child just forked)
+
+
+def _unhold_in_child() -> None:
+    """In a process forked while ray.init held the signals (Ray starts its raylet, GCS and
+    agents through subprocess, which runs this where a preexec_fn is given, as Ray's is): the
+    process would keep them blocked for its whole life, and ray.shutdown's SIGTERM would not
+    end it."""
+    if _HOLDING:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
+
+
+os.register_at_fork(after_in_child=_unhold_in_child)
 
 
 class RayEngine:
     """A Ray cluster for one `electra prepare` (``address``; None: a local one, started here
-    and stopped at the end), running each split's passes (:meth:`run_split`)."""
+    and stopped at the end, however the command ends: every process it started, Ray's agents
+    included, is gone when the command exits), running each split's passes
+    (:meth:`run_split`). Ctrl-C and SIGTERM at any moment, ``ray.init`` included, end the
+    command as they end every command (one line, exit 130 or 143)."""
 
     def __init__(self, workers: int, address: str | None) -> None:
         try:
@@ -63,41 +82,84 @@ class RayEngine:
             raise UserError("--engine ray needs Ray Data: pip install 'electra[ray]'") from None
         self.ray, self.workers, self.address = ray, workers, address
         self.started = False
+        self.processes: list[Any] = []  # the local cluster's, seen when it started
+        self.before: set[int] = set()
 
     def __enter__(self) -> RayEngine:
         ray = self.ray
-        # Ray Data logs a line a pass, and a task's error (raised here as one line) at length
+        # Ray Data logs a line a pass, and a task's error (raised here as one line) at length;
+        # a local cluster's token-authentication notice is Ray's to its own users (the
+        # authentication itself stays as Ray sets it)
         logging.getLogger("ray.data").setLevel(logging.CRITICAL)
-        if not ray.is_initialized():
-            if self.address:
-                _answers(self.address)
-            # ray.init takes SIGTERM over (a stack dump, an exit); the command's handler, which
-            # ends it as Ctrl-C does (electra.train.stop), is put back after it
-            main = threading.current_thread() is threading.main_thread()
-            handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)
-                        } if main else {}
-            try:
-                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False,
-                         runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
-            except (ConnectionError, RuntimeError, ValueError) as err:
-                first = (str(err).strip().splitlines() or ["no answer"])[0][:160]
-                raise UserError(f"--engine ray --address {self.address}: no Ray cluster there "
-                                f"({first}); start one (ray start --head) or leave --address "
-                                f"out for a local one") from None
-            finally:
-                for sig, handler in handlers.items():
-                    if handler is not None:
-                        signal.signal(sig, handler)
+        logging.getLogger("ray._private.authentication").setLevel(logging.ERROR)
+        if ray.is_initialized():
+            self._configure()
+            return self
+        if self.address:
+            _answers(self.address)
+        # ray.init takes SIGTERM over twice (a Python handler that exits at once, 15, leaving
+        # the cluster up; its C++ core worker's, which dumps a stack and aborts), and a Ctrl-C
+        # in the middle of it leaves a half-made core worker that crashes the exit. So the
+        # signals are held (blocked: the kernel keeps them pending) while it runs; the
+        # command's handlers, which end it as Ctrl-C does (electra.train.stop), are put back,
+        # and then a signal that came meanwhile is the command's stop, as at any other time.
+        # (The processes Ray starts meanwhile unblock them again: _unhold_in_child.)
+        global _HOLDING
+        main = threading.current_thread() is threading.main_thread()
+        handlers = {s: signal.getsignal(s) for s in HELD} if main else {}
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD) if main else None
+        _HOLDING = mask is not None
+        self.before = {p.pid for p in _descendants()}  # not the caller's other children
+        try:
             self.started = True
-        ctx = ray.data.DataContext.get_current()
-        ctx.execution_options.preserve_order = True  # results in the pieces' order
-        ctx.enable_progress_bars = False
+            ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False,
+                     runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+            self.processes = self._new() if self.address is None else []
+            self._configure()
+        except (ConnectionError, RuntimeError, ValueError) as err:
+            first = (str(err).strip().splitlines() or ["no answer"])[0][:160]
+            raise UserError(f"--engine ray --address {self.address}: no Ray cluster there "
+                            f"({first}); start one (ray start --head) or leave --address "
+                            f"out for a local one") from None
+        except SystemExit as err:  # Ray's SIGTERM handler, while ray.init ran
+            self.__exit__()
+            if err.code != signal.SIGTERM:
+                raise
+            raise Stopped(signal.SIGTERM) from None
+        except BaseException:  # Ctrl-C while ray.init ran: what it started is stopped
+            self.__exit__()
+            raise
+        finally:
+            for sig, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
+            _HOLDING = False
+            if mask is not None:  # a signal that came while it ran is raised here
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return self
 
+    def _configure(self) -> None:
+        ctx = self.ray.data.DataContext.get_current()
+        ctx.execution_options.preserve_order = True  # results in the pieces' order
+        ctx.enable_progress_bars = False
+
     def __exit__(self, *exc: object) -> None:
-        if self.started:
+        """The cluster this command started, stopped: Ray's shutdown, then every process it
+        started that is still there (Ray's agents outlive their raylet by up to half a
+        minute), asked to end and, after a few seconds, killed."""
+        if not self.started:
+            return
+        self.started = False
+        try:
             self.ray.shutdown()
+        finally:
+            if self.address is None:  # a cluster of this command's own
+                _reap(self.processes + self._new())
+
+    def _new(self) -> list[Any]:
+        """The processes below this one that were not there before ray.init."""
+        return [p for p in _descendants() if p.pid not in self.before]
 
     def run_split(self, files: list[str | Path], split_name: str, tokenizer_json: str,
                   settings: dict[str, Any], write: Callable[..., None],
@@ -213,6 +275,35 @@ class RayEngine:
                 seen += [c for c in (getattr(cause, "cause", None), cause.__cause__,
                                      cause.__context__) if isinstance(c, BaseException)]
             raise
+
+
+def _descendants() -> list[Any]:
+    """This process's children and theirs (psutil's processes): a local cluster's raylet,
+    GCS, agents and workers; [] without psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _reap(processes: list[Any], grace: float = 3.0) -> None:
+    """``processes`` (those ray.shutdown left) asked to end, and those still running after
+    ``grace`` seconds killed."""
+    if not processes:
+        return
+    import psutil
+
+    for p in processes:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(processes, timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
 
 
 def _answers(address: str) -> None:

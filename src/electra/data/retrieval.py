@@ -64,6 +64,9 @@ def read_retrieval(path: str | Path, split: str = "test") -> RetrievalSet:
             raise UserError(f"{path / 'corpus.jsonl'}:{line_no}: a document needs \"_id\" and "
                             f"\"text\"")
         title = row.get("title") or ""
+        if str(doc_id) in corpus:  # a second text would silently replace the first
+            raise UserError(f"{path / 'corpus.jsonl'}:{line_no}: document {str(doc_id)!r} is "
+                            f"given twice; give each document its own \"_id\"")
         corpus[str(doc_id)] = f"{title} {text}".strip() if title else text
     if not corpus:
         raise UserError(f"{path / 'corpus.jsonl'}: the corpus is empty; give at least one "
@@ -73,6 +76,9 @@ def read_retrieval(path: str | Path, split: str = "test") -> RetrievalSet:
         if not isinstance(row.get("_id"), str | int) or not isinstance(row.get("text"), str):
             raise UserError(f"{path / 'queries.jsonl'}:{line_no}: a query needs \"_id\" and "
                             f"\"text\"")
+        if str(row["_id"]) in queries:
+            raise UserError(f"{path / 'queries.jsonl'}:{line_no}: query {str(row['_id'])!r} "
+                            f"is given twice; give each query its own \"_id\"")
         queries[str(row["_id"])] = row["text"]
     qrels = _qrels(qrels_file, corpus, queries)
     return RetrievalSet(corpus, {q: queries[q] for q in qrels}, qrels)

@@ -19,7 +19,6 @@ data gives, bit for bit.
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from electra import environ
 from electra.data.loader import ShardDataset
 from electra.errors import UserError
 from electra.io import remote
@@ -132,9 +132,8 @@ def block_cache() -> BlockCache:
     ``RANK``; ``rank-N.K`` where another live process holds that one, as two runs on one
     machine would), bounded by ``ELECTRA_CACHE_GB`` shared by ``LOCAL_WORLD_SIZE``
     processes. A later process reuses a folder's blocks."""
-    folder = remote.cache_root() / "stream" / f"rank-{os.environ.get('RANK', '0')}"
-    procs = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    bound = float(os.environ.get("ELECTRA_CACHE_GB", "50")) * 1e9 / procs
+    folder = remote.cache_root() / "stream" / f"rank-{environ.get('RANK')}"
+    bound = environ.get("ELECTRA_CACHE_GB") * 1e9 / environ.get("LOCAL_WORLD_SIZE")
     mine = _CACHES.get(folder)
     if mine is None or mine.bound != bound or not mine.folder.is_dir():
         if mine is not None:

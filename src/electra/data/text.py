@@ -16,6 +16,7 @@ import gzip
 import hashlib
 import io
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
@@ -27,6 +28,7 @@ import numpy as np
 from electra.errors import UserError
 from electra.io import remote
 from electra.io.files import json_line, read_json, sha256_file
+from electra.io.outputs import MARK
 
 TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".txt.gz", ".text.gz", ".jsonl.gz", ".parquet",
                  ".arrow")
@@ -85,6 +87,8 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]], flag: str = "--input"
         elif p.is_dir():
             found = sorted(f for f in p.rglob("*") if f.is_file()
                            and not f.name.startswith(".") and f.name.endswith(TEXT_SUFFIXES))
+            found = _without_outputs(found, [m.parent for m in p.rglob(MARK)], str(raw), flag,
+                                     str(p))
             if not found:
                 raise UserError(f"{flag} {p}: the folder holds no text files "
                                 f"({', '.join(TEXT_SUFFIXES)})")
@@ -314,6 +318,24 @@ def file_stats(path: str, split: str | None = None) -> dict[str, object]:
     return {"sha256": h.hexdigest(), "bytes": n}
 
 
+def _without_outputs(found: list[Any], marked: list[Any], given: str, flag: str,
+                     top: Any) -> list[Any]:
+    """A folder's text files less those inside an electra output in it (a folder with the
+    ``.electra.json`` mark: prepared data's vocab.txt, a run's files), which are no corpus
+    (a note names each one skipped); the folder itself an output: one line."""
+    if not marked:
+        return found
+    if any(str(m).rstrip("/") == str(top).rstrip("/") for m in marked):
+        raise UserError(f"{flag} {given} is an electra output (its {MARK}), not text; give "
+                        f"the text files it was made from")
+    kept = [f for f in found if not any(str(f).startswith(str(m).rstrip("/") + "/")
+                                        for m in marked)]
+    for m in sorted({str(m) for m in marked}):
+        print(f"electra: note: {flag} {given}: skipping {m}, an electra output inside it "
+              f"(its files are no corpus)", file=sys.stderr)
+    return kept
+
+
 def remote_inputs(url: str, flag: str = "--input") -> list[str]:
     """The files of a store's URL, as :func:`expand_inputs` finds local ones: the file, the
     text files under a folder (``TEXT_SUFFIXES``), or a pattern's matches, sorted."""
@@ -324,8 +346,11 @@ def remote_inputs(url: str, flag: str = "--input") -> list[str]:
             if not found:
                 raise UserError(f"{flag} {url}: the pattern matches no file")
         elif fs.isdir(inside):
-            found = sorted(f for f in fs.find(inside) if f.endswith(TEXT_SUFFIXES)
+            keys = fs.find(inside)
+            found = sorted(f for f in keys if f.endswith(TEXT_SUFFIXES)
                            and not f.rpartition("/")[2].startswith("."))
+            found = _without_outputs(found, [k.rpartition("/")[0] for k in keys
+                                             if k.endswith("/" + MARK)], url, flag, inside)
             if not found:
                 raise UserError(f"{flag} {url}: the folder holds no text files "
                                 f"({', '.join(TEXT_SUFFIXES)})")

@@ -24,12 +24,12 @@ settings (objectives, budget, fractions, base config) are refused.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from electra import environ
 from electra.commands import embed
 from electra.commands.finetune import local_files, model_source, parse_seeds, run_finetune
 from electra.commands.pretrain import PretrainOptions, pretrain
@@ -112,7 +112,7 @@ def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random
         return run_compare(plan, data, claim, rt, progress, budget, loaded)
 
 def _world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return int(environ.get("WORLD_SIZE"))
 
 def run_compare(plan: Plan, data: str, claim: Claim, rt: Any, progress: bool = True,
                 budget_text: str = "", loaded: dict[str, Any] | None = None

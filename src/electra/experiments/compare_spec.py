@@ -49,8 +49,8 @@ class Task:
     folder: str | None = None  # GLUE: the task's folder
     train: str | None = None
     dev: str | None = None
-    text_columns: str = "text"
-    label_column: str = "label"
+    text_columns: str | None = None  # None: the task's default (custom: text)
+    label_column: str | None = None  # (custom: label)
     regression: bool = False
     sets: tuple[str, ...] = ()  # fine-tuning settings for this task (key=value)
 

@@ -58,15 +58,29 @@ def staged(out: Path, hint: str | None = None) -> Iterator[Path]:
     """Write folder ``out`` whole or not at all: the block writes into a fresh ``OUT.partial``,
     which replaces ``out`` when the block ends; on any error (or Ctrl-C) it is removed and
     ``out`` is untouched. A full disk or read-only filesystem becomes one UserError (ending
-    with ``hint``, what to do)."""
+    with ``hint``, what to do). Every file gets the mode a plain ``open`` gives under the
+    user's umask (libraries that write through a temporary file, as transformers' weights
+    are, leave 0600 beside 0644)."""
     tmp = staging_dir(out)
     try:
         with disk_errors(out, hint):
             yield tmp
+            usual_modes(tmp)
             publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def usual_modes(folder: Path) -> None:
+    """Every file under ``folder`` given the mode ``open`` gives a new file (0o666 less the
+    umask) where a writer left it narrower."""
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = 0o666 & ~umask
+    for f in folder.rglob("*"):
+        if f.is_file() and not f.is_symlink() and (f.stat().st_mode & 0o777) != mode:
+            os.chmod(f, mode)
 
 
 _DISK = {e: os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES,

@@ -34,6 +34,21 @@ def is_hub_id(ref: str | Path) -> bool:
     return not Path(text).exists() and HUB_ID.match(text) is not None
 
 
+def check_repo_id(repo: str, given: str, flag: str) -> None:
+    """Refuse, in one line, a repository id the hub's own rules reject (``huggingface_hub``'s
+    ``validate_repo_id``: ``--`` or ``..`` inside, a name starting or ending with ``-`` or
+    ``.``, over 96 characters)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo)
+    except HFValidationError as err:
+        rule = str(err).split(":")[0].rstrip(".")
+        raise UserError(f"{flag} {given}: no such local folder, and {repo!r} is no hub id "
+                        f"({rule}); check the name") from None
+
+
 def resolve(ref: str | Path, flag: str) -> str:
     """``ref`` itself where it is a local path (or not of the hub's form: the caller says
     it is missing); else the folder of ``org/name[@revision]`` in the hub's cache,
@@ -52,6 +67,7 @@ def resolve(ref: str | Path, flag: str) -> str:
     )
 
     repo, rev = found["repo"], found["rev"]
+    check_repo_id(repo, text, flag)
     cache = constants.HF_HUB_CACHE
     try:
         return snapshot_download(repo, revision=rev, allow_patterns=FILES)

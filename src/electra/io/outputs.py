@@ -50,6 +50,7 @@ from typing import Any
 
 from electra.errors import UserError
 from electra.io.files import disk_errors
+from electra.io.remote import is_url
 
 MARK = ".electra.json"
 
@@ -161,12 +162,45 @@ def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
-def check_inputs(out: Path, inputs: Iterable[tuple[str, Any]], flag: str = "--out") -> None:
-    """Refuse ``out`` over, inside or around an input (``(flag, path)`` pairs; None skipped)."""
-    target = _real(out)
+def _url_path(url: str) -> str:
+    """A store URL as the outputs rule compares it: the protocol's one name (``s3a`` is
+    ``s3``), no trailing ``/``, a pattern cut to the folder before its first wildcard."""
+    protocol, _, rest = url.partition("://")
+    protocol = {"s3a": "s3", "gcs": "gs", "abfs": "az", "abfss": "az"}.get(protocol, protocol)
+    parts = rest.rstrip("/").split("/")
+    for k, part in enumerate(parts):
+        if any(c in part for c in "*?["):
+            parts = parts[:k]
+            break
+    return f"{protocol}://{'/'.join(parts)}"
+
+
+def _check_urls(out: str, value: str, in_flag: str, flag: str) -> None:
+    """The outputs rule between a store URL output and a store URL input."""
+    target, src = _url_path(out), _url_path(value)
+    if target == src:
+        raise UserError(f"{flag} {out} is {in_flag} {value} itself, an input of this "
+                        f"command; write the output somewhere else")
+    if target.startswith(src + "/"):
+        raise UserError(f"{flag} {out} is inside {in_flag} {value}, an input of this "
+                        f"command; choose a URL outside it")
+    if src.startswith(target + "/"):
+        raise UserError(f"{flag} {out} holds {in_flag} {value}, an input of this command; "
+                        f"choose a URL that does not contain it")
+
+
+def check_inputs(out: str | Path, inputs: Iterable[tuple[str, Any]],
+                 flag: str = "--out") -> None:
+    """Refuse ``out`` over, inside or around an input (``(flag, path)`` pairs; None skipped),
+    local paths and store URLs alike (a URL and a local path never overlap)."""
     for in_flag, value in inputs:
         if value in (None, ""):
             continue
+        if is_url(out) or is_url(value):
+            if is_url(out) and is_url(value):
+                _check_urls(str(out), str(value), in_flag, flag)
+            continue
+        target = _real(Path(out))
         src = _real(Path(value))
         if not src.exists():
             continue

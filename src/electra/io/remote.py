@@ -27,11 +27,14 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from electra import environ
 from electra.errors import UserError
 
 PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs",
@@ -44,15 +47,41 @@ def is_url(path: str | Path | None) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
+def check_url(url: str, flag: str) -> None:
+    """Refuse a URL whose path has a ``..``, ``.`` or empty part (``s3://b/x/../y``,
+    ``s3://b//y``): a store takes them as literal key parts, so such a URL would write keys
+    no path can name, or read another folder than it seems to."""
+    rest = url.partition("://")[2].rstrip("/")
+    if not rest or any(part in ("", ".", "..") for part in rest.split("/")):
+        raise UserError(f"{flag} {url}: a store's URL may not have '..', '.' or empty parts "
+                        f"('//'): a store would take them as part of the keys; give the "
+                        f"folder's own URL, e.g. s3://bucket/corpus")
+
+
+def check_key(rel: str, url: str, flag: str) -> tuple[str, ...]:
+    """The parts of a key found under ``url`` (relative to it), refused in one line where
+    they would lead out of the folder it is mirrored to (``..``, ``.``, an empty part, a
+    leading ``/``, a NUL)."""
+    parts = tuple(rel.split("/"))
+    if not rel or "\0" in rel or any(p in ("", ".", "..") for p in parts):
+        raise UserError(f"{flag} {url}: the store holds an object whose key {rel!r} has "
+                        f"'..', '.' or empty parts, which would be written outside the "
+                        f"cache's folder for this URL (nothing was fetched); remove or rename "
+                        f"that object in the store")
+    return parts
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get("ELECTRA_CACHE") or Path.home() / ".cache/electra/remote")
+    return Path(environ.get("ELECTRA_CACHE") or Path.home() / ".cache/electra/remote")
 
 
 @contextlib.contextmanager
 def reached(url: str, flag: str) -> Iterator[None]:
     """A store's failures as one line naming ``url`` and the fix (the first of
     :data:`ADVICE` that fits; the stores' own client errors, botocore's and aiohttp's, as a
-    failure to retry)."""
+    failure to retry); a URL with ``..``, ``.`` or empty parts refused first
+    (:func:`check_url`)."""
+    check_url(url, flag)
     try:
         yield
     except UserError:
@@ -110,13 +139,16 @@ def local(path: str | Path, flag: str) -> Path:
         base = inside if folder else inside.rpartition("/")[0]
         name = inside.rstrip("/").rpartition("/")[2] or "data"
         mirror = cache_root() / f"{hashlib.sha1(url.encode()).hexdigest()[:16]}-{name}"
+        keys = {remote: check_key(remote[len(base):].removeprefix("/"), url, flag)
+                for remote in files}  # every key checked before anything is fetched
         with _lock(mirror):
             _make_room(mirror, sum(info["size"] for info in files.values()), flag, url)
-            stamps_file = mirror.with_name(mirror.name + ".stamps.json")  # beside it
-            stamps = json.loads(stamps_file.read_text()) if stamps_file.is_file() else {}
+            stamps_file = _stamps_file(mirror)
+            stamps = _read_stamps(stamps_file)
+            stamps_file.write_text(json.dumps(stamps))  # a mirror of electra's from now on
             for remote, info in sorted(files.items()):
-                rel = remote[len(base):].lstrip("/")
-                target, stamp_now = mirror / rel, stamp(info)
+                rel = "/".join(keys[remote])
+                target, stamp_now = mirror.joinpath(*keys[remote]), stamp(info)
                 if (target.is_file() and target.stat().st_size == info["size"]
                         and stamps.get(rel) == stamp_now):
                     continue  # whole, and the store's copy unchanged: fetched before
@@ -128,6 +160,24 @@ def local(path: str | Path, flag: str) -> Path:
                 stamps_file.write_text(json.dumps(stamps))  # after each: a rerun resumes
             os.utime(mirror)  # the mirror's last use, for the cache's bound
     return mirror if folder else mirror / name
+
+
+def _stamps_file(mirror: Path) -> Path:
+    """``NAME.stamps.json`` beside a mirror: what was fetched, and the mark that says the
+    folder is a mirror electra made (the only folders the cache's bound removes)."""
+    return mirror.with_name(mirror.name + ".stamps.json")
+
+
+def _read_stamps(path: Path) -> dict[str, str]:
+    """A mirror's stamps; none (every file compared with the store anew) where the file is
+    missing or damaged."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def stamp(info: dict[str, Any]) -> str:
@@ -157,37 +207,74 @@ def writing(url: str, flag: str) -> Iterator[None]:
     """One writer per ``url``: ``URL/.electra-writing`` created only where there is none (the
     store's conditional write, fsspec's exclusive mode; a store without one: a check, then
     the write), removed when the writer is done, whether it succeeded or not. Another
-    writer's (or one killed before it could remove it) is one line naming it."""
+    writer's is one line naming it, unless that writer ran on this machine and its process
+    is gone (killed): then it is taken over with a note, as a local lock is."""
     import socket
     import time
 
     url = url.rstrip("/")
-    held = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+    host = socket.gethostname()
+    held = json.dumps({"host": host, "pid": os.getpid(),
                        "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}).encode()
     with reached(url, flag):
         fs, inside = filesystem(f"{url}/{WRITING}")
-        try:
+        for attempt in range(2):
             try:
-                with fs.open(inside, "xb") as f:
-                    f.write(held)
-            except (ValueError, NotImplementedError):  # no exclusive mode: check, then write
-                if fs.exists(inside):
-                    raise FileExistsError(inside) from None
-                fs.pipe_file(inside, held)
-        except FileExistsError:
-            try:
-                other = json.loads(fs.cat_file(inside))
-                who = f" (since {other['since']}, {other['host']} process {other['pid']})"
-            except Exception:
-                who = ""
-            raise UserError(f"{flag} {url}: another `electra` is writing there{who}; wait for "
-                            f"it to end, or, if it is not running any more, delete "
-                            f"{url}/{WRITING} and run the command again") from None
+                _create(fs, inside, held)
+                break
+            except FileExistsError:
+                other = _writer(fs, inside)
+                who = (f" (since {other['since']}, {other['host']} process {other['pid']})"
+                       if other else "")
+                if attempt == 0 and other and other["host"] == host and not _alive(
+                        other["pid"]):
+                    print(f"electra: note: {url}/{WRITING} was left by a command that no "
+                          f"longer runs{who}; taking it over", file=sys.stderr)
+                    fs.rm_file(inside)
+                    continue
+                raise UserError(f"{flag} {url}: another `electra` is writing there{who}; "
+                                f"wait for it to end, or, if it is not running any more, "
+                                f"delete {url}/{WRITING} and run the command again") from None
     try:
         yield
     finally:
         with reached(url, flag):
             fs.rm_file(inside)
+
+
+def _create(fs: Any, inside: str, data: bytes) -> None:
+    """``inside`` written only where there is none (FileExistsError otherwise)."""
+    try:
+        with fs.open(inside, "xb") as f:
+            f.write(data)
+    except (ValueError, NotImplementedError):  # no exclusive mode: check, then write
+        if fs.exists(inside):
+            raise FileExistsError(inside) from None
+        fs.pipe_file(inside, data)
+
+
+def _writer(fs: Any, inside: str) -> dict[str, Any] | None:
+    """Who holds a URL's writer mark (host, pid, since), None where it does not say."""
+    try:
+        other = json.loads(fs.cat_file(inside)[:1 << 16])
+    except Exception:
+        return None
+    ok = isinstance(other, dict) and isinstance(other.get("host"), str) and isinstance(
+        other.get("pid"), int) and "since" in other
+    return other if ok else None
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def listing(url: str, flag: str) -> list[str]:
@@ -223,7 +310,7 @@ def _lock(mirror: Path) -> Iterator[None]:
 
 def _make_room(mirror: Path, need: int, flag: str, url: str) -> None:
     """Remove the mirrors used longest ago until ``need`` more bytes fit the bound."""
-    bound = float(os.environ.get("ELECTRA_CACHE_GB", "50")) * 1e9
+    bound = environ.get("ELECTRA_CACHE_GB") * 1e9
     if need > bound:
         raise UserError(f"{flag} {url}: {need / 1e9:.1f} GB is more than the cache's bound "
                         f"(ELECTRA_CACHE_GB={bound / 1e9:g}); raise it (pretraining on a "
@@ -233,12 +320,35 @@ def _make_room(mirror: Path, need: int, flag: str, url: str) -> None:
     def size(folder: Path) -> int:
         return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
-    others = sorted((p for p in cache_root().iterdir()
-                     if p.is_dir() and p not in (mirror, cache_root() / "outgoing")),
-                    key=lambda p: p.stat().st_mtime)
+    others = sorted((p for p in mirrors() if p != mirror), key=lambda p: p.stat().st_mtime)
     sizes = {p: size(p) for p in others}
     used = sum(sizes.values())  # the others; this mirror's own files are replaced in place
+    from filelock import FileLock, Timeout
+
     while others and used + need > bound:
         old = others.pop(0)
-        shutil.rmtree(old, ignore_errors=True)
+        held = FileLock(str(old) + ".lock")
+        try:
+            held.acquire(timeout=0)  # one another process is fetching or reading is kept
+        except Timeout:
+            continue
+        try:
+            _stamps_file(old).unlink(missing_ok=True)  # first: no longer a mirror, even if
+            shutil.rmtree(old, ignore_errors=True)  # the removal is cut short
+        finally:
+            held.release()
         used -= sizes[old]
+
+
+MIRROR_NAME = re.compile(r"[0-9a-f]{16}-.+")
+
+
+def mirrors() -> list[Path]:
+    """The mirrors electra made in the cache: folders named ``HASH-NAME`` with their
+    ``.stamps.json`` beside them. Nothing else there (a user's folder, the stream's blocks,
+    prepare's staging) is ever removed to make room."""
+    root = cache_root()
+    if not root.is_dir():
+        return []
+    return [p for p in root.iterdir() if MIRROR_NAME.fullmatch(p.name) and p.is_dir()
+            and not p.is_symlink() and _stamps_file(p).is_file()]

@@ -41,6 +41,7 @@ from electra.errors import UserError
 from electra.io import hub
 from electra.io.files import read_json, staged
 from electra.io.outputs import claim_out
+from electra.io.progress import progress
 from electra.model import Discriminator, Generator, count_parameters
 from electra.saved import cards, folders
 from electra.saved.hf_format import (
@@ -49,7 +50,7 @@ from electra.saved.hf_format import (
     need_transformers,
     read_hf_folder,
 )
-from electra.saved.models import open_model
+from electra.saved.models import open_model, trained_length
 from electra.tasks.base import head_of
 
 
@@ -121,6 +122,13 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False,
         opened = open_model(src, flag="export")
         own = (head_of(opened.meta).sentence_embedding(opened.meta)
                if "classifier" in opened.parts else None)  # an embedding model's
+        given = sentence_transformers
+        if own is not None and given not in (None, own[0]):
+            raise UserError(f"--sentence-transformers {given}: {src} was fine-tuned to embed "
+                            f"with {own[0]} pooling, and {given} pooling would give other "
+                            f"vectors than those it learned; leave "
+                            f"--sentence-transformers out (its own pooling is used) or give "
+                            f"{own[0]}")
         if sentence_transformers is not None or own is not None:
             pooling, normalize = (sentence_transformers or own[0],  # type: ignore[index]
                                   own[1] if own else True)
@@ -144,11 +152,12 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False,
                 print(f"electra: note: {note}", file=sys.stderr)
             return out
         models, tok = _exportable(src, opened.parts), load_tokenizer(opened.tokenizer)
-        with staged(out) as tmp:
+        with staged(out) as tmp, progress(len(models), "export: parts written", "part") as bar:
             claim.mark(tmp)
             for part, module in models.items():
                 _write_hf_folder(tmp / part, module, part, tok, _card(src, part),
                                  cards.PIPELINES.get(part, ""))
+                bar.update(1)
     print("wrote " + " and ".join(f"{out}/{part} ({export_of(m.config).cls(part)})"
                                   for part, m in models.items()))
     note = export_of(models["discriminator"].config).note
@@ -185,9 +194,10 @@ def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: st
         encoder_dir = tmp.parent / (tmp.name + "-encoder")
         _write_hf_folder(encoder_dir, module, "discriminator", load_tokenizer(opened.tokenizer),
                          _card(src, part, opened.meta or None), "feature-extraction")
+        length = (trained_length(opened.meta) if part == "classifier" else None
+                  ) or module.config.max_position_embeddings  # what it was fine-tuned at
         try:
-            first = models.Transformer(str(encoder_dir),
-                                       max_seq_length=module.config.max_position_embeddings)
+            first = models.Transformer(str(encoder_dir), max_seq_length=length)
             width = (getattr(first, "get_embedding_dimension", None)  # 6.x's name
                      or first.get_word_embedding_dimension)()
             pool = models.Pooling(width, pooling_mode=pooling)
@@ -197,7 +207,7 @@ def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: st
         finally:
             shutil.rmtree(encoder_dir, ignore_errors=True)
     print(f"wrote {out} (sentence-transformers: the encoder, {pooling} pooling"
-          + (", normalised)" if normalize else ")"))
+          + (", normalised" if normalize else "") + f", texts cut at {length} tokens)")
     return out
 
 

@@ -100,3 +100,9 @@ def _checkpoint_parts(src: Path) -> dict[str, nn.Module]:
         config_from_dict(ObjectiveConfig, saved.get("objective", {}), where))
     load_checkpoint(src, model)
     return model.parts()
+
+
+def trained_length(meta: dict[str, Any]) -> int | None:
+    """The length a fine-tuned model was trained at (its texts cut there), if it says."""
+    length = (meta.get("finetune") or {}).get("max_length")
+    return int(length) if isinstance(length, int) and length > 0 else None

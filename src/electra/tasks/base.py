@@ -25,6 +25,7 @@ from torch import nn
 
 from electra.config import FamilySettings
 from electra.data.examples import confusion_counts
+from electra.io.progress import advance
 from electra.registry import Registry
 from electra.runtime import autocast
 
@@ -308,6 +309,7 @@ def logits(model: torch.nn.Module, batch: dict[str, torch.Tensor], precision: st
         with autocast(device, precision):
             out = model(part["input_ids"], part["attention_mask"], part["token_type_ids"])
         out = out.float().cpu()
+        advance(len(rows))  # a command's bar, where it opened one (electra.io.progress)
         if out.dim() == 3:  # per token: back to the full width
             out = F.pad(out, (0, 0, 0, T - width), value=torch.finfo(out.dtype).min)
         outs.append(out)

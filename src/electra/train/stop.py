@@ -30,20 +30,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from electra.errors import Stopped  # (beside UserError: the data layer raises it too)
+
 SIGNALS = ("SIGTERM", "SIGUSR1")  # those that have a handler here (SIGINT keeps Python's)
-
-
-class Stopped(KeyboardInterrupt):
-    """A stop asked for by a signal (``signum``); ``together``: every rank stops at this
-    step and saves with the others (rather than rank 0 alone, as on Ctrl-C)."""
-
-    def __init__(self, signum: int, together: bool = False) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum, self.together = signum, together
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name
 
 
 _installed = False

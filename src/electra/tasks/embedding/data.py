@@ -9,13 +9,16 @@ same number of texts. Each text is encoded alone, ``[CLS] text [SEP]``: (rows, t
 
 from __future__ import annotations
 
+import math
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from electra.data.examples import Example, _records, encode
+from electra.data.examples import ROLE_COLUMNS, Example, _records, check_unread, encode, header_of
 from electra.errors import UserError
 
 HEADERS = (("anchor", "positive", "negative"), ("query", "positive", "negative"),
@@ -51,9 +54,16 @@ def columns_of(path: Path, header: list[str], given: str | None) -> list[str]:
                     f"anchor,positive[,negative])")
 
 
-def read_pairs(path: str | Path, text_columns: str | None = None) -> list[Pair]:
+def read_pairs(path: str | Path, text_columns: str | None = None,
+               score_column: str | None = None, min_score: float | None = None) -> list[Pair]:
     """Every row of a pairs or triplets file (a short row, an empty text, rows of another
-    width: one line naming the row)."""
+    width: one line naming the row). The columns are every row's together (a JSONL row may
+    lack one: then it is refused, never read as a pair). A score or label column (or a text
+    column) the file has beside those read is refused unless ``text_columns`` names them
+    (:func:`electra.data.examples.check_unread`); with ``min_score``, the rows whose score
+    (``score_column``, default score, else label) is below it are left out, and a note says
+    how many. A file whose rows hold fewer than two different documents is refused: InfoNCE's
+    negatives are the other rows' documents."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such file")
@@ -62,20 +72,68 @@ def read_pairs(path: str | Path, text_columns: str | None = None) -> list[Pair]:
         raise UserError(f"{path}: no rows")
     if not isinstance(records[0], dict):
         raise UserError(f"{path}: row 1 is not an object with named fields")
-    cols = columns_of(path, list(records[0]), text_columns)
-    missing = [c for c in cols if c not in records[0]]
+    header = header_of(records)
+    cols = columns_of(path, header, text_columns)
+    missing = [c for c in cols if c not in header]
     if missing:
         raise UserError(f"{path}: no column {', '.join(map(repr, missing))}; found "
-                        f"{', '.join(map(repr, records[0]))}")
-    out = []
+                        f"{', '.join(map(repr, header))}")
+    score = None
+    if min_score is not None:
+        score = score_column or next((c for c in ("score", "label") if c in header), None)
+        if score not in header:
+            raise UserError(f"{path}: --min-score {min_score:g} reads each pair's score, and "
+                            f"the file has no {score or 'score or label'} column (found "
+                            f"{', '.join(map(repr, header))}); name it with --label-column")
+    check_unread(path, header, [*cols, *([score] if score else [])], text_columns is not None,
+                 lambda c: _how(c, cols))
+    out, below = [], 0
     for n, row in enumerate(records, 1):
         texts = [row.get(c) if isinstance(row, dict) else None for c in cols]
         bad = [c for c, t in zip(cols, texts, strict=True)
                if not isinstance(t, str) or not t.strip()]
         if bad:
             raise UserError(f"{path}: row {n} has no text in {', '.join(map(repr, bad))}")
+        if score is not None and min_score is not None:
+            value = _number(row.get(score))
+            if value is None:
+                raise UserError(f"{path}: row {n}: {score} {row.get(score)!r} is not a "
+                                f"number (--min-score reads it)")
+            if value < min_score:
+                below += 1
+                continue
         out.append(Pair(*texts))  # type: ignore[arg-type]
+    left = (f"{below:,} of {len(records):,} pairs scored below --min-score {min_score:g} "
+            f"are left out") if below else ""
+    documents = {t for p in out for t in p.texts()[1:]}
+    if len(documents) < 2:
+        raise UserError(f"{path}: {len(out)} row(s) with {len(documents)} different "
+                        f"document(s){f' ({left})' if left else ''}; InfoNCE's negatives are "
+                        f"the other rows' documents, so it needs at least two different ones")
+    if left:
+        print(f"electra: note: {path}: {left}; {len(out):,} are read", file=sys.stderr)
     return out
+
+
+def _how(column: str, cols: list[str]) -> str:
+    """How to read a column a pairs file has beside the ones read."""
+    if ROLE_COLUMNS.fullmatch(column) and re.fullmatch(
+            r"(labels?|gold(_label)?|scores?|similarity|relevance|rating|target|class)",
+            column, re.IGNORECASE):
+        return (f"--task embedding takes every row as a positive pair, whatever its score; "
+                f"train on the pairs scored high with --min-score X (--label-column "
+                f"{column}), or name the columns to take every row: --text-columns "
+                f"{','.join(cols)}")
+    return (f"name the columns to read: --text-columns QUERY,POSITIVE[,NEGATIVE] (now "
+            f"{','.join(cols)})")
+
+
+def _number(value: Any) -> float | None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
 
 
 def encode_texts(tok: Any, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:

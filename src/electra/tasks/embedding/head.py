@@ -170,17 +170,27 @@ class Embedding(Head):
 
     def load(self, task: str, train: str | None = None, dev: str | None = None,
              text_columns: str | None = None, predict: str | None = None,
-             split: str | None = None, **_: Any) -> TaskData:
+             split: str | None = None, label_column: str | None = None,
+             regression: bool = False, min_score: float | None = None, **_: Any) -> TaskData:
         if predict:
             raise UserError("--predict test writes benchmark submission files; an embedding "
                             "model is scored with `electra evaluate --task sts|retrieval`")
+        if regression:
+            raise UserError("--regression: --task embedding reads pairs or triplets, not "
+                            "labels; drop it (--min-score X trains on the pairs scored at "
+                            "least X)")
+        if label_column is not None and min_score is None:
+            raise UserError(f"--label-column {label_column}: --task embedding reads a score "
+                            f"only to keep the pairs scored at least --min-score X; add "
+                            f"--min-score, or drop --label-column")
         if not dev or not (train or split is not None):
             raise UserError("--task embedding needs --train FILE and --dev FILE (pairs "
                             "query,positive or triplets query,positive,negative: CSV, TSV, "
                             "JSONL or Parquet)")
         columns = None if text_columns in (None, "text") else text_columns
-        rows = read_pairs(train, columns) if train and split is None else []
-        return TaskData(task, rows, {"dev": read_pairs(dev, columns)},
+        rows = (read_pairs(train, columns, label_column, min_score) if train and split is None
+                else [])
+        return TaskData(task, rows, {"dev": read_pairs(dev, columns, label_column, min_score)},
                         ("mrr@10", "recall@1", "recall@10"), False, {}, head=self)
 
     def read_inputs(self, path: Path, meta: dict[str, Any]) -> list[Any]:

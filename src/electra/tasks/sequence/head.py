@@ -99,13 +99,18 @@ class Sequence(Head):
     hub_datasets = {t: ("nyu-mll/glue", t) for t in GLUE}  # noqa: RUF012 (read only)
 
     def load(self, task: str, data: str | None = None, train: str | None = None,
-             dev: str | None = None, text_columns: str = "text", label_column: str = "label",
+             dev: str | None = None, text_columns: str | None = None,
+             label_column: str | None = None,
              regression: bool = False, predict: str | None = None, split: str | None = None,
              **_: Any) -> TaskData:
         """A GLUE task from its folder (``data``), or ``custom`` from ``train``/``dev``."""
         if task == "custom":
             return self._custom(train, dev, text_columns, label_column, regression, predict,
                                 split)
+        if label_column is not None or regression:
+            flag = "--label-column" if label_column is not None else "--regression"
+            raise UserError(f"{flag}: --task {task} reads GLUE's files, whose columns are "
+                            f"known; it is a flag of --task custom (your own files): drop it")
         if task.lower().replace("-", "") not in GLUE:
             others = [t for h in HEADS.values() for t in h.tasks]
             raise UserError(f"--task {task}: unknown; valid tasks: {', '.join(GLUE)}, custom, "
@@ -121,8 +126,8 @@ class Sequence(Head):
                         {s: read_glue(spec, data, s) for s in spec.test} if predict == "test"
                         else {}, head=self, columns=tuple(map(str, spec.test_text or spec.text)))
 
-    def _custom(self, train: str | None, dev: str | None, text_columns: str,
-                label_column: str, regression: bool, predict: str | None,
+    def _custom(self, train: str | None, dev: str | None, text_columns: str | None,
+                label_column: str | None, regression: bool, predict: str | None,
                 split: str | None) -> TaskData:
         if predict:
             raise UserError("--predict test writes GLUE submission files; for a custom task "
@@ -130,15 +135,17 @@ class Sequence(Head):
         if (not train and split is None) or not dev:
             raise UserError("--task custom needs --train FILE and --dev FILE (and "
                             "--text-columns, --label-column)")
-        cols = [c for c in text_columns.split(",") if c]
-        examples = read_custom(train, cols, label_column, regression) if train else []
+        named = text_columns is not None or label_column is not None  # by the user
+        cols = [c for c in (text_columns or "text").split(",") if c]
+        label_column = label_column or "label"
+        examples = read_custom(train, cols, label_column, regression, named) if train else []
         classes = {e.label for e in examples}
         if not regression and len(classes) == 1:
             raise UserError(f"{train}: every label is {classes.pop()!r}; a classifier needs at "
                             f"least two classes (--regression for numeric labels)")
         metrics = ("pearson", "spearman") if regression else ("accuracy",)
         return TaskData("custom", examples, {"dev": read_custom(dev, cols, label_column,
-                                                                 regression)},
+                                                                 regression, named)},
                         metrics, regression, head=self, columns=tuple(cols))
 
     def prepare(self, data: TaskData, cfg: FinetuneConfig) -> TaskData:
