@@ -24,7 +24,7 @@ CLI_IMPORTS = {"electra", "electra.config", "electra.errors", "electra.io.files"
                "electra.tasks.registry", "electra.model.bodies",  # presets, help only
                "electra.data.examples", "electra.runtime",
                "electra.invocation", "electra.train.stop",  # stdlib alone: the advice, signals
-               "electra.environ"}  # the environment variables, checked first
+               "electra.environ", "electra.catalog"}  # checked first; the help's registries
 
 
 def module_name(path: Path) -> str:
@@ -113,6 +113,7 @@ LAYERS = [
     {"electra.cli"},  # the `electra` command: a table of commands
     {"electra.experiments"},  # compare, the demo: runs of the commands
     {"electra.commands"},  # one module per command
+    {"electra.catalog"},  # what the help and the early checks say of the registries below
     {"electra.train"},  # the loops: the trainer, fine-tuning, the probe, parallelism
     {"electra.saved"},  # model folders, the opener, transformers' format
     {"electra.tasks", "electra.objectives"},  # the heads; the objectives and run config
@@ -295,19 +296,16 @@ def test_no_function_is_longer_than_60_lines():
     assert long == []
 
 
-def test_the_cli_names_every_objective(request):
-    from test_seams import HalfLambda
-
+def test_the_cli_names_every_objective():
+    """compare --help names every objective (electra/catalog.json's, which
+    test_the_catalog_is_the_registries holds equal to the registry)."""
     from electra.cli import build_parser
-    from electra.objectives.registry import OBJECTIVES, register
+    from electra.objectives.registry import OBJECTIVES
 
-    register(HalfLambda())  # registered after the CLI module was imported: still named
-    request.addfinalizer(lambda: OBJECTIVES.remove("half_lambda"))
     compare = next(a for a in build_parser()._actions if a.dest == "command").choices[
         "compare"]
-    help_text = next(a.help for a in compare._actions if a.dest == "objectives")
+    help_text = str(next(a.help for a in compare._actions if a.dest == "objectives"))
     assert all(name in help_text for name in OBJECTIVES), help_text
-    assert "half_lambda" in help_text
 
 
 def test_every_name_in_the_python_api_resolves():
@@ -362,3 +360,64 @@ def test_every_bench_script_is_in_the_bench_index():
     assert [p.name for p in sorted((root / "bench").glob("*.py"))
             if f"`{p.name}" not in index] == []
     assert "\nbench: " in (root / "Makefile").read_text()
+
+
+def test_the_catalog_is_the_registries():
+    """electra/catalog.json (what --help and the early checks read instead of importing the
+    registries) is what the live registries say, built in a fresh process (no test's toy
+    family, body or objective registered)."""
+    import json
+    import subprocess
+    import sys
+
+    from electra import catalog
+
+    built = subprocess.run([sys.executable, "-c", "import json; from electra import catalog; "
+                            "print(json.dumps(catalog.build()))"], capture_output=True,
+                           text=True, check=True).stdout
+    assert json.loads(built) == catalog.load(), (
+        "electra/catalog.json differs from the registries: run `python -m electra.catalog`")
+
+
+REFUSED_EARLY = [
+    ["pretrain", "--preset", "tiny", "--data", "nowhere", "--out", "o"],
+    ["pretrain", "--preset", "tiny", "--data", "d", "--out", "o", "--set", "train.bogus=1"],
+    ["finetune", "--model", "nowhere", "--task", "sst2", "--data", "d", "--out", "o"],
+    ["finetune", "--model", ".", "--task", "custom", "--train", "no.csv", "--dev", "no.csv",
+     "--out", "o"],
+    ["finetune", "--model", ".", "--task", "sst2", "--data", "d", "--out", "o", "--set",
+     "bogus=1"],
+    ["finetune", "--model", ".", "--task", "sst2", "--data", "d", "--out", "o", "--set",
+     "lr=-1"],
+    ["evaluate", "--model", "nowhere", "--task", "sst2", "--data", "d"],
+    ["evaluate", "--model", "nowhere", "--task", "sts", "--data", "d"],
+    ["predict", "--model", "nowhere", "--input", "x.csv"],
+    ["detect", "--model", "nowhere", "a text"],
+    ["export", "nowhere", "--out", "o"],
+    ["compare", "--data", "nowhere", "--config", "c.toml", "--budget", "1e9", "--out", "o"],
+]
+
+
+def test_a_refusal_that_needs_no_model_imports_no_torch(tmp_path):
+    """A missing path or a bad --set is refused (one line, exit 2) by the command's early
+    check, before torch or transformers is imported (bench/refusal_time.py times it), and
+    --help imports neither (its registries come from electra/catalog.json)."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import sys, json\nfrom electra.cli import main\ntry:\n"
+            "    rc = main(json.loads(sys.argv[1]))\nexcept SystemExit as e:\n    rc = e.code\n"
+            "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
+            "print(json.dumps([rc, heavy]), file=sys.stdout)")
+    for argv in [*REFUSED_EARLY, ["finetune", "--help"], ["pretrain", "--help"],
+                 ["compare", "--help"]]:
+        res = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], cwd=tmp_path,
+                             capture_output=True, text=True)
+        rc, heavy = json.loads(res.stdout.strip().splitlines()[-1])
+        assert heavy == [], (argv, heavy)
+        if argv[-1] == "--help":
+            assert rc == 0, (argv, res.stderr)
+            continue
+        assert rc == 2 and res.stderr.count("\n") == 1, (argv, rc, res.stderr)
+        assert res.stderr.startswith("electra: error: "), (argv, res.stderr)

@@ -9,6 +9,7 @@ so ``--help`` and data-preparation workers start fast. Problems the user can fix
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import sys
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from electra import __version__, environ, invocation
+from electra import __version__, catalog, environ, invocation
 from electra.config import (
     DEFAULT_TIMEOUT_S,
     FinetuneConfig,
@@ -49,28 +50,20 @@ class Later:
         return getattr(str(self), name)
 
 
-def _tasks() -> str:
-    from electra.tasks.registry import HEADS  # the live registry (torch: see Later)
-
-    return "; ".join(h.help for h in HEADS.values() if h.help)
+def _tasks() -> str:  # the registries as electra/catalog.json has them (no torch to import)
+    return "; ".join(f["help"] for f in catalog.load()["families"].values() if f["help"])
 
 
 def _family_settings() -> str:
-    from electra.tasks.registry import settings_help  # the live registry (torch: see Later)
-
-    return settings_help()
+    return str(catalog.load()["family_settings_help"])
 
 
 def _presets() -> str:
-    from electra.model.bodies import preset_names  # every body's recipes (torch: see Later)
-
-    return ", ".join(preset_names())
+    return ", ".join(catalog.load()["presets"])
 
 
 def _objectives() -> list[str]:
-    from electra.objectives.registry import OBJECTIVES  # the live registry (torch: see Later)
-
-    return list(OBJECTIVES)
+    return list(catalog.load()["objectives"])
 
 
 @dataclass(frozen=True)
@@ -102,6 +95,9 @@ class Command:
     that continues it, when ``continues`` is not None)."""
     continues: tuple[str, ...] | None = None
     """The flags that continue an interrupted run (``()``: the same command again)."""
+    check: str | None = None
+    """"module:function" run on the parsed flags before ``target`` is imported: the refusals
+    that need no torch (electra.commands.checks), answered at once."""
 
 
 def section_keys() -> str:
@@ -420,6 +416,11 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+# Each command's refusals that need no torch, run before its module is imported
+for _name in ("pretrain", "finetune", "compare", "evaluate", "predict", "detect", "export"):
+    COMMANDS[_name] = dataclasses.replace(COMMANDS[_name],
+                                          check=f"electra.commands.checks:{_name}")
+
 GROUPS = {"tokenizer": "train a tokenizer (WordPiece, BPE, Unigram)"}  # commands with actions
 
 
@@ -469,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
         c = where.add_parser(leaf, help=cmd.help, description=cmd.description or cmd.help)
         _add(c, cmd.args)
         c.set_defaults(_target=cmd.target, _interrupted=cmd.interrupted,
-                       _continues=cmd.continues, **cmd.defaults)
+                       _continues=cmd.continues, _check=cmd.check, **cmd.defaults)
     return p
 
 
@@ -492,15 +493,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     target = args.pop("_target", None)
     interrupted = args.pop("_interrupted", "")
     continues = args.pop("_continues", None)
+    check = args.pop("_check", None)
     if target is None:
         parser.print_help()
         return 0 if args.get("command") is None else 2
     kwargs = {k: v for k, v in args.items() if k != "command" and not k.endswith("_command")}
     module, function = target.split(":")
-    try:
-        environ.check()
-    except UserError as err:  # before launched() reads them
-        print(f"electra: error: {err}", file=sys.stderr)
+    if not _checked(check, kwargs):
         return 2
     try:
         with handling():  # SIGTERM and SIGUSR1 end as Ctrl-C does (electra.train.stop)
@@ -541,6 +540,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"electra: error: {problem}: {err.filename or 'a file'}; free some space (or "
               f"choose another --out) and run it again", file=sys.stderr)
         return 2
+
+
+def _checked(check: str | None, kwargs: dict[str, Any]) -> bool:
+    """The environment, then what the command refuses before importing torch (``check``):
+    False once a refusal is said (under torchrun by rank 0)."""
+    try:
+        environ.check()
+        if check is not None:
+            name, fn = check.split(":")
+            getattr(importlib.import_module(name), fn)(**kwargs)
+    except UserError as err:  # (before launched(), which reads the environment)
+        if _world_rank() == 0:
+            print(f"electra: error: {err}", file=sys.stderr)
+        return False
+    return True
+
+
+def _world_rank() -> int:
+    try:
+        return int(environ.get("RANK"))
+    except UserError:  # (the error says so)
+        return 0
 
 
 def _world_size() -> int:

@@ -7,6 +7,7 @@ chunk ends found from the lines' lengths alone are the one-process chunking's.""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -251,10 +252,8 @@ def _signalled(argv: list[str], sig: int, when: str, group: bool) -> tuple[int, 
         seen.update({k.pid: k for k in kids})
         names = ""
         for k in kids:
-            try:
+            with contextlib.suppress(psutil.Error):  # (gone, or a zombie)
                 names += " ".join(k.cmdline()) + " "
-            except psutil.Error:  # (gone, or a zombie)
-                pass
         if (when == "init" and kids) or (when == "packing" and "_Packer" in names):
             (os.killpg(p.pid, sig) if group else p.send_signal(sig))
             break

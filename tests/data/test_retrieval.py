@@ -70,7 +70,8 @@ def test_bad_retrieval_sets_are_one_line(case, expect, tmp_path, capsys):
         read_retrieval(folder, "train" if case == "no split" else "test")
     assert expect in str(caught.value)
     before = snapshot(tmp_path)
-    err = cli_error(capsys, "evaluate", "--model", tmp_path / "nothing", "--task", "retrieval",
+    # (the model is read after the data, so any folder will do; a missing one is refused first)
+    err = cli_error(capsys, "evaluate", "--model", tmp_path, "--task", "retrieval",
                     "--data", folder, "--split", "train" if case == "no split" else "test")
     assert expect in err and snapshot(tmp_path) == before
 

@@ -34,6 +34,20 @@ def is_hub_id(ref: str | Path) -> bool:
     return not Path(text).exists() and HUB_ID.match(text) is not None
 
 
+def no_model(ref: str | Path, flag: str) -> UserError:
+    """The refusal of a model reference that names nothing (no folder, and no hub id)."""
+    return UserError(f"{flag} {ref}: no such folder; give a pretraining run, one of its "
+                     f"models or checkpoints, a fine-tuned model or a transformers folder")
+
+
+def names_nothing(ref: str | Path | None) -> bool:
+    """Whether a model or tokenizer reference is neither a local path, nor a hub id's form,
+    nor a store's URL (what the commands check first, before any import)."""
+    text = str(ref or "")
+    return bool(text) and "://" not in text and not Path(text).exists() and \
+        HUB_ID.match(text) is None
+
+
 def check_repo_id(repo: str, given: str, flag: str) -> None:
     """Refuse, in one line, a repository id the hub's own rules reject (``huggingface_hub``'s
     ``validate_repo_id``: ``--`` or ``..`` inside, a name starting or ending with ``-`` or

@@ -8,7 +8,8 @@ renamed when whole, so an interrupted fetch resumes where it stopped and a file 
 store copy has not changed (size and ETag or modification time) is never fetched again; a
 prepared folder's mirror is then opened as a local one is (its files' sizes and a sample of
 rows checked against its meta.json). The cache is bounded (``ELECTRA_CACHE_GB``, 50 by
-default): before a fetch, the mirrors used longest ago are removed until the new one fits.
+default): before a fetch, the mirrors electra made there (their stamps beside them) used
+longest ago are removed until the new one fits; nothing else in the folder is.
 Processes that mirror the same URL at once (torchrun's ranks) take turns on a lock; the
 first fetches, the others find it whole. (Pretraining under ``train.shuffle=blocks`` streams a
 prepared folder in blocks instead, each process fetching the blocks its rows are in:

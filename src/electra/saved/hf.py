@@ -21,9 +21,11 @@ one ``ElectraForSequenceClassification`` folder with its label names), each with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -196,19 +198,36 @@ def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: st
                          _card(src, part, opened.meta or None), "feature-extraction")
         length = (trained_length(opened.meta) if part == "classifier" else None
                   ) or module.config.max_position_embeddings  # what it was fine-tuned at
-        try:
-            first = models.Transformer(str(encoder_dir), max_seq_length=length)
-            width = (getattr(first, "get_embedding_dimension", None)  # 6.x's name
-                     or first.get_word_embedding_dimension)()
-            pool = models.Pooling(width, pooling_mode=pooling)
-            SentenceTransformer(modules=[first, pool, *([models.Normalize()] if normalize
-                                                          else [])],
-                                device="cpu").save(str(tmp))
+        try:  # (transformers' load report would call the replaced-token head, left out on
+            with quiet_transformers():  # purpose, UNEXPECTED; its bars add nothing here)
+                first = models.Transformer(str(encoder_dir), max_seq_length=length)
+                width = (getattr(first, "get_embedding_dimension", None)  # 6.x's name
+                         or first.get_word_embedding_dimension)()
+                pool = models.Pooling(width, pooling_mode=pooling)
+                SentenceTransformer(modules=[first, pool, *([models.Normalize()] if normalize
+                                                              else [])],
+                                    device="cpu").save(str(tmp))
         finally:
             shutil.rmtree(encoder_dir, ignore_errors=True)
     print(f"wrote {out} (sentence-transformers: the encoder, {pooling} pooling"
           + (", normalised" if normalize else "") + f", texts cut at {length} tokens)")
     return out
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' warnings (a load report) and progress bars off for the block."""
+    from transformers.utils import logging as hf_logging
+
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _exportable(src: Path, parts: dict[str, torch.nn.Module]) -> dict[str, torch.nn.Module]:

@@ -53,8 +53,7 @@ def open_model(path: str | Path, part: str | None = None, flag: str = "--model")
     part of a run or checkpoint, or a fine-tuned classifier."""
     src = Path(hub.resolve(path, flag))  # org/name[@revision]: its folder in the hub's cache
     if not src.is_dir():
-        raise UserError(f"{flag} {path}: no such folder; give a pretraining run, one of its "
-                        f"models or checkpoints, a fine-tuned model or a transformers folder")
+        raise hub.no_model(path, flag)
     if (src / "manifest.json").is_file():  # a checkpoint: RUN/checkpoints/step-N
         return _pick(Opened(_checkpoint_parts(src), src.parent.parent), part, src, flag)
     meta = read_json(src / "config.json", "a model's config") if (
