@@ -38,6 +38,16 @@ CASES = {
 }
 
 
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -55,7 +65,7 @@ def main() -> None:
                                                      "export") else 0
                 assert res.returncode == expect, (name, res.returncode, res.stderr)
     load = os.getloadavg()[0]
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load "
+    print(f"{cpu_name()}, {os.cpu_count()} cores, load "
           f"{load:.1f}; {args.rounds} rounds, interleaved; seconds, min / median / max")
     print("| | min | median | max |\n|---|---|---|---|")
     for name, ts in times.items():
