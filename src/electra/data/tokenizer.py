@@ -15,6 +15,7 @@ from electra.data.text import expand_inputs, read_chunks
 from electra.errors import UserError
 from electra.io.files import read_json, staged
 from electra.io.outputs import claim_out
+from electra.io.progress import advance, reporting
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -421,9 +422,12 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out: str | Path,
 
         def lines() -> Iterator[list[str]]:
             for chunk in read_chunks(files, text_field):
+                advance(len(chunk.lines))  # (a line every ELECTRA_PROGRESS_SECONDS in a log)
                 yield [line for line in chunk.lines if line]
 
-        tok = _train(model, vocab_size, min_frequency, lowercase, lines)
+        passes = "two passes" if model == "wordpiece" else "one pass"
+        with reporting(None, f"tokenizer train: lines read ({passes})", "line"):
+            tok = _train(model, vocab_size, min_frequency, lowercase, lines)
         if tok.get_vocab_size() <= len(ROLES):
             raise UserError(f"--input {' '.join(inputs)}: no text to train on (the files are "
                             f"empty)")

@@ -51,7 +51,8 @@ class Lines:
         rate = self.n / max(now - self.start, 1e-9)
         done = f"{self.n:,}" + (f"/{self.total:,}" if self.total else "")
         parts = [f"{self.n / self.total:.0%}"] if self.total else []
-        parts.append(f"{rate:,.3g} {self.unit}s/s")
+        parts.append(f"{rate:,.0f} {self.unit}s/s" if rate >= 100 else
+                     f"{rate:.3g} {self.unit}s/s")
         if self.total and rate > 0 and self.n < self.total:
             parts.append(f"about {_duration((self.total - self.n) / rate)} left")
         print(f"electra: {self.desc}: {done} {self.unit}s ({', '.join(parts)})",

@@ -31,6 +31,7 @@ from torch import nn
 
 from electra.config import FinetuneConfig, ModelConfig
 from electra.errors import UserError
+from electra.io.progress import reporting
 from electra.io.trackers import Tracking, parse_log_to
 from electra.model.macs import encoder_macs_per_token
 from electra.runtime import Runtime, peak_flops, resolve_precision
@@ -415,7 +416,9 @@ def validate(fit: Fit, tok: Any, tasks: dict[str, TaskData],
     if trainer.rt.is_main:
         for t, data in tasks.items():
             view = fit.view(t)
-            preds = dev_predictions(view, tok, data, cfgs[t])
+            with reporting(None, f"evaluating {t} on its dev data", "input",
+                           trainer.progress):
+                preds = dev_predictions(view, tok, data, cfgs[t])
             dev = scores(data, preds)
             record.update({fit.name(t, f"{split}_{m}"): v for split, res in dev.items()
                            for m, v in res.items()})
