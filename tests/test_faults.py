@@ -1168,7 +1168,7 @@ CASES += [
               P("two_texts.csv"), "--dev", P("two_texts.csv"), "--quiet"),
      "column 'text_b' would not be read"),
     ("task", ("finetune", "--model", P("run"), "--task", "sst2", "--data", P("."),
-              "--label-column", "x", "--quiet"), "--label-column: --task sst2 reads GLUE's"),
+              "--label-column", "x", "--quiet"), "--label-column: --task sst2 does not read it"),
     ("task", (*TAGGING, "--min-score", "1"), "--min-score: --task tagging does not read it"),
     ("data", ("evaluate", "--model", P("run"), "--task", "retrieval", "--data",
               P("beir_twice")), "corpus.jsonl:2: document 'd1' is given twice"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -177,6 +178,22 @@ def test_bad_task_input(tmp_path):
         label_map(train, read_custom(tmp_path / "dev.csv", ["text"], "y"))
 
 
+def test_a_flag_is_refused_only_where_no_task_of_the_command_reads_it():
+    """A family's own flag counts as read when any of the command's tasks reads it: custom
+    reads --label-column beside a GLUE task (multi-task), GLUE alone does not."""
+    from electra.tasks.registry import check_reading
+
+    check_reading(["sst2", "custom"], {"label_column": "lbl", "regression": False})
+    check_reading(["embedding"], {"min_score": 4.0, "label_column": "score"})
+    for names, given, words in ((["sst2"], {"label_column": "x"}, "--label-column: --task "
+                                 "sst2 does not read it"),
+                                (["custom", "rte"], {"min_score": 4.0}, "--min-score: --task "
+                                 "custom,rte does not read it (--task embedding does)"),
+                                (["tagging"], {"regression": True}, "--regression")):
+        with pytest.raises(UserError, match=re.escape(words)):
+            check_reading(names, given)
+
+
 def test_a_column_a_custom_task_would_leave_unread_is_refused_unless_named(tmp_path, capsys):
     """`--task custom` with the default columns (text, label) on a file that also holds a
     second text or a score: one line naming the column and the flags that read it; named
@@ -195,6 +212,7 @@ def test_a_column_a_custom_task_would_leave_unread_is_refused_unless_named(tmp_p
     assert "pairs.csv: column 'text_b' would not be read (this task reads 'text', " \
            "'label'); name the columns to read: --text-columns A or A,B and --label-column " \
            "L" in err
-    assert "--label-column: --task sst2 reads GLUE's files" in cli_error(
+    words = "--label-column: --task sst2 does not read it (--task custom, embedding do)"
+    assert words in cli_error(
         capsys, "finetune", "--random-init", "tiny", "--tokenizer", tmp_path, "--task",
         "sst2", "--data", tmp_path, "--label-column", "x", "--out", tmp_path / "o")

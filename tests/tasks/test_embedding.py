@@ -214,7 +214,7 @@ def test_no_column_of_a_pairs_file_is_dropped_silently(data, capsys):
                           "embedding reads a score only to keep the pairs scored at least "
                           "--min-score X"),
                          (("--min-score", "4", "--task", "custom"), "--min-score: --task "
-                          "custom does not read it (the embedding family does); drop it")):
+                          "custom does not read it (--task embedding does); drop it")):
         assert words in cli_error(capsys, *_ft(data, data / "scored.tsv"), *flags)
     assert snapshot(data) == before
     from electra.tasks.embedding.data import read_pairs

@@ -67,6 +67,7 @@ from electra.saved.models import open_model
 from electra.tasks.base import TaskData, head_of
 from electra.tasks.registry import (
     check_families,
+    check_reading,
     finetune_config,
     head_for_task,
     load_finetune_config,
@@ -168,6 +169,7 @@ def main(task: str, out: str, model: str | None = None, random_init: str | None 
     check_reachable(parse_log_to(cfg.log_to, "log_to"), "log_to")
     names = [t.strip() for t in task.split(",")]
     check_families(cfg, {n: head_for_task(n) for n in names})  # before any file is read
+    check_reading(names, reading)
     if len(names) > 1:
         tasks = load_tasks(names, data, train, dev, predict=predict, **reading)
     else:
@@ -232,6 +234,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
         return evaluate_embeddings(model, task, data, dev, split, pooling, precision,
                                    text_columns, reading.get("label_column"),
                                    device, progress)
+    check_reading([task], reading)
     data, dev = local_files(data, "--data"), local_files(dev, "--dev")
     classifier, meta = load_classifier(model)
     classifier = placed(classifier, device)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -79,6 +80,11 @@ class Reader(abc.ABC):
     def load(self, task: str, **given: Any) -> TaskData:
         """The task's data from what `finetune`/`evaluate` were given."""
         raise NotImplementedError
+
+    def reads(self, task: str, key: str) -> bool:
+        """Whether ``task`` reads the flag ``key`` (a keyword of :meth:`load`: a flag no task
+        of a command reads is refused, never ignored)."""
+        return key in inspect.signature(self.load).parameters
 
     def trained_on(self, task: str) -> tuple[str, ...]:
         """The tasks whose fine-tuned models ``electra evaluate`` may score on ``task``

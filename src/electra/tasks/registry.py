@@ -153,17 +153,22 @@ def load_task(task: str, **given: Any) -> TaskData:
     if unknown:
         raise TypeError(f"load_task() got {', '.join(map(repr, unknown))}, which no task "
                         f"family reads; they read {', '.join(sorted(reading_options()))}")
-    head = head_for_task(task)
-    params = inspect.signature(head.load).parameters
-    for key, value in given.items():  # a family's own flag given to another: never ignored
-        if key not in COMMON_READING and key not in params and value not in (None, False):
-            readers = sorted(h.name for h in HEADS.values()
-                             if key in inspect.signature(h.load).parameters)
-            raise UserError(f"--{key.replace('_', '-')}: --task {task} does not read it (the "
-                            f"{', '.join(readers)} famil{'y' if len(readers) == 1 else 'ies'} "
-                            f"do{'es' if len(readers) == 1 else ''}); drop it")
-    return head.load(task, **given)
+    return head_for_task(task).load(task, **given)
 
 
 # What every command passes to load_task whatever the task (evaluate: the model's columns).
 COMMON_READING = frozenset({"data", "train", "dev", "predict", "split", "text_columns"})
+
+
+def check_reading(names: list[str], given: dict[str, Any]) -> None:
+    """Refuse a task family's own flag (``--label-column``, ``--min-score``, ...) that no
+    task of ``names`` reads: given, it would change nothing."""
+    for key, value in given.items():
+        if key in COMMON_READING or value in (None, False):
+            continue
+        if not any(head_for_task(n).reads(n, key) for n in names):
+            readers = [t for h in HEADS.values() for t in (h.tasks or ("custom",))
+                       if h.reads(t, key)]
+            raise UserError(f"--{key.replace('_', '-')}: --task {','.join(names)} does not "
+                            f"read it (--task {', '.join(readers)} "
+                            f"do{'es' if len(readers) == 1 else ''}); drop it")

@@ -107,10 +107,6 @@ class Sequence(Head):
         if task == "custom":
             return self._custom(train, dev, text_columns, label_column, regression, predict,
                                 split)
-        if label_column is not None or regression:
-            flag = "--label-column" if label_column is not None else "--regression"
-            raise UserError(f"{flag}: --task {task} reads GLUE's files, whose columns are "
-                            f"known; it is a flag of --task custom (your own files): drop it")
         if task.lower().replace("-", "") not in GLUE:
             others = [t for h in HEADS.values() for t in h.tasks]
             raise UserError(f"--task {task}: unknown; valid tasks: {', '.join(GLUE)}, custom, "
@@ -125,6 +121,12 @@ class Sequence(Head):
                         spec.is_regression, labels,
                         {s: read_glue(spec, data, s) for s in spec.test} if predict == "test"
                         else {}, head=self, columns=tuple(map(str, spec.test_text or spec.text)))
+
+    def reads(self, task: str, key: str) -> bool:
+        """GLUE's files have their known columns: the column flags are custom's alone."""
+        if key in ("label_column", "regression"):
+            return task == "custom"
+        return super().reads(task, key)
 
     def _custom(self, train: str | None, dev: str | None, text_columns: str | None,
                 label_column: str | None, regression: bool, predict: str | None,
