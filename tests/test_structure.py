@@ -296,16 +296,24 @@ def test_no_function_is_longer_than_60_lines():
     assert long == []
 
 
-def test_the_cli_names_every_objective():
-    """compare --help names every objective (electra/catalog.json's, which
-    test_the_catalog_is_the_registries holds equal to the registry)."""
-    from electra.cli import build_parser
-    from electra.objectives.registry import OBJECTIVES
+def test_the_cli_names_every_objective(request):
+    """compare --help names every objective: electra/catalog.json's in a fresh process
+    (test_the_catalog_is_the_registries holds it equal to the registry), the live registry's
+    where it is imported, one registered after the CLI module was imported included."""
+    from test_seams import HalfLambda
 
+    import electra.model.bodies
+    import electra.tasks.registry  # noqa: F401
+    from electra.cli import build_parser
+    from electra.objectives.registry import OBJECTIVES, register
+
+    register(HalfLambda())
+    request.addfinalizer(lambda: OBJECTIVES.remove("half_lambda"))
     compare = next(a for a in build_parser()._actions if a.dest == "command").choices[
         "compare"]
     help_text = str(next(a.help for a in compare._actions if a.dest == "objectives"))
     assert all(name in help_text for name in OBJECTIVES), help_text
+    assert "half_lambda" in help_text
 
 
 def test_every_name_in_the_python_api_resolves():
