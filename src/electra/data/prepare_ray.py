@@ -48,7 +48,7 @@ from electra.data.text import (
     piece_lines,
     plan_pieces,
 )
-from electra.errors import Stopped, UserError
+from electra.errors import UserError
 from electra.io import remote
 
 HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1}  # held back while ray.init runs
@@ -65,6 +65,55 @@ def _unhold_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_unhold_in_child)
+
+
+@contextlib.contextmanager
+def _held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGUSR1 held while the block (ray.init) runs, then the first that
+    came raised as the command's handler raises it (Ctrl-C's KeyboardInterrupt, SIGTERM's
+    ``electra.errors.Stopped``), once the handlers are back.
+
+    ray.init takes SIGTERM over twice: a Python handler that exits at once (15, no line, the
+    cluster left up) and its C++ core worker's (a stack dump and an abort); a Ctrl-C in the
+    middle of it leaves a half-made core worker that crashes the exit, or lands in a
+    library's at-fork hook as it forks. So for the block the signals are blocked in this
+    thread (the kernel keeps them pending; the threads Ray starts inherit it, and the
+    processes it forks unblock them: :func:`_unhold_in_child`), recorded where another
+    thread takes one, and Ray's own ``signal.signal`` for them is put off (as Ray's
+    ``DeferSigint`` does), the command's handlers staying what they were."""
+    global _HOLDING
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    handlers = {s: signal.getsignal(s) for s in HELD}
+    real = signal.signal
+
+    def record(signum: int, frame: Any) -> None:
+        came.append(signum)
+
+    def put_off(signum: Any, handler: Any) -> Any:  # signal.signal while the block runs
+        if signum in HELD:
+            return handlers[signum]
+        return real(signum, handler)
+
+    for s in HELD:
+        real(s, record)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+    signal.signal, _HOLDING = put_off, True
+    try:
+        yield
+    finally:
+        signal.signal, _HOLDING = real, False
+        for s, h in handlers.items():
+            real(s, h if h is not None else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # pending ones: to the handlers
+    if came:
+        handler = handlers[came[0]]
+        if callable(handler):
+            handler(came[0], None)  # the command's: raises Stopped or KeyboardInterrupt
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(came[0])
 
 
 class RayEngine:
@@ -97,46 +146,24 @@ class RayEngine:
             return self
         if self.address:
             _answers(self.address)
-        # ray.init takes SIGTERM over twice (a Python handler that exits at once, 15, leaving
-        # the cluster up; its C++ core worker's, which dumps a stack and aborts), and a Ctrl-C
-        # in the middle of it leaves a half-made core worker that crashes the exit. So the
-        # signals are held (blocked: the kernel keeps them pending) while it runs; the
-        # command's handlers, which end it as Ctrl-C does (electra.train.stop), are put back,
-        # and then a signal that came meanwhile is the command's stop, as at any other time.
-        # (The processes Ray starts meanwhile unblock them again: _unhold_in_child.)
-        global _HOLDING
-        main = threading.current_thread() is threading.main_thread()
-        handlers = {s: signal.getsignal(s) for s in HELD} if main else {}
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD) if main else None
-        _HOLDING = mask is not None
         self.before = {p.pid for p in _descendants()}  # not the caller's other children
         try:
             self.started = True
-            ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False,
-                     runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+            with _held():  # a signal that came while ray.init ran is raised as it ends
+                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False,
+                         runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
             self.processes = self._new() if self.address is None else []
             self._configure()
         except (ConnectionError, RuntimeError, ValueError) as err:
+            self.__exit__()
             first = (str(err).strip().splitlines() or ["no answer"])[0][:160]
             raise UserError(f"--engine ray --address {self.address}: no Ray cluster there "
                             f"({first}); start one (ray start --head) or leave --address "
                             f"out for a local one") from None
-        except SystemExit as err:  # Ray's SIGTERM handler, while ray.init ran
-            self.__exit__()
-            if err.code != signal.SIGTERM:
-                raise
-            raise Stopped(signal.SIGTERM) from None
-        except BaseException:  # Ctrl-C while ray.init ran: what it started is stopped
+        except BaseException:  # a stop while ray.init ran: what it started is stopped
             self.__exit__()
             raise
-        finally:
-            for sig, handler in handlers.items():
-                if handler is not None:
-                    signal.signal(sig, handler)
-            _HOLDING = False
-            if mask is not None:  # a signal that came while it ran is raised here
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return self
 
     def _configure(self) -> None:
