@@ -1,4 +1,4 @@
-"""Sentence embeddings and STS-B zero-shot (issue 62's first part, ``electra.commands.embed``):
+"""Sentence embeddings and STS-B zero-shot (issue 62's first part, ``electra.evaluation``):
 the embeddings equal transformers' ElectraModel's last states pooled the same way on the
 exported folder (within 1e-5, fp32), and STS-B's score equals an independent Spearman of the
 same cosines."""
@@ -245,7 +245,7 @@ def test_a_sentence_transformers_folders_own_settings_are_honoured(tmp_path):
     from sentence_transformers.sentence_transformer import modules as models
 
     from electra.cli import main
-    from electra.commands.embed import Encoder
+    from electra.evaluation.encoder import Encoder
 
     run, _ = make_run(tmp_path, "tiny")
     assert main(["export", str(run), "--out", str(tmp_path / "st"),

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers import SPECIAL, make_batch, tiny_config
 from tokenizers import Tokenizer, models
 
 from electra.config import FinetuneConfig
+from electra.errors import UserError
+from electra.evaluation.base import Evaluator
 from electra.objectives import registry as objectives
 from electra.objectives.base import (
     ElectraOutput,
@@ -210,3 +213,56 @@ def test_a_new_family_is_one_file_and_one_registry_line(registered, tmp_path, ca
         torch.testing.assert_close(hf.eval()(input_ids=ids, attention_mask=mask,
                                              token_type_ids=types).logits,
                                    ours.eval()(ids, mask, types), atol=1e-5, rtol=0)
+
+
+class Norms(Evaluator):
+    """A toy evaluation: the mean norm of a text file's lines' embeddings, unnormalised."""
+
+    name = "norms"
+    primary_metric = "mean_norm"
+    help = "norms: a toy, the mean norm of --data FILE's lines' embeddings"
+    spec_keys = frozenset({"data"})
+
+    def check(self) -> None:
+        if not self.data:
+            raise UserError("--task norms reads --data FILE")
+
+    def __call__(self, model, pooling=None, batch_size=32, precision="fp32", device="auto",
+                 progress=False):
+        from electra.evaluation.encoder import Encoder
+
+        texts = Path(self.data).read_text().splitlines()
+        v = Encoder(model, pooling, normalize=False, precision=precision,
+                    device=device).encode(texts, batch_size)
+        return {"mean_norm": float(np.linalg.norm(v, axis=1).mean()), "texts": len(texts)}
+
+
+def test_a_new_evaluation_is_one_class_and_one_registry_line(request, tmp_path, capsys):
+    """A toy evaluation registered in one line: `evaluate --task` runs it (its early check
+    and --help know it), `compare --tasks` takes it as a zero-shot task whose evaluator and
+    primary metric are the toy's."""
+    import json
+
+    from helpers import make_run
+
+    from electra.cli import build_parser, main
+    from electra.evaluation.base import EVALUATORS, register
+    from electra.experiments.compare_spec import parse_tasks
+
+    register(Norms)  # the one line
+    request.addfinalizer(lambda: EVALUATORS.remove("norms"))
+    run, _ = make_run(tmp_path, "tiny")
+    (tmp_path / "t.txt").write_text("a b c\nd e\nf\n")
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(run), "--task", "norms", "--data",
+                 str(tmp_path / "t.txt"), "--quiet"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got == Norms(data=tmp_path / "t.txt")(run) and got["texts"] == 3
+    assert main(["evaluate", "--model", str(run), "--task", "norms"]) == 2
+    assert "--task norms reads --data FILE" in capsys.readouterr().err
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["evaluate"]
+    assert "norms: a toy" in str(next(a.help for a in sub._actions if a.dest == "task"))
+    (task,) = parse_tasks(f"norms:data={tmp_path / 't.txt'}", glue=None)
+    assert task.zero_shot and task.metric == "mean_norm"
+    ev = task.evaluation()
+    assert isinstance(ev, Norms) and ev.primary(ev(run)) == got["mean_norm"]

@@ -115,6 +115,7 @@ LAYERS = [
     {"electra.commands"},  # one module per command
     {"electra.catalog"},  # what the help and the early checks say of the registries below
     {"electra.train"},  # the loops: the trainer, fine-tuning, the probe, parallelism
+    {"electra.evaluation"},  # scores of a model's embeddings, one evaluator each
     {"electra.saved"},  # model folders, the opener, transformers' format
     {"electra.tasks", "electra.objectives"},  # the heads; the objectives and run config
     {"electra.runtime"},  # device, precision, processes
@@ -216,6 +217,8 @@ def test_every_command_fits_its_function(name):
 
 OBJECTIVE_NAMES = ("electra", "mlm", "random", "electra15", "replace_mlm", "all_tokens_mlm")
 HEAD_NAMES = ("sequence", "tagging", "qa")
+EVALUATION_NAMES = tuple(__import__("electra.evaluation.registry").evaluation.registry
+                         .EVALUATORS)  # (the registry's: a new one is guarded too)
 # (what is branched on, the owner package or module, how a branch on it reads)
 SEAMS = [
     ("an objective", "electra.objectives",
@@ -224,6 +227,8 @@ SEAMS = [
      lambda code: (("head" in code or ".kind" in code)
                    and any(f"'{k}'" in code for k in HEAD_NAMES))
      or ".tagging" in code or "data.regression" in code),
+    ("an evaluation", "electra.evaluation",
+     lambda code: any(f"'{k}'" in code for k in EVALUATION_NAMES)),
     ("a device type", "electra.model.kernels",
      lambda code: "device.type" in code or ".type ==" in code or ".type !=" in code),
 ]
@@ -266,10 +271,13 @@ def test_the_seam_check_finds_a_branch():
     assert seam_breaks({"electra.commands.finetune": "if data.kind == 'qa':\n    pass\n",
                         "electra.commands.pretrain": "x = 1 if cfg.kind == 'mlm' else 2\n",
                         "electra.model": "if x.device.type == 'cpu':\n    pass\n",
-                        "electra.tasks.qa.head": "if head == 'qa':\n    pass\n"}) == [
+                        "electra.tasks.qa.head": "if head == 'qa':\n    pass\n",
+                        "electra.experiments.compare": "if task.task == 'sts':\n    pass\n",
+                        "electra.evaluation.sts": "if name == 'sts':\n    pass\n"}) == [
         "electra.commands.finetune: branches on a task head: data.kind == 'qa'",
         "electra.commands.pretrain: branches on an objective: cfg.kind == 'mlm'",
-        "electra.model: branches on a device type: x.device.type == 'cpu'"]
+        "electra.model: branches on a device type: x.device.type == 'cpu'",
+        "electra.experiments.compare: branches on an evaluation: task.task == 'sts'"]
 
 
 def test_the_cli_starts_without_torch():

@@ -55,10 +55,10 @@ _LAZY = {  # name -> (module, its attribute)
     "compare": ("electra.experiments.compare", "main"),
     "demo": ("electra.experiments.demo", "run_demo"),
     "plot": ("electra.experiments.plot", "plot_run"),
-    "encode": ("electra.commands.embed", "encode"),
-    "sts": ("electra.commands.embed", "sts"),
-    "retrieval": ("electra.commands.embed", "retrieval"),
-    "Encoder": ("electra.commands.embed", "Encoder"),
+    "encode": ("electra.evaluation.encoder", "encode"),
+    "sts": ("electra.evaluation.sts", "sts"),
+    "retrieval": ("electra.evaluation.retrieval", "retrieval"),
+    "Encoder": ("electra.evaluation.encoder", "Encoder"),
 }
 __all__ = sorted(_LAZY)
 

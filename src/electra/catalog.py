@@ -5,10 +5,10 @@ and the checks that refuse a bad flag before any work (``electra.commands.checks
 this instead, so they answer in a fraction of a second.
 
 The file is written from the live registries by ``python -m electra.catalog``; a test
-(tests/test_structure.py) fails, naming that command, when it differs from them. Where the
-registries are imported already (a Python caller that registered a family, an objective or
-a body of its own, then called ``electra.cli.main``), they are read instead: what they hold
-is then known at no cost, plug-ins included.
+(tests/test_structure.py) fails, naming that command, when it differs from them. Where a
+registry is imported already (a Python caller that registered a family, an objective, a body
+or an evaluation of its own, then called ``electra.cli.main``), it is read instead: what it
+holds is then known at no cost, plug-ins included.
 """
 
 from __future__ import annotations
@@ -27,33 +27,56 @@ def _written() -> dict[str, Any]:
     return json.loads(PATH.read_text(encoding="utf-8"))
 
 
-def load() -> dict[str, Any]:
-    """The catalog: the live registries' where all of them are imported already, else the
-    file (see the module's docstring)."""
-    if all(m in sys.modules for m in REGISTRIES):
-        return build()
-    return _written()
+def _families() -> dict[str, Any]:
+    from electra.config import field_docs  # (here: the registries import torch)
+    from electra.tasks.registry import HEADS, settings_help  # (here: torch)
+
+    return {"families": {name: {"tasks": list(h.tasks), "help": h.help,
+                                "settings": sorted(field_docs(h.Settings))}
+                         for name, h in HEADS.items()},
+            "family_settings_help": settings_help()}
 
 
-# The modules build() reads, each of which imports torch.
-REGISTRIES = ("electra.tasks.registry", "electra.objectives.registry", "electra.model.bodies")
+def _presets() -> dict[str, Any]:
+    from electra.model.bodies import preset_names  # (here: torch)
+
+    return {"presets": preset_names()}
+
+
+def _objectives() -> dict[str, Any]:
+    from electra.objectives.registry import OBJECTIVES  # (here: torch)
+
+    return {"objectives": list(OBJECTIVES)}
+
+
+def _evaluations() -> dict[str, Any]:
+    from electra.evaluation.registry import EVALUATORS  # (here: torch)
+
+    return {"evaluations": {name: e.help for name, e in EVALUATORS.items()}}
+
+
+# Each part of the catalog: the registry module it comes from, and how it is read there.
+PARTS = {"electra.tasks.registry": _families, "electra.model.bodies": _presets,
+         "electra.objectives.registry": _objectives,
+         "electra.evaluation.registry": _evaluations}
 
 
 def build() -> dict[str, Any]:
     """The catalog from the live registries (imports torch)."""
-    from electra.config import field_docs  # (here: the registries import torch)
-    from electra.model.bodies import preset_names  # (here: torch)
-    from electra.objectives.registry import OBJECTIVES  # (here: torch)
-    from electra.tasks.registry import HEADS, settings_help  # (here: torch)
+    out: dict[str, Any] = {}
+    for part in PARTS.values():
+        out.update(part())
+    return out
 
-    return {
-        "families": {name: {"tasks": list(h.tasks), "help": h.help,
-                            "settings": sorted(field_docs(h.Settings))}
-                     for name, h in HEADS.items()},
-        "family_settings_help": settings_help(),
-        "presets": preset_names(),
-        "objectives": list(OBJECTIVES),
-    }
+
+def load() -> dict[str, Any]:
+    """The catalog: each part from its live registry where that is imported already (then
+    what it holds, plug-ins included, is known at no cost), else from the file."""
+    out = dict(_written())
+    for module, part in PARTS.items():
+        if module in sys.modules:
+            out.update(part())
+    return out
 
 
 def family_keys() -> set[str]:

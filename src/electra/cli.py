@@ -133,9 +133,7 @@ def _dist_timeout() -> Arg:
 def _task_args(evaluate: bool = False) -> tuple[Arg, ...]:
     return (
         arg("--task", required=True, help=Later(lambda: _tasks() + (
-            "; sts, retrieval: any model's sentence embeddings (a run, a transformers "
-            "folder, a hub id), on GLUE's STS-B folder or a --dev file of scored pairs; on a "
-            "BEIR folder or a SQuAD .json as --data" if evaluate else
+            "; " + "; ".join(catalog.load()["evaluations"].values()) if evaluate else
             "; several, comma-separated, fine-tune together (multi-task)"))),
         arg("--data", help="the GLUE or SuperGLUE task folder (e.g. glue/SST-2)"
             + ("" if evaluate else "; with several tasks one per task, comma-separated "

@@ -78,7 +78,7 @@ def test_bad_retrieval_sets_are_one_line(case, expect, tmp_path, capsys):
 
 def test_the_measures_are_trec_evals_on_a_run_scored_by_hand():
     """nDCG@10, MRR@10 (0 past the 10th document) and Recall@100, each query's by hand."""
-    from electra.commands.embed import score_run
+    from electra.evaluation.retrieval import score_run
 
     qrels = {"q1": {"d1": 1}, "q2": {"d3": 1, "d4": 1}, "q3": {"d5": 1}}
     filler = {f"x{i}": 0.5 - i / 100 for i in range(12)}

@@ -98,7 +98,7 @@ def _classifier(model: str | None) -> None:
 
 def evaluate(model: str | None = None, task: str | None = None, dev: str | None = None,
              **_: Any) -> None:
-    if task in ("sts", "retrieval"):  # any model: a run, a transformers folder, a hub id
+    if task in catalog.load()["evaluations"]:  # any model: a run, a transformers folder, ...
         _model(model)
     else:
         _classifier(model)

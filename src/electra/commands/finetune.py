@@ -38,7 +38,6 @@ from typing import Any
 
 from torch import nn
 
-from electra.commands.embed import EMBEDDING_TASKS, evaluate_embeddings
 from electra.commands.finetuned import (
     begin,
     check_split,
@@ -55,6 +54,8 @@ from electra.config import (
 )
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
+from electra.evaluation.encoder import POOLINGS
+from electra.evaluation.registry import EVALUATORS, evaluator
 from electra.io import hub, remote
 from electra.io.files import disk_errors, publish, read_json, write_json
 from electra.io.outputs import Claim, claim_out
@@ -225,15 +226,20 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s); a
     collapsed model (nearly one class) is flagged as fine-tuning flags it. The text columns
     are the model's own (saved when it was fine-tuned) unless --text-columns names others;
-    ``precision`` runs the model at another precision than the fine-tune's. ``sts`` and
-    ``retrieval`` score any model's embeddings (``pooling``) instead
-    (:func:`electra.commands.embed.evaluate_embeddings`). ``device``: where the model runs
-    (auto: CUDA when present)."""
+    ``precision`` runs the model at another precision than the fine-tune's. An evaluation of
+    embeddings (``electra.evaluation``: ``sts``, ``retrieval``) scores any model's
+    embeddings (``pooling``; fp32 unless ``precision``) instead. ``device``: where the model
+    runs (auto: CUDA when present)."""
     resolve_device(device)  # before any file is read
-    if task in EMBEDDING_TASKS:
-        return evaluate_embeddings(model, task, data, dev, split, pooling, precision,
-                                   text_columns, reading.get("label_column"),
-                                   device, progress)
+    if task in EVALUATORS:
+        if pooling is not None and pooling not in POOLINGS:  # before any file is read
+            raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
+        ev = evaluator(task, data=data, dev=dev, split=split, text_columns=text_columns,
+                       label_column=reading.get("label_column"))
+        res = ev.printed(ev(model, pooling, precision=precision or "fp32", device=device,
+                            progress=progress))
+        print(json.dumps(res))
+        return res
     check_reading([task], reading)
     data, dev = local_files(data, "--data"), local_files(dev, "--dev")
     classifier, meta = load_classifier(model)

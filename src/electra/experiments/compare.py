@@ -30,12 +30,10 @@ from typing import Any
 import torch
 
 from electra import environ
-from electra.commands import embed
-from electra.commands.finetune import local_files, model_source, parse_seeds, run_finetune
+from electra.commands.finetune import model_source, parse_seeds, run_finetune
 from electra.commands.pretrain import PretrainOptions, pretrain
 from electra.config import DEFAULT_TIMEOUT_S, config_diffs
 from electra.data.loader import ShardDataset
-from electra.data.retrieval import read_retrieval
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.experiments.compare_plan import Plan, make_plan, measure_rate
@@ -94,8 +92,8 @@ def main(data: str, out: str, budget: str, objectives: str = "electra,mlm,random
     loaded = {t.name: load_task(t.task, **t.reading) for t in task_list
               if not t.zero_shot}  # read now, not after hours of pretraining
     for t in task_list:
-        if t.task == "retrieval":
-            read_retrieval(local_files(t.folder, "--tasks retrieval:data"), t.dev or "test")
+        if t.zero_shot:  # its data read and checked now too
+            t.evaluation().read()
     inputs = [("--data", data), ("--config", config), ("--glue", glue),
               *[(f"--tasks {t.name}", p) for t in task_list
                 for p in ((t.folder,) if t.zero_shot else (t.train, t.dev))]]
@@ -219,10 +217,8 @@ def _zero_shot(plan: Plan, out: Path, name: str, objective: str | None, task: Ta
     result: dict[str, Any] = {}
     if rt.is_main:
         print(f"compare: scoring {name}'s embeddings on {task.name}", flush=True)
-        if task.task == "sts":
-            score = embed.sts(model, task.folder)["dev"]["spearman"]
-        else:
-            score = embed.retrieval(model, task.folder, task.dev or "test")[task.metric]
+        ev = task.evaluation()
+        score = ev.primary(ev(model))
         result = {"seeds": {"-": {"dev": {task.metric: score}}}, "zero_shot": True}
         folder.mkdir(parents=True, exist_ok=True)
         write_json(folder / "results.json", result)

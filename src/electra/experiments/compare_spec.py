@@ -12,6 +12,8 @@ from typing import Any
 
 from electra.config import parse_bool, parse_set
 from electra.errors import UserError
+from electra.evaluation.base import Evaluator
+from electra.evaluation.registry import EVALUATORS
 from electra.io.outputs import plain_name
 from electra.objectives.registry import OBJECTIVES
 from electra.tasks.registry import finetune_config
@@ -26,9 +28,6 @@ GLUE_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B"
 # The paper's dev metric per task (section 3.1): Spearman for STS-B, Matthews correlation for
 # CoLA, accuracy for the others; a custom regression task: Spearman.
 PAPER_METRIC = {"cola": "mcc", "stsb": "spearman"}
-# Zero-shot embedding scores of each model (no fine-tuning): STS-B's Spearman of cosines,
-# and a retrieval set's nDCG@10 (electra.commands.embed).
-EMBEDDING_METRIC = {"sts": "spearman", "retrieval": "ndcg@10"}
 
 DEMO_FLOPS = 2.0e13
 """--budget demo: training FLOPs per objective for the tiny model: ~600 ELECTRA steps of 32
@@ -56,9 +55,13 @@ class Task:
 
     @property
     def zero_shot(self) -> bool:
-        """An embedding score of the model as it is (``sts``, ``retrieval``): no fine-tune,
-        no seeds, and outside the average."""
-        return self.task in EMBEDDING_METRIC
+        """An evaluation of the model's embeddings as they are (``electra.evaluation``: no
+        fine-tune, no seeds, outside the average)."""
+        return self.task in EVALUATORS
+
+    def evaluation(self) -> Evaluator:
+        """A zero-shot task's evaluator, on its data (``folder``) and split (``dev``)."""
+        return EVALUATORS[self.task](data=self.folder, split=self.dev)
 
     @property
     def probe(self) -> bool:
@@ -76,26 +79,29 @@ class Task:
     def metric(self) -> str:
         if self.task == "custom":
             return "spearman" if self.regression else "accuracy"
-        return EMBEDDING_METRIC.get(self.task) or PAPER_METRIC.get(self.task, "accuracy")
+        if self.zero_shot:
+            return EVALUATORS[self.task].primary_metric
+        return PAPER_METRIC.get(self.task, "accuracy")
 
 def parse_tasks(text: str, glue: str | None) -> list[Task]:
     """``--tasks``: comma-separated ``TASK[:key=value...]``. TASK is a GLUE task (read from
     ``--glue DIR``, e.g. DIR/SST-2) or ``custom`` with ``name=``, ``train=FILE``,
     ``dev=FILE``, and optionally ``text=COL[+COL]``, ``label=COL``, ``regression=true``;
     any other key=value is a fine-tuning setting for that task (e.g.
-    ``sst2:max_train_examples=10000``). ``sts`` (GLUE's STS-B from ``--glue``) and
-    ``retrieval:data=PATH`` (a BEIR folder or a SQuAD file; ``split=S``) score each model's
-    embeddings as they are, zero-shot."""
+    ``sst2:max_train_examples=10000``). An evaluation's name (``electra.evaluation``: ``sts``,
+    GLUE's STS-B from ``--glue``; ``retrieval:data=PATH``, a BEIR folder or a SQuAD file,
+    ``split=S``) scores each model's embeddings as they are, zero-shot."""
     tasks: list[Task] = []
     for spec in [s.strip() for s in text.split(",") if s.strip()]:
         head, *items = spec.split(":")
         key = head.lower().replace("-", "")
-        if key in EMBEDDING_METRIC:
+        if key in EVALUATORS:
             tasks.append(_zero_shot(key, spec, items, glue))
             continue
         if key not in GLUE and key != "custom":
             raise UserError(f"--tasks {head}: unknown task; valid tasks: {', '.join(GLUE)}, "
-                            f"custom:name=N:train=FILE:dev=FILE, sts, or retrieval:data=PATH")
+                            f"custom:name=N:train=FILE:dev=FILE, or an evaluation of "
+                            f"embeddings: {', '.join(EVALUATORS)}")
         opts = dict(parse_set(i, "max_train_examples=10000") for i in items)
         own = {k: opts.pop(k) for k in ("name", "train", "dev", "text", "label", "regression")
                if k in opts}
@@ -134,27 +140,18 @@ def parse_tasks(text: str, glue: str | None) -> list[Task]:
     return tasks
 
 def _zero_shot(key: str, spec: str, items: list[str], glue: str | None) -> Task:
-    """``sts`` or ``retrieval:data=PATH[:split=S]``: the model's embeddings scored as they
-    are (``Task.folder``: STS-B's folder, or the retrieval set; ``dev``: its split)."""
+    """An evaluation's ``NAME[:key=value...]``: the model's embeddings scored as they are
+    (``Task.folder``: the evaluation's data; ``dev``: its split)."""
     opts = dict(parse_set(i, "data=squad/dev-v1.1.json") for i in items)
-    allowed = {"sts": set(), "retrieval": {"data", "split"}}[key]
+    allowed = EVALUATORS[key].spec_keys
     extra = sorted(set(opts) - allowed)
     if extra:
         raise UserError(f"--tasks {spec}: {key} takes no {', '.join(extra)} (it fine-tunes "
                         f"nothing: each model's embeddings are scored as they are)"
-                        + ("; give data=PATH and split=S" if allowed else ""))
-    if key == "sts":
-        if glue is None:
-            raise UserError("--tasks sts scores GLUE's STS-B dev set: give --glue DIR, the "
-                            "folder holding STS-B/")
-        folder = Path(glue) / GLUE_FOLDERS["stsb"]
-        if not folder.is_dir():
-            raise UserError(f"--glue {glue}: no STS-B/ folder for --tasks sts")
-        return Task("sts", "sts", str(folder), dev="dev")
-    if "data" not in opts:
-        raise UserError(f"--tasks {spec}: retrieval needs data=PATH, a BEIR folder or a "
-                        f"SQuAD .json (e.g. retrieval:data=squad/dev-v1.1.json)")
-    return Task("retrieval", "retrieval", str(opts["data"]), dev=str(opts.get("split", "test")))
+                        + (f"; give {' and '.join(f'{k}=...' for k in sorted(allowed))}"
+                           if allowed else ""))
+    ev = EVALUATORS[key].from_spec(opts, glue, spec)
+    return Task(key, key, str(ev.data), dev=ev.split)
 
 
 PROBE_SETS = ("freeze=encoder", "lr=1e-3")  # a task's own settings come after (and win)

@@ -1,16 +1,13 @@
-"""Sentence embeddings from any electra or transformers model's encoder, and what they are
-scored on: STS (Spearman of cosines) and dense retrieval (nDCG@10, MRR@10, Recall@100).
+"""A model's sentence embeddings, as every evaluation and the Python API compute them.
 
     electra.encode(MODEL, ["a sentence", ...])        -> (N, H) float32, L2-normalised
     Encoder(MODEL).encode(sentences, batch_size=32)   the object MTEB's runner takes
-    electra.sts(MODEL, data="glue/STS-B")             -> {"dev": {"spearman": ...}}
-    electra.retrieval(MODEL, data="squad/dev-v1.1.json")  -> {"ndcg@10": ..., ...}
-    electra evaluate --model MODEL --task sts|retrieval --data ...
 
 The encoder is the model's discriminator's (or a fine-tuned model's) as `electra detect` and
 `finetune --model` open it: a run, one of its parts or checkpoints, a transformers folder, a
-hub id. Pooling: ``mean`` over the real tokens (the default, sentence-transformers'), or
-``cls`` (the first position); texts longer than the model's positions are cut.
+sentence-transformers folder, a hub id. Pooling: ``mean`` over the real tokens (the default,
+sentence-transformers'), or ``cls`` (the first position); a model's own pooling, length and
+prompts are used where it has them.
 """
 
 from __future__ import annotations
@@ -22,20 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from electra.data.examples import _records, header_of
-from electra.data.retrieval import read_retrieval
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
-from electra.io import hub, remote
+from electra.io import hub
 from electra.io.progress import reporting
 from electra.runtime import placed
 from electra.saved.models import open_model, trained_length
 from electra.tasks.base import head_of, logits
 from electra.tasks.embedding.data import encode_texts
 from electra.tasks.embedding.head import Pooled
-from electra.tasks.registry import load_task
 
 POOLINGS = ("mean", "cls")
 
@@ -190,138 +183,3 @@ def encode(model: str | Path, texts: list[str], pooling: str | None = None,
            ) -> np.ndarray:
     """The embeddings of ``texts`` (the Python API's ``electra.encode``)."""
     return Encoder(model, pooling, normalize, device=device).encode(texts, batch_size)
-
-
-def sts(model: str | Path, data: str | Path | None = None, split: str = "dev",
-        pooling: str | None = None, batch_size: int = 32, dev: str | Path | None = None,
-        text_columns: str | None = None, label_column: str | None = None,
-        precision: str = "fp32", device: str = "auto", progress: bool = False
-        ) -> dict[str, dict[str, float]]:
-    """STS zero-shot (or with a fine-tuned embedding model): the Spearman correlation
-    between the cosine of each pair's embeddings and its gold score, on GLUE's own STS-B
-    files (``data``: the folder; the Python API's ``electra.sts``) or on a file of scored
-    pairs (``dev``: CSV, TSV or JSONL; ``text_columns`` A,B, default sentence1,sentence2;
-    the score in ``label_column``, default label, else score)."""
-    from scipy.stats import spearmanr  # scipy's import takes a second: only when scoring
-
-    if dev is not None:
-        if label_column is None and Path(dev).is_file():
-            header = header_of(_records(Path(dev)))
-            label_column = next((c for c in ("label", "score") if c in header), None)
-        task = load_task("custom", dev=str(dev), split="dev", text_columns=text_columns or
-                         "sentence1,sentence2", label_column=label_column, regression=True)
-        where = f"--dev {dev}"
-    else:
-        task = load_task("stsb", data=str(data), split=split)
-        where = f"--data {data}"
-    enc, out = Encoder(model, pooling, normalize=True, precision=precision,  # cosines
-                       device=device), {}
-    for name, rows in task.dev.items():
-        pairs = [r for r in rows if r.label is not None and r.text_b is not None]
-        if len(pairs) < 2:
-            raise UserError(f"{where}: {len(pairs)} scored pair(s) in its {name} split; "
-                            f"a correlation needs at least 2")
-        with reporting(2 * len(pairs), f"sts: encoding {name}'s pairs", "text", progress):
-            a = enc.encode([r.text_a for r in pairs], batch_size)
-            b = enc.encode([r.text_b for r in pairs], batch_size)
-        cosine = (a * b).sum(1)
-        rho = spearmanr(cosine, np.array([float(r.label) for r in pairs])).statistic
-        out[name] = {"spearman": float(rho)}
-    return out
-
-
-def score_run(qrels: dict[str, dict[str, int]],
-              run: dict[str, dict[str, float]]) -> dict[str, float]:
-    """What `electra evaluate --task retrieval` reports, the mean over ``qrels``' queries of
-    each as trec_eval computes it (pytrec_eval; ties broken by document id, as trec_eval
-    does): ``ndcg@10``, nDCG over the first 10 documents; ``mrr@10``, the reciprocal rank of
-    the first relevant one within 10 (0 past it); ``recall@100``, the share of relevant
-    documents in the first 100. ``run``: query id -> {document id: score}, at least its
-    first 100 documents."""
-    try:
-        import pytrec_eval
-    except ImportError:
-        raise UserError("--task retrieval scores with pytrec_eval: pip install "
-                        "'electra[retrieval]' (or pip install pytrec-eval-terrier)") from None
-    top10 = {q: dict(sorted(docs.items(), key=lambda kv: (-kv[1], _desc(kv[0])))[:10])
-             for q, docs in run.items()}
-    full = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100"}).evaluate(run)
-    first = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
-    n = len(qrels)  # a query the run left out scores 0
-    return {"ndcg@10": sum(v["ndcg_cut_10"] for v in full.values()) / n,
-            "mrr@10": sum(v["recip_rank"] for v in first.values()) / n,
-            "recall@100": sum(v["recall_100"] for v in full.values()) / n}
-
-
-class _desc(str):
-    """A document id ordered as trec_eval breaks ties: descending."""
-
-    def __lt__(self, other: str) -> bool:  # type: ignore[override]
-        return str.__gt__(self, other)
-
-
-def ranked(queries: np.ndarray, docs: np.ndarray, query_ids: list[str],
-           doc_ids: list[str], k: int = 100, chunk: int = 1024) -> dict[str, dict[str, float]]:
-    """Each query's ``k`` most similar documents by the dot product of their embeddings
-    (the cosine, normalised), as pytrec_eval's run: query id -> {document id: score}."""
-    D = torch.from_numpy(docs)
-    k = min(k, len(doc_ids))
-    run: dict[str, dict[str, float]] = {}
-    for start in range(0, len(query_ids), chunk):
-        sims = torch.from_numpy(queries[start:start + chunk]) @ D.T
-        scores, index = sims.topk(k, dim=1)
-        for r, (s_row, i_row) in enumerate(zip(scores.tolist(), index.tolist(), strict=True)):
-            run[query_ids[start + r]] = {doc_ids[i]: s for i, s in zip(i_row, s_row,
-                                                                       strict=True)}
-    return run
-
-
-def retrieval(model: str | Path, data: str | Path, split: str = "test",
-              pooling: str | None = None, batch_size: int = 32,
-              precision: str = "fp32", device: str = "auto",
-              progress: bool = False) -> dict[str, Any]:
-    """Dense retrieval with the model's embeddings: every query against the whole corpus of
-    ``data`` (a BEIR folder's ``split``, or the set built from a SQuAD file:
-    :mod:`electra.data.retrieval`), scored by :func:`score_run` (the Python API's
-    ``electra.retrieval``)."""
-    found = read_retrieval(remote.local(data, "--data"), split)
-    enc = Encoder(model, pooling, precision=precision, device=device)
-    doc_ids, query_ids = list(found.corpus), list(found.queries)
-    with reporting(len(doc_ids) + len(query_ids), "retrieval: encoding the corpus and the "
-                   "queries", "text", progress):
-        docs = enc.encode([found.corpus[d] for d in doc_ids], batch_size,  # its prompts
-                          prompt_name=enc.prompt_for("document", "passage", "corpus"))
-        queries = enc.encode([found.queries[q] for q in query_ids], batch_size,
-                             prompt_name=enc.prompt_for("query"))
-    scores = score_run(found.qrels, ranked(queries, docs, query_ids, doc_ids))
-    return {**scores, "queries": len(query_ids), "documents": len(doc_ids)}
-
-
-EMBEDDING_TASKS = ("sts", "retrieval")
-
-
-def evaluate_embeddings(model: str, task: str, data: str | None, dev: str | None,
-                        split: str, pooling: str | None, precision: str | None,
-                        text_columns: str | None, label_column: str | None,
-                        device: str = "auto", progress: bool = True) -> dict[str, Any]:
-    """`electra evaluate --task sts|retrieval`: any model's embeddings, zero-shot or
-    fine-tuned, on STS pairs (GLUE's STS-B folder as --data, or a scored pairs file as
-    --dev) or on a retrieval set (a BEIR folder or a SQuAD file as --data)."""
-    if pooling is not None and pooling not in POOLINGS:  # before any file is read
-        raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
-    if task == "retrieval":
-        if not data or dev:
-            raise UserError("--task retrieval reads --data: a BEIR folder (corpus.jsonl, "
-                            "queries.jsonl, qrels/SPLIT.tsv) or a SQuAD .json file")
-        res = {"retrieval": retrieval(model, data, split, pooling,
-                                      precision=precision or "fp32", device=device,
-                                      progress=progress)}
-    else:
-        if bool(data) == bool(dev):
-            raise UserError("--task sts reads --data (GLUE's STS-B folder) or --dev (a CSV, "
-                            "TSV or JSONL of sentence pairs with a score), one of them")
-        res = sts(model, data, split, pooling, dev=dev, text_columns=text_columns,
-                  label_column=label_column, precision=precision or "fp32", device=device,
-                  progress=progress)
-    print(json.dumps(res))
-    return res

@@ -1,0 +1,119 @@
+"""Dense retrieval: every query of a retrieval set against its whole corpus by the cosine of
+their embeddings (``data``: a BEIR folder and its ``split``, or a SQuAD file's questions
+against its paragraphs: :mod:`electra.data.retrieval`), scored as trec_eval scores a run:
+nDCG@10 (the primary metric), MRR@10, Recall@100."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from electra.data.retrieval import RetrievalSet, read_retrieval
+from electra.errors import UserError
+from electra.evaluation.base import Evaluator
+from electra.evaluation.encoder import Encoder
+from electra.io import remote
+from electra.io.progress import reporting
+
+
+class Retrieval(Evaluator):
+    name = "retrieval"
+    primary_metric = "ndcg@10"
+    help = "retrieval: any model's embeddings on a BEIR folder or a SQuAD .json as --data"
+    spec_keys: ClassVar[frozenset[str]] = frozenset({"data", "split"})
+
+    def check(self) -> None:
+        if not self.data or self.dev:
+            raise UserError("--task retrieval reads --data: a BEIR folder (corpus.jsonl, "
+                            "queries.jsonl, qrels/SPLIT.tsv) or a SQuAD .json file")
+
+    @classmethod
+    def from_spec(cls, opts: dict[str, str], glue: str | None, spec: str) -> Evaluator:
+        if "data" not in opts:
+            raise UserError(f"--tasks {spec}: retrieval needs data=PATH, a BEIR folder or a "
+                            f"SQuAD .json (e.g. retrieval:data=squad/dev-v1.1.json)")
+        return cls(data=str(opts["data"]), split=str(opts.get("split", "test")))
+
+    def _set(self) -> RetrievalSet:
+        return read_retrieval(remote.local(self.data, "--data"),  # type: ignore[arg-type]
+                              self.split or "test")
+
+    def read(self) -> None:
+        self._set()
+
+    def __call__(self, model: str | Path, pooling: str | None = None, batch_size: int = 32,
+                 precision: str = "fp32", device: str = "auto",
+                 progress: bool = False) -> dict[str, Any]:
+        """nDCG@10, MRR@10, Recall@100, and how many queries and documents."""
+        found = self._set()
+        enc = Encoder(model, pooling, precision=precision, device=device)
+        doc_ids, query_ids = list(found.corpus), list(found.queries)
+        with reporting(len(doc_ids) + len(query_ids), "retrieval: encoding the corpus and "
+                       "the queries", "text", progress):
+            docs = enc.encode([found.corpus[d] for d in doc_ids], batch_size,  # its prompts
+                              prompt_name=enc.prompt_for("document", "passage", "corpus"))
+            queries = enc.encode([found.queries[q] for q in query_ids], batch_size,
+                                 prompt_name=enc.prompt_for("query"))
+        scores = score_run(found.qrels, ranked(queries, docs, query_ids, doc_ids))
+        return {**scores, "queries": len(query_ids), "documents": len(doc_ids)}
+
+    def printed(self, result: dict[str, Any]) -> dict[str, Any]:
+        return {"retrieval": result}
+
+
+def retrieval(model: str | Path, data: str | Path, split: str = "test",
+              pooling: str | None = None, batch_size: int = 32,
+              precision: str = "fp32", device: str = "auto",
+              progress: bool = False) -> dict[str, Any]:
+    """:class:`Retrieval` of ``model`` on ``data`` (the Python API's ``electra.retrieval``)."""
+    return Retrieval(data, split=split)(model, pooling, batch_size, precision, device,
+                                        progress)
+
+
+def score_run(qrels: dict[str, dict[str, int]],
+              run: dict[str, dict[str, float]]) -> dict[str, float]:
+    """What `electra evaluate --task retrieval` reports, the mean over ``qrels``' queries of
+    each as trec_eval computes it (pytrec_eval; ties broken by document id, as trec_eval
+    does): ``ndcg@10``, nDCG over the first 10 documents; ``mrr@10``, the reciprocal rank of
+    the first relevant one within 10 (0 past it); ``recall@100``, the share of relevant
+    documents in the first 100. ``run``: query id -> {document id: score}, at least its
+    first 100 documents."""
+    try:
+        import pytrec_eval
+    except ImportError:
+        raise UserError("--task retrieval scores with pytrec_eval: pip install "
+                        "'electra[retrieval]' (or pip install pytrec-eval-terrier)") from None
+    top10 = {q: dict(sorted(docs.items(), key=lambda kv: (-kv[1], _desc(kv[0])))[:10])
+             for q, docs in run.items()}
+    full = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100"}).evaluate(run)
+    first = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
+    n = len(qrels)  # a query the run left out scores 0
+    return {"ndcg@10": sum(v["ndcg_cut_10"] for v in full.values()) / n,
+            "mrr@10": sum(v["recip_rank"] for v in first.values()) / n,
+            "recall@100": sum(v["recall_100"] for v in full.values()) / n}
+
+
+class _desc(str):
+    """A document id ordered as trec_eval breaks ties: descending."""
+
+    def __lt__(self, other: str) -> bool:  # type: ignore[override]
+        return str.__gt__(self, other)
+
+
+def ranked(queries: np.ndarray, docs: np.ndarray, query_ids: list[str],
+           doc_ids: list[str], k: int = 100, chunk: int = 1024) -> dict[str, dict[str, float]]:
+    """Each query's ``k`` most similar documents by the dot product of their embeddings
+    (the cosine, normalised), as pytrec_eval's run: query id -> {document id: score}."""
+    D = torch.from_numpy(docs)
+    k = min(k, len(doc_ids))
+    run: dict[str, dict[str, float]] = {}
+    for start in range(0, len(query_ids), chunk):
+        sims = torch.from_numpy(queries[start:start + chunk]) @ D.T
+        scores, index = sims.topk(k, dim=1)
+        for r, (s_row, i_row) in enumerate(zip(scores.tolist(), index.tolist(), strict=True)):
+            run[query_ids[start + r]] = {doc_ids[i]: s for i, s in zip(i_row, s_row,
+                                                                       strict=True)}
+    return run
