@@ -202,3 +202,12 @@ def ctrl_c_in_step(monkeypatch, n: int) -> None:
         return real(self, micro_step, tokens)
 
     monkeypatch.setattr(Trainer, "train_step", interrupted)
+
+
+def default_sigint() -> None:
+    """A child's SIGINT as a terminal's foreground command has it (a ``preexec_fn``): a suite
+    run as a background job of a shell (`cmd &`, as CI may start it) ignores SIGINT, children
+    inherit that, and Python keeps it, so no Ctrl-C could reach the command under test."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import cli_error, sha, write_corpus
+from helpers import cli_error, default_sigint, sha, write_corpus
 
 from electra.cli import main
 from electra.data import prepare_ray
@@ -241,7 +241,7 @@ def _signalled(argv: list[str], sig: int, when: str, group: bool) -> tuple[int, 
 
     psutil = pytest.importorskip("psutil")
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=default_sigint)
     seen: dict[int, object] = {}
     deadline = time.monotonic() + 120
     while p.poll() is None and time.monotonic() < deadline:

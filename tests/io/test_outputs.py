@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import sha, snapshot, write_corpus, write_sentiment
+from helpers import default_sigint, sha, snapshot, write_corpus, write_sentiment
 
 from electra.cli import main
 from electra.io.outputs import MARK, claim, describe, owns_file, release, what_is
@@ -413,12 +413,6 @@ def test_ctrl_c_while_a_metrics_line_is_computed_keeps_that_line(outs, tmp_path,
 
     assert [r["step"] for r in lines(tmp_path / "a")] == [2, 4, 6]
     assert lines(tmp_path / "a") == lines(tmp_path / "b")
-
-
-def default_sigint() -> None:
-    """Ctrl-C's default action in the child, as a terminal's foreground command has it (a
-    suite run as a background job, `cmd &`, ignores SIGINT, and children inherit that)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_ctrl_c_during_prepare_with_workers_is_one_quiet_line(outs, tmp_path):
