@@ -31,8 +31,8 @@ from electra.train.stop import Stopped, handling  # the standard library's signa
 
 
 class Later:
-    """A help text made when help is shown (from a registry the CLI does not import to
-    parse: the objectives' pulls in torch)."""
+    """A help text made when help is shown (from electra/catalog.json, what the registries
+    hold: read only then)."""
 
     def __init__(self, make: Any) -> None:
         self.make = make

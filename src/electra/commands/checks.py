@@ -36,7 +36,7 @@ def _files(value: str | None) -> None:
             raise UserError(f"{part}: no such file")
 
 
-def finetune_sets(sets: list[str] | None) -> None:
+def _finetune_settings(sets: list[str] | None) -> None:
     """``--set key=value`` of fine-tuning: the form, the key (FinetuneConfig's or a task
     family's) and the shared settings' values."""
     values = dict(parse_set(item, "lr=1e-4") for item in sets or [])
@@ -77,7 +77,7 @@ def _weighted(part: str) -> bool:
 
 def finetune(model: str | None = None, train: str | None = None, dev: str | None = None,
              sets: list[str] | None = None, **_: Any) -> None:
-    finetune_sets(sets)
+    _finetune_settings(sets)
     _model(model)
     _files(train)
     _files(dev)
@@ -87,7 +87,7 @@ def compare(data: str | None = None, config: str | None = None,
             sets: list[str] | None = None, finetune_sets: list[str] | None = None,
             **_: Any) -> None:
     pretrain(data=data, config=config, sets=sets)
-    globals()["finetune_sets"](finetune_sets)  # (the function, not the flag's list)
+    _finetune_settings(finetune_sets)
 
 
 def _classifier(model: str | None) -> None:
