@@ -215,10 +215,17 @@ def test_every_command_fits_its_function(name):
 
 # -- the seams stay: dispatch by branching lives only in its owner --------------------------
 
-OBJECTIVE_NAMES = ("electra", "mlm", "random", "electra15", "replace_mlm", "all_tokens_mlm")
-HEAD_NAMES = ("sequence", "tagging", "qa")
-EVALUATION_NAMES = tuple(__import__("electra.evaluation.registry").evaluation.registry
-                         .EVALUATORS)  # (the registry's: a new one is guarded too)
+def _registered(module: str, table: str) -> tuple[str, ...]:
+    """The names a registry holds: the seams guard every one, a new one included."""
+    import importlib
+
+    return tuple(getattr(importlib.import_module(module), table))
+
+
+OBJECTIVE_NAMES = _registered("electra.objectives.registry", "OBJECTIVES")
+HEAD_NAMES = _registered("electra.tasks.registry", "HEADS")
+BODY_NAMES = _registered("electra.model.bodies", "BODIES")
+EVALUATION_NAMES = _registered("electra.evaluation.registry", "EVALUATORS")
 # (what is branched on, the owner package or module, how a branch on it reads)
 SEAMS = [
     ("an objective", "electra.objectives",
@@ -229,6 +236,8 @@ SEAMS = [
      or ".tagging" in code or "data.regression" in code),
     ("an evaluation", "electra.evaluation",
      lambda code: any(f"'{k}'" in code for k in EVALUATION_NAMES)),
+    ("a body", "electra.model.bodies",
+     lambda code: any(f"'{k}'" in code for k in BODY_NAMES)),
     ("a device type", "electra.model.kernels",
      lambda code: "device.type" in code or ".type ==" in code or ".type !=" in code),
 ]
@@ -273,11 +282,13 @@ def test_the_seam_check_finds_a_branch():
                         "electra.model": "if x.device.type == 'cpu':\n    pass\n",
                         "electra.tasks.qa.head": "if head == 'qa':\n    pass\n",
                         "electra.experiments.compare": "if task.task == 'sts':\n    pass\n",
+                        "electra.train.pretraining": "if cfg.body == 'modernbert':\n    x\n",
                         "electra.evaluation.sts": "if name == 'sts':\n    pass\n"}) == [
         "electra.commands.finetune: branches on a task head: data.kind == 'qa'",
         "electra.commands.pretrain: branches on an objective: cfg.kind == 'mlm'",
         "electra.model: branches on a device type: x.device.type == 'cpu'",
-        "electra.experiments.compare: branches on an evaluation: task.task == 'sts'"]
+        "electra.experiments.compare: branches on an evaluation: task.task == 'sts'",
+        "electra.train.pretraining: branches on a body: cfg.body == 'modernbert'"]
 
 
 def test_the_cli_starts_without_torch():

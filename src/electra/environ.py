@@ -22,7 +22,7 @@ from electra.errors import UserError
 
 @dataclass(frozen=True)
 class Setting:
-    """One environment variable: its kind (``float``, ``int``, ``path``, ``choice``), its
+    """One environment variable: its kind (``float``, ``int``, ``path``, ``one_of``), its
     default, its range or choices, and what it does (one line, for the docs)."""
 
     kind: str
@@ -43,10 +43,10 @@ SETTINGS: dict[str, Setting] = {
         "float", 30.0, "how many seconds apart long work writes a progress line "
         "when its output is not a terminal", 1.0, 86400.0),
     "ELECTRA_MALLOC": Setting(
-        "choice", "", "system to leave glibc's malloc as it is; by default electra keeps "
+        "one_of", "", "system to leave glibc's malloc as it is; by default electra keeps "
         "freed memory for reuse", choices=("", "system")),
     "ELECTRA_PROCESS_GROUP": Setting(
-        "choice", "0", "1 to run even one torchrun process in a process group, DDP or FSDP on "
+        "one_of", "0", "1 to run even one torchrun process in a process group, DDP or FSDP on "
         "one device", choices=("0", "1")),
     "RANK": Setting("int", 0, "this process's rank, set by torchrun", 0, 1 << 20),
     "LOCAL_RANK": Setting("int", 0, "this process's rank on its node, set by torchrun", 0,
@@ -64,7 +64,7 @@ def _num(x: float) -> str:
 def _what(s: Setting) -> str:
     if s.kind == "path":
         return "a folder path"
-    if s.kind == "choice":
+    if s.kind == "one_of":
         return "one of " + ", ".join(repr(c) if c else "unset" for c in s.choices)
     number = "a whole number" if s.kind == "int" else "a number"
     if s.low is not None and s.high is not None:
@@ -81,7 +81,7 @@ def get(name: str) -> Any:
         return s.default
     if s.kind == "path":
         return raw
-    if s.kind == "choice":
+    if s.kind == "one_of":
         if raw not in s.choices:
             raise UserError(f"{name}={raw!r}: give {_what(s)}; {name} is {s.help}")
         return raw
