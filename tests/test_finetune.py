@@ -345,6 +345,7 @@ def test_gradient_accumulation_trains_like_one_big_batch(task):
 def test_fp16_scales_the_loss_and_unscales_before_clipping():
     """One step from the same weights and batch: in fp16 the gradient the optimizer sees
     (and the norm that is clipped and reported) is the true one, not 65536 times it."""
+    from electra.config import LoopConfig
     from electra.runtime import Runtime
     from electra.train.optim import param_groups
     from electra.train.trainer import RandomStreams, Settings, Trainer
@@ -359,7 +360,7 @@ def test_fp16_scales_the_loss_and_unscales_before_clipping():
         torch.manual_seed(0)
         model = SequenceClassifier(cfg, 2)
         trainer = Trainer(model, Runtime(), Settings(lr=1e-3, max_steps=10, warmup_steps=0,
-                                                     precision=precision),
+                                                     loop=LoopConfig(precision=precision)),
                           lambda m: param_groups(m, 0.0), streams=RandomStreams(Runtime(), 0))
         assert (trainer.scaler is not None) == (precision == "fp16")
 
@@ -726,8 +727,9 @@ def test_fine_tuning_takes_every_schedule_and_optimizer_setting_pretraining_has(
                 assert lr / base == pytest.approx(shape(step) / line(step), rel=1e-9), sets
     settings = Settings.of(FinetuneConfig(adam_beta1=0.8, adam_eps=1e-8, schedule="wsd"),
                            1e-4, 10, 1)
-    assert (settings.betas, settings.eps, settings.schedule, settings.prefix) == (
-        (0.8, 0.999), 1e-8, "wsd", "")
+    loop = settings.loop  # the loop's own config, read as it is
+    assert (loop.adam_beta1, loop.adam_eps, loop.schedule, settings.prefix) == (
+        0.8, 1e-8, "wsd", "")
     assert Settings.of(TrainConfig(), 1e-4, 10, 1).prefix == "train."
     capsys.readouterr()
     rates("long", "schedule=wsd", "decay_steps=1000")

@@ -10,6 +10,7 @@ import pytest
 import torch
 from helpers import make_batch, tiny_config
 
+from electra.config import LoopConfig
 from electra.model import Discriminator
 from electra.model.layers import Linear
 from electra.train.cast import CastOnce
@@ -104,9 +105,9 @@ def test_the_trainer_casts_once_in_one_eager_process_under_16_bit_autocast():
     for rt, settings, precision in [
             (one, plain, "fp32"),  # nothing to cast
             (two, plain, "bf16"),  # DDP, FSDP: they reduce on AccumulateGrad's hooks
-            (one, dataclasses.replace(plain, compile=True), "bf16"),  # compiled: fused
+            (one, dataclasses.replace(plain, loop=LoopConfig(compile=True)), "bf16"),  # fused
             (one, dataclasses.replace(plain, cuda_graphs=True), "bf16"),
-            (one, dataclasses.replace(plain, cast_once=False), "bf16")]:  # train.cast_once
+            (one, dataclasses.replace(plain, loop=LoopConfig(cast_once=False)), "bf16")]:
         assert cast_once(model, rt, settings, precision) is contextlib.nullcontext
 
 

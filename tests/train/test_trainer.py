@@ -4,20 +4,26 @@ non-finite step is skipped (and counted) or stops the run naming how to go on.""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import pytest
 import torch
 from helpers import no_syncs
 from torch import nn
 
+from electra.config import LoopConfig
 from electra.runtime import Runtime
 from electra.train.trainer import RandomStreams, Settings, Trainer, TrainingDiverged
 
 
 def trainer(model: nn.Module, **settings) -> Trainer:
+    """A trainer of ``model``: ``settings`` a LoopConfig's fields or the Settings' own."""
     rt = Runtime()
-    s = Settings(**{"lr": 0.1, "max_steps": 10, "warmup_steps": 0, "precision": "fp32",
-                    "grad_clip": 0.0, **settings})
+    shared = {f.name for f in dataclasses.fields(LoopConfig)}
+    loop = LoopConfig(**{"precision": "fp32", "grad_clip": 0.0,
+                         **{k: v for k, v in settings.items() if k in shared}})
+    s = Settings(**{"lr": 0.1, "max_steps": 10, "warmup_steps": 0,
+                    **{k: v for k, v in settings.items() if k not in shared}}, loop=loop)
     return Trainer(model, rt, s, lambda m: [{"params": list(m.parameters())}],
                    streams=RandomStreams(rt, 0))
 
@@ -42,7 +48,7 @@ def test_accumulated_micro_batches_step_like_one_batch(accum):
         torch.manual_seed(1)
         # eps far above sqrt(v): AdamW's step is ~ lr * m / eps, linear in the gradient, so a
         # wrongly scaled accumulation shows (Adam itself would hide a constant scale)
-        t = trainer(nn.Linear(4, 1), grad_accum=n, lr=100.0, eps=100.0)
+        t = trainer(nn.Linear(4, 1), grad_accum=n, lr=100.0, adam_eps=100.0)
         for _ in range(3):
             assert t.train_step(lambda m, j, n=n: step(m, j, n), tokens=8) is not None
         weights[n] = [p.detach().clone() for p in t.model.parameters()]

@@ -101,12 +101,11 @@ class CastOnce:
 def cast_once(model: nn.Module, rt: Any, settings: Any,
               precision: str) -> Callable[[], contextlib.AbstractContextManager[Any]]:
     """What each micro-batch runs under besides autocast: the linear layers' weights cast
-    once, their gradients written in one op, while ``settings.cast_once`` (the loop's
-    ``cast_once``), in one process (``rt.enabled``: DDP or FSDP), eager (not
-    ``settings.compile`` or ``settings.cuda_graphs``), under a 16-bit autocast; nothing
-    otherwise."""
-    if (settings.cast_once and precision in ("bf16", "fp16") and not rt.enabled
-            and not (settings.compile or settings.cuda_graphs)):
+    once, their gradients written in one op, while the loop's ``cast_once``, in one process
+    (``rt.enabled``: DDP or FSDP), eager (not ``settings.compiled``), under a 16-bit
+    autocast; nothing otherwise."""
+    if (settings.loop.cast_once and precision in ("bf16", "fp16") and not rt.enabled
+            and not settings.compiled):
         plan = CastOnce(model, torch.bfloat16 if precision == "bf16" else torch.float16)
         if plan.params:
             return plan

@@ -80,54 +80,42 @@ class TrainingDiverged(UserError):
 
 @dataclass(frozen=True)
 class Settings:
-    """How the scaffold steps; each loop fills it from its own config."""
+    """How the scaffold steps: the loop's own config (``loop``: the settings both loops share,
+    electra.config.LoopConfig, read from it directly: precision, schedule, optimizer,
+    clipping, skips, compile, cast-once) and what each loop works out itself."""
 
     lr: float
     max_steps: int
     warmup_steps: int
-    precision: str = "auto"
-    schedule: str = "linear"  # the rate's shape (electra.train.optim.schedule)
-    decay_fraction: float = 0.1  # wsd: the last fraction of the steps, decaying
-    decay_steps: int = 0  # wsd: the last steps, decaying (0: decay_fraction's)
-    decay_shape: str = "linear"  # wsd: linear or 1-sqrt
-    grad_accum: int = 1
-    grad_clip: float = 1.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-6
-    optimizer: str = "adamw"  # electra.train.optim.make_optimizer's name
-    max_nonfinite_skips: int = 0
+    loop: LoopConfig = field(default_factory=LoopConfig)
     keep_checkpoints: int = 3
     parallel: str = "ddp"
     find_unused: bool = False
     """DDP: parameters that get no gradient in some steps (two-stage training)."""
-    compile: bool = False
-    """torch.compile the model's repeated blocks (modules with ``compile_unit``): one graph
-    serves every layer, and what lies between (sampling, losses) stays eager."""
     cuda_graphs: bool = False
-    """Compile them in reduce-overhead mode, with static shapes: each block's kernels are
-    recorded once as a CUDA graph and replayed (a CUDA device, batches of one shape)."""
-    cast_once: bool = True
-    """Under a 16-bit autocast in one eager process: the linear layers' weights cast once a
-    micro-batch (electra.train.cast); false: autocast's own casts."""
+    """Compile the model's repeated blocks in reduce-overhead mode, with static shapes: each
+    block's kernels are recorded once as a CUDA graph and replayed (a CUDA device, batches of
+    one shape); ``loop.compile``: torch.compile them (one graph serves every layer, and what
+    lies between, sampling and losses, stays eager)."""
     tracking: Tracking = field(default_factory=Tracking)
     """Where the metrics lines go besides metrics.jsonl (electra.io.trackers)."""
-    prefix: str = "train."
-    """How the user names these settings in ``--set`` (``train.lr`` or ``lr``), for messages."""
+
+    @property
+    def prefix(self) -> str:
+        """How the user names these settings in ``--set`` (``train.lr`` or ``lr``)."""
+        return f"{self.loop.SECTION}." if self.loop.SECTION else ""
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the model's repeated blocks are compiled (either way)."""
+        return self.loop.compile or self.cuda_graphs
 
     @staticmethod
     def of(loop: LoopConfig, lr: float, max_steps: int, warmup_steps: int,
            **own: Any) -> Settings:
-        """The settings of a loop: the ones both loops share, read from its config here and
-        nowhere else (``electra.config.LoopConfig``), and ``own``, the loop's."""
-        return Settings(lr=lr, max_steps=max_steps, warmup_steps=warmup_steps,
-                        precision=loop.precision, schedule=loop.schedule,
-                        decay_fraction=loop.decay_fraction, decay_steps=loop.decay_steps,
-                        decay_shape=loop.decay_shape, grad_accum=loop.grad_accum,
-                        grad_clip=loop.grad_clip, betas=(loop.adam_beta1, loop.adam_beta2),
-                        eps=loop.adam_eps, optimizer=loop.optimizer,
-                        max_nonfinite_skips=loop.max_nonfinite_skips, compile=loop.compile,
-                        cast_once=loop.cast_once,
-                        prefix=f"{loop.SECTION}." if loop.SECTION else "", **own)
+        """The settings of a loop: its config, and ``own``, what the loop works out."""
+        return Settings(lr=lr, max_steps=max_steps, warmup_steps=warmup_steps, loop=loop,
+                        **own)
 
 
 def pool(rt: Runtime, sums: dict[str, torch.Tensor], steps: int) -> dict[str, float]:
@@ -282,21 +270,22 @@ class Trainer:
         if resume is not None:
             state, _ = rt.agree(lambda: load_checkpoint(resume, model), "loading the checkpoint")
         self.model = model.to(rt.device)
-        self.precision = resolve_precision(rt.device, settings.precision)  # once, not per step
+        self.precision = resolve_precision(rt.device, settings.loop.precision)  # once a run
         self.step_model = parallel.wrap(self.model, rt, settings.parallel,
                                         settings.find_unused, self.precision)
-        if settings.compile or settings.cuda_graphs:  # the command checked that torch can
+        if settings.compiled:  # the command checked that torch can
             how = {"mode": "reduce-overhead", "dynamic": False} if settings.cuda_graphs else {}
             for m in self.model.modules():  # each block, compiled once for all of them
                 if getattr(m, "compile_unit", False):
                     m.compile(**how)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.cast_once = cast_once(self.model, rt, settings, self.precision)
-        self.optimizer = make_optimizer(settings.optimizer, groups(self.model), settings.lr,
-                                        settings.betas, settings.eps)
+        loop = settings.loop
+        self.optimizer = make_optimizer(loop.optimizer, groups(self.model), settings.lr,
+                                        (loop.adam_beta1, loop.adam_beta2), loop.adam_eps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule(
-            settings.schedule, settings.warmup_steps, settings.max_steps,
-            settings.decay_fraction, settings.decay_steps, settings.decay_shape))
+            loop.schedule, settings.warmup_steps, settings.max_steps,
+            loop.decay_fraction, loop.decay_steps, loop.decay_shape))
         fast_fp32(rt.device, self.precision)
         self.scaler = grad_scaler(rt.device, self.precision)
         # Skip a non-finite step on the device (found_inf) where reading the flag would wait
@@ -422,7 +411,7 @@ class Trainer:
         if signum:  # every rank stops here, before the step, and saves with the others
             raise stop.Stopped(signum, together=rt.enabled)
         with stop.deferred():  # a signal now stops the run at the next step's start
-            return self._step(micro_step, tokens, micro_batches or s.grad_accum)
+            return self._step(micro_step, tokens, micro_batches or s.loop.grad_accum)
 
     def _step(self, micro_step: MicroStep, tokens: torch.Tensor | int,
               n: int) -> dict[str, torch.Tensor] | None:
@@ -447,8 +436,9 @@ class Trainer:
             return None
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = (clip_grad_norm(self.params, s.grad_clip)
-                     if s.grad_clip > 0 else torch.zeros((), device=rt.device))
+        clip = self.settings.loop.grad_clip
+        grad_norm = (clip_grad_norm(self.params, clip)
+                     if clip > 0 else torch.zeros((), device=rt.device))
         if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
             grad_norm = grad_norm.full_tensor()
         if self.scaler is not None:
@@ -477,7 +467,7 @@ class Trainer:
 
     def _check_skips(self, where: str) -> None:
         """Stop the run when more steps were skipped than allowed."""
-        if self.skips <= self.settings.max_nonfinite_skips:
+        if self.skips <= self.settings.loop.max_nonfinite_skips:
             return
         good = latest_checkpoint(self.out / "checkpoints") if self.out else None
         p = self.settings.prefix
