@@ -64,7 +64,7 @@ from electra.io.trackers import check_reachable, parse_log_to
 from electra.model.bodies import model_preset
 from electra.runtime import Runtime, check_compile, placed, resolve_device, start
 from electra.saved import folders
-from electra.saved.models import open_model
+from electra.saved.models import encoder_part, fine_tuned, open_model
 from electra.tasks.base import TaskData, head_of
 from electra.tasks.registry import (
     check_families,
@@ -110,8 +110,7 @@ def model_source(model: str | None = None, random_init: str | None = None,
     name, model = model, hub.resolve(model, "--model")  # the name results.json keeps
     meta = read_json(Path(model) / "config.json", "a model folder's config") if (
         Path(model) / "config.json").is_file() else {}
-    part = "classifier" if isinstance(meta, dict) and meta.get("kind") == "classifier" \
-        else "discriminator"  # a fine-tuned model, or a run's (a checkpoint's) discriminator
+    part = encoder_part(model)  # a fine-tuned model's, or a run's (a checkpoint's)
     opened = open_model(model, part)
     module = opened[part]
     return ModelSource(opened.tokenizer, module.config, opened.tokenizer, str(name),  # type: ignore[arg-type]
@@ -127,7 +126,7 @@ def _loaded(folder: Path, meta: Any) -> str:
     if "model_type" in meta:
         kind = (meta.get("architectures") or [meta["model_type"]])[0]
         return f"the encoder of a transformers {kind} folder (its head left out)"
-    if meta.get("kind") == "classifier":
+    if fine_tuned(folder):
         return (f"the encoder of a model fine-tuned on {meta.get('task', 'a task')} (its "
                 f"{head_of(meta).name} head left out)")
     return "the encoder of its discriminator (its replaced-token head left out)"

@@ -90,7 +90,7 @@ def save_classifier(model: nn.Module, folder: Path, data: TaskData,
                     cfg: FinetuneConfig, tok: Any, card: dict[str, Any] | None = None) -> None:
     """A fine-tuned model's folder: what `evaluate`, `export` and `--model` read; ``card``:
     its model card's facts (:func:`classifier_card`)."""
-    folders.write(folder, model, "classifier", tok, task=data.name,
+    folders.write_classifier(folder, model, tok, task=data.name,
                   labels=data.labels, regression=data.regression, metrics=list(data.metrics),
                   finetune=cfg.to_dict(), text_columns=list(data.columns),
                   **data.head.meta(data), **({"card": card} if card else {}))
@@ -128,7 +128,7 @@ def classifier_card(model: nn.Module, data: TaskData, cfg: FinetuneConfig, sourc
 
 def load_classifier(folder: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     """A fine-tuned model and its config.json (task, labels, settings)."""
-    return folders.load(folder, "classifier")
+    return folders.load_classifier(folder)
 
 
 def check_split(cfg: FinetuneConfig, world_size: int) -> None:

@@ -58,7 +58,7 @@ def predict(model: str | Path, input: str | Path, batch_size: int = 64,
     if batch_size < 1:
         raise UserError(f"--batch-size {batch_size}: give a positive number")
     resolve_device(device)  # before any file is read
-    net, meta = folders.load(model, "classifier")
+    net, meta = folders.load_classifier(model)
     net = placed(net, device).eval()
     cfg = finetune_config(meta["finetune"], f"{model}/config.json")
     if precision is not None:
@@ -67,7 +67,7 @@ def predict(model: str | Path, input: str | Path, batch_size: int = 64,
     if not path.is_file():
         raise UserError(f"--input {path}: no such file")
     items = head_of(meta).read_inputs(path, meta)
-    tok = load_tokenizer(folders.resolve(model, "classifier"))
+    tok = load_tokenizer(folders.classifier_folder(model))
     return predict_records(net, tok, items, meta, cfg, batch_size, progress)
 
 

@@ -25,7 +25,7 @@ from electra.errors import UserError
 from electra.io import hub
 from electra.io.progress import reporting
 from electra.runtime import placed
-from electra.saved.models import open_model, trained_length
+from electra.saved.models import encoder_part, fine_tuned, open_model, trained_length
 from electra.tasks.base import head_of, logits
 from electra.tasks.embedding.data import encode_texts
 from electra.tasks.embedding.head import Pooled
@@ -52,19 +52,19 @@ class Encoder:
         st = sentence_transformers_folder(Path(model))
         if st is not None:  # its transformers folder and its own settings
             model = st.transformer
-        meta_kind = "classifier" if _is_classifier(model) else "discriminator"
-        opened = open_model(model, meta_kind)
-        own = head_of(opened.meta).sentence_embedding(opened.meta) if (
-            meta_kind == "classifier") else ((st.pooling, st.normalize) if st else None)
+        part = encoder_part(model)  # a fine-tuned model's, or a run's discriminator
+        opened = open_model(model, part)
+        tuned = fine_tuned(model)
+        own = head_of(opened.meta).sentence_embedding(opened.meta) if tuned else (
+            (st.pooling, st.normalize) if st else None)
         pooling = pooling or (own[0] if own else "mean")
         normalize = (own[1] if own else True) if normalize is None else normalize
-        self.module = placed(opened[meta_kind], device).eval()  # (auto: CUDA when present)
+        self.module = placed(opened[part], device).eval()  # (auto: CUDA when present)
         self.encoder = self.module.encoder  # type: ignore[union-attr]
         self.model = Pooled(self.encoder, pooling, normalize)
         self.tok = load_tokenizer(opened.tokenizer)
         limit = self.module.config.max_position_embeddings  # type: ignore[union-attr]
-        trained = (st.max_length if st else trained_length(opened.meta)
-                   if meta_kind == "classifier" else None)
+        trained = (st.max_length if st else trained_length(opened.meta) if tuned else None)
         self.max_length = min(max_length or trained or limit, limit)
         self.pooling, self.normalize, self.precision = pooling, normalize, precision
         self.prompts = dict(st.prompts) if st else {}
@@ -168,14 +168,6 @@ def _json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def _is_classifier(model: str | Path) -> bool:
-    meta = Path(model) / "config.json"
-    try:
-        return json.loads(meta.read_text()).get("kind") == "classifier"
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def encode(model: str | Path, texts: list[str], pooling: str | None = None,

@@ -173,3 +173,22 @@ def save(module: nn.Module, part: str, folder: Path, tok: Any, **meta: Any) -> N
     """:func:`write` into ``folder`` atomically (a staged copy replaces it when complete)."""
     with staged(folder) as tmp:
         write(tmp, module, part, tok, **meta)
+
+
+# A fine-tuned model's folder holds its "classifier" part (whatever its head): the commands
+# read and write it through these, and never name the part.
+
+
+def load_classifier(folder: str | Path) -> tuple[nn.Module, dict[str, Any]]:
+    """A fine-tuned model and its config.json (task, labels, settings)."""
+    return load(folder, "classifier")
+
+
+def classifier_folder(folder: str | Path) -> Path:
+    """The folder of a fine-tuned model's weights and tokenizer."""
+    return resolve(folder, "classifier")
+
+
+def write_classifier(folder: Path, module: nn.Module, tok: Any, **meta: Any) -> None:
+    """A fine-tuned model's folder (:func:`write` of its classifier part)."""
+    write(folder, module, "classifier", tok, **meta)

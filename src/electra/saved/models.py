@@ -13,6 +13,7 @@ the folder and the flag it came from.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,3 +106,20 @@ def trained_length(meta: dict[str, Any]) -> int | None:
     """The length a fine-tuned model was trained at (its texts cut there), if it says."""
     length = (meta.get("finetune") or {}).get("max_length")
     return int(length) if isinstance(length, int) and length > 0 else None
+
+
+def encoder_part(path: str | Path) -> str:
+    """Which part of the folder ``path`` names holds the encoder a fine-tune or an embedding
+    starts from: a fine-tuned model's classifier, else (a run, one of its parts or
+    checkpoints, a transformers folder) its discriminator."""
+    meta = Path(path) / "config.json"
+    try:
+        kind = json.loads(meta.read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError):
+        kind = None
+    return "classifier" if kind == "classifier" else "discriminator"
+
+
+def fine_tuned(path: str | Path) -> bool:
+    """Whether ``path`` is a fine-tuned model's folder (its encoder part: the classifier)."""
+    return encoder_part(path) == "classifier"
