@@ -15,7 +15,8 @@ from helpers import cli_error, write_corpus
 
 from electra.cli import main
 from electra.data.loader import ShardDataset
-from electra.data.mixture import MixedLoader, Source, parse_data, source_tokens
+from electra.data.mixspec import Source, parse_data
+from electra.data.mixture import MixedLoader, source_tokens
 from electra.errors import UserError
 from electra.train.metrics import iter_metrics
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from electra import catalog
 from electra.config import FinetuneConfig, config_from_dict, config_keys, did_you_mean, parse_set
+from electra.data.mixspec import parse_data
 from electra.errors import UserError
 from electra.io import hub
 from electra.io.files import read_toml
@@ -58,21 +59,10 @@ def pretrain(data: str | None = None, config: str | None = None,
         apply_overrides({}, sets)  # each item's form, section and key
     if config:
         read_toml(Path(config), "--config")
-    for phase in (data or "").split(","):
-        for part in phase.split("+"):
-            path = part.strip().rpartition(":")[0] if _weighted(part) else part.strip()
-            if path and not is_url(path) and not Path(path).exists():
-                raise UserError(f"--data {path}: no meta.json, so this is not prepared data; "
-                                f"make it with `electra prepare`")
-
-
-def _weighted(part: str) -> bool:
-    tail = part.strip().rpartition(":")[2]
-    try:
-        float(tail)
-    except ValueError:
-        return False
-    return ":" in part
+    for source in (s for phase in parse_data(data or "") for s in phase):
+        if not is_url(source.path) and not Path(source.path).exists():
+            raise UserError(f"--data {source.path}: no meta.json, so this is not prepared "
+                            f"data; make it with `electra prepare`")
 
 
 def finetune(model: str | None = None, train: str | None = None, dev: str | None = None,

@@ -27,7 +27,7 @@ import torch
 from electra import __version__
 from electra.config import DEFAULT_TIMEOUT_S, config_diffs
 from electra.data.loader import ShardDataset
-from electra.data.mixture import parse_data
+from electra.data.mixspec import parse_data
 from electra.data.tokenizer import SIDECAR, load_tokenizer
 from electra.errors import UserError
 from electra.io import hub, remote

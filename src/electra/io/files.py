@@ -72,12 +72,17 @@ def staged(out: Path, hint: str | None = None) -> Iterator[Path]:
         raise
 
 
-def usual_modes(folder: Path) -> None:
-    """Every file under ``folder`` given the mode ``open`` gives a new file (0o666 less the
-    umask) where a writer left it narrower."""
+def new_file_mode() -> int:
+    """The mode ``open`` gives a new file: 0o666 less the umask."""
     umask = os.umask(0)
     os.umask(umask)
-    mode = 0o666 & ~umask
+    return 0o666 & ~umask
+
+
+def usual_modes(folder: Path) -> None:
+    """Every file under ``folder`` given the mode ``open`` gives a new file where a writer
+    left it otherwise (mkstemp and transformers' weights: 0600)."""
+    mode = new_file_mode()
     for f in folder.rglob("*"):
         if f.is_file() and not f.is_symlink() and (f.stat().st_mode & 0o777) != mode:
             os.chmod(f, mode)

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from electra.errors import UserError
-from electra.io.files import disk_errors
+from electra.io.files import disk_errors, new_file_mode
 from electra.io.remote import is_url
 
 MARK = ".electra.json"
@@ -660,9 +660,7 @@ def write_file(path: Path, write: Callable[[Path], None], command: str,
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial",
                                     dir=path.parent)
         os.close(fd)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(name, 0o666 & ~umask)  # the mode open() gives a new file (mkstemp: 0600)
+        os.chmod(name, new_file_mode())  # the mode open() gives a new file (mkstemp: 0600)
     except OSError as err:
         if lock is not None:
             lock.release()

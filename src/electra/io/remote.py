@@ -146,7 +146,8 @@ def local(path: str | Path, flag: str) -> Path:
             _make_room(mirror, sum(info["size"] for info in files.values()), flag, url)
             stamps_file = _stamps_file(mirror)
             stamps = _read_stamps(stamps_file)
-            stamps_file.write_text(json.dumps(stamps))  # a mirror of electra's from now on
+            if not stamps:  # new or damaged: a mirror of electra's from now on
+                stamps_file.write_text(json.dumps(stamps))
             for remote, info in sorted(files.items()):
                 rel = "/".join(keys[remote])
                 target, stamp_now = mirror.joinpath(*keys[remote]), stamp(info)

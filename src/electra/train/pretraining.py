@@ -30,7 +30,8 @@ from electra import __version__
 from electra.config import ModelConfig, TrainConfig, parse_batch_warmup, parse_phases
 from electra.data.examples import roc_auc
 from electra.data.loader import BatchLoader, Blocks, PhasedLoader, Prefetched, ShardDataset
-from electra.data.mixture import MixedLoader, Source, describe, parse_data, source_tokens
+from electra.data.mixspec import Source, describe, parse_data
+from electra.data.mixture import MixedLoader, source_tokens
 from electra.data.stream import StreamedShards
 from electra.data.tokenizer import SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.errors import UserError
