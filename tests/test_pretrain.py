@@ -689,7 +689,7 @@ def test_max_tokens_sets_the_run_length(data, tmp_path):
 def test_the_first_line_names_what_the_step_runs_on(packed_letters, tmp_path, capsys):
     """Packed rows, unpadding, compiled blocks or CUDA graphs, the micro-batches: said on the
     first line (docs/how-to/hardware.md)."""
-    from electra.train.pretraining import step_levers
+    from electra.train.first_lines import step_levers
 
     assert step_levers(TrainConfig(), False) == " (padded rows, every position computed)"
     assert step_levers(TrainConfig(compile=True), False) == (

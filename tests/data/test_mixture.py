@@ -15,7 +15,7 @@ from helpers import cli_error, write_corpus
 
 from electra.cli import main
 from electra.data.loader import ShardDataset
-from electra.data.mixspec import Source, parse_data
+from electra.data.mixspec import Share, parse_data
 from electra.data.mixture import MixedLoader, source_tokens
 from electra.errors import UserError
 from electra.train.metrics import iter_metrics
@@ -23,7 +23,7 @@ from electra.train.metrics import iter_metrics
 
 def test_the_data_grammar():
     (one,) = parse_data("runs/data")
-    assert one == [Source("runs/data", 1.0, "data")]
+    assert one == [Share("runs/data", 1.0, "data")]
     (mix,) = parse_data("a/web:0.7+b/books:0.3")
     assert [(s.name, s.weight) for s in mix] == [("web", 0.7), ("books", pytest.approx(0.3))]
     (even,) = parse_data("web+books+web")  # equal shares; a name given twice is numbered
@@ -57,7 +57,7 @@ def sources(letters_data, tmp_path_factory) -> list[Path]:
 
 def loader(sources: list[Path], batch: int, rank: int = 0, world: int = 1) -> MixedLoader:
     sets = [ShardDataset(p) for p in sources]
-    mix = [Source(str(p), w, n) for p, w, n in zip(sources, (0.75, 0.25), ("a", "b"),
+    mix = [Share(str(p), w, n) for p, w, n in zip(sources, (0.75, 0.25), ("a", "b"),
                                                    strict=True)]
     return MixedLoader(sets, mix, batch, seed=3, rank=rank, world_size=world)
 

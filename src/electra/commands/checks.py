@@ -18,10 +18,10 @@ from typing import Any
 from electra import catalog
 from electra.config import FinetuneConfig, config_from_dict, config_keys, did_you_mean, parse_set
 from electra.data.mixspec import parse_data
+from electra.data.sources import missing
 from electra.errors import UserError
 from electra.io import hub
 from electra.io.files import read_toml
-from electra.io.remote import is_url
 from electra.objectives.config import apply_overrides
 
 
@@ -33,7 +33,7 @@ def _model(ref: str | None, flag: str = "--model") -> None:
 def _files(value: str | None) -> None:
     """--train/--dev: a file, or one per task (comma-separated, empty where none)."""
     for part in (value or "").split(","):
-        if part and not is_url(part) and not Path(part).exists():
+        if part and missing(part):
             raise UserError(f"{part}: no such file")
 
 
@@ -60,7 +60,7 @@ def pretrain(data: str | None = None, config: str | None = None,
     if config:
         read_toml(Path(config), "--config")
     for source in (s for phase in parse_data(data or "") for s in phase):
-        if not is_url(source.path) and not Path(source.path).exists():
+        if missing(source.path):
             raise UserError(f"--data {source.path}: no meta.json, so this is not prepared "
                             f"data; make it with `electra prepare`")
 

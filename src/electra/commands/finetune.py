@@ -52,11 +52,12 @@ from electra.config import (
     MAX_SEED,
     FinetuneConfig,
 )
+from electra.data.sources import local_paths
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.evaluation.encoder import POOLINGS
 from electra.evaluation.registry import EVALUATORS, evaluator
-from electra.io import hub, remote
+from electra.io import hub
 from electra.io.files import disk_errors, publish, read_json, write_json
 from electra.io.outputs import Claim, claim_out
 from electra.io.progress import reporting
@@ -132,15 +133,6 @@ def _loaded(folder: Path, meta: Any) -> str:
     return "the encoder of its discriminator (its replaced-token head left out)"
 
 
-def local_files(value: str | None, flag: str) -> str | None:
-    """A data flag's comma-separated paths, each URL (``s3://...``) mirrored into the local
-    cache (``electra.io.remote``) and named by its local copy; None stays None."""
-    if value is None:
-        return None
-    return ",".join(str(remote.local(v, flag)) if remote.is_url(v) else v
-                    for v in value.split(","))
-
-
 def parse_seeds(text: str) -> list[int]:
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
@@ -162,7 +154,7 @@ def main(task: str, out: str, model: str | None = None, random_init: str | None 
     fine-tune per seed in this command's runtime. ``reading``: what the task families read
     beside their files (``text_columns``, ``label_column``, ``regression``, ``tag_column``:
     ``electra.tasks.registry.load_task``)."""
-    data, train, dev = (local_files(v, flag) for v, flag in (
+    data, train, dev = (local_paths(v, flag) for v, flag in (
         (data, "--data"), (train, "--train"), (dev, "--dev")))  # URLs: mirrored here
     seed_list = parse_seeds(seeds)
     cfg = load_finetune_config(sets or [])
@@ -240,7 +232,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
         print(json.dumps(res))
         return res
     check_reading([task], reading)
-    data, dev = local_files(data, "--data"), local_files(dev, "--dev")
+    data, dev = local_paths(data, "--data"), local_paths(dev, "--dev")
     classifier, meta = load_classifier(model)
     classifier = placed(classifier, device)
     if meta["task"] not in head_for_task(task).trained_on(task):

@@ -28,9 +28,10 @@ from electra import __version__
 from electra.config import DEFAULT_TIMEOUT_S, config_diffs
 from electra.data.loader import ShardDataset
 from electra.data.mixspec import parse_data
+from electra.data.sources import local_inputs
 from electra.data.tokenizer import SIDECAR, load_tokenizer
 from electra.errors import UserError
-from electra.io import hub, remote
+from electra.io import hub
 from electra.io.checkpoint import latest_checkpoint
 from electra.io.files import read_json, write_json
 from electra.io.outputs import Claim, claim_out
@@ -103,8 +104,8 @@ def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
         opt = replace(opt, init=hub.resolve(opt.init, "--init"))
     check_compile(opt.config.train.compile, rt.device, "train.compile")
     check_cuda_graphs(opt.config.train.cuda_graphs, rt.device)
-    inputs = [*(("--data", s.path) for phase in parse_data(opt.data) for s in phase
-                if not remote.is_url(s.path)),
+    inputs = [*local_inputs(("--data", s.path) for phase in parse_data(opt.data)
+                            for s in phase),
               ("--init", opt.init), ("--decay-from", opt.decay_from)]
     with claim_out(opt.out, "run", "pretrain", overwrite=opt.overwrite, resume=opt.resume,
                    inputs=inputs, rt=rt) as claim:

@@ -136,6 +136,15 @@ class ShardDataset:
         path = self.folder / name
         return path if path.is_file() else None
 
+    def unigram_counts(self) -> torch.Tensor:
+        """How often each token occurs in this split (special tokens: never drawn)."""
+        counts = np.zeros(self.vocab_size, dtype=np.int64)
+        for first in range(0, len(self), 1 << 16):
+            counts += np.bincount(np.asarray(self.ids[first : first + (1 << 16)]).ravel(),
+                                  minlength=self.vocab_size)[: self.vocab_size]
+        counts[self.special.ids()] = 0
+        return torch.from_numpy(counts)
+
     def other(self, split: str) -> ShardDataset:
         """The same folder's ``split`` (the held-out rows beside the training ones)."""
         return ShardDataset(self.folder, split, word_starts=self.with_word_starts)

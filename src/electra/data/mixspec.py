@@ -21,7 +21,7 @@ from electra.errors import UserError
 
 
 @dataclass(frozen=True)
-class Source:
+class Share:
     """One folder of a phase's mixture: where it is, its share of the rows, its name."""
 
     path: str
@@ -29,10 +29,10 @@ class Source:
     name: str
 
 
-def parse_data(text: str) -> list[list[Source]]:
+def parse_data(text: str) -> list[list[Share]]:
     """``--data``: each comma-separated phase's sources (one, or a ``+``-joined mixture with
     ``:WEIGHT`` suffixes), weights scaled to sum to 1."""
-    phases: list[list[Source]] = []
+    phases: list[list[Share]] = []
     names: set[str] = set()
     for group in (g.strip() for g in text.split(",")):
         if not group:
@@ -51,7 +51,7 @@ def parse_data(text: str) -> list[list[Source]]:
         for path, w in weighed:
             name = _name(path, names)
             names.add(name)
-            sources.append(Source(path, (1.0 if w is None else w) / total, name))
+            sources.append(Share(path, (1.0 if w is None else w) / total, name))
         phases.append(sources)
     return phases
 
@@ -79,7 +79,7 @@ def _name(path: str, taken: set[str]) -> str:
     return name
 
 
-def describe(phases: list[list[Source]], lengths: list[int]) -> str:
+def describe(phases: list[list[Share]], lengths: list[int]) -> str:
     """The mix for a first line: ``web 70% + books 30%`` (by phase: ``128: ...; 512: ...``)."""
     parts = [" + ".join(f"{s.name} {s.weight:.0%}" for s in sources) for sources in phases]
     if len(parts) == 1:

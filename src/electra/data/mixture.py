@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from electra.data.loader import Blocks, ShardDataset, block_order
-from electra.data.mixspec import Source
+from electra.data.mixspec import Share
 from electra.errors import UserError
 
 
@@ -74,7 +74,7 @@ class MixedLoader:
     ``sizes``: the examples *for this process* of each batch, by its index (batch warmup);
     None: ``batch_size`` always."""
 
-    def __init__(self, datasets: list[ShardDataset], sources: list[Source], batch_size: int,
+    def __init__(self, datasets: list[ShardDataset], sources: list[Share], batch_size: int,
                  seed: int = 0, rank: int = 0, world_size: int = 1,
                  sizes: Callable[[int], int] | None = None, blocks: Blocks | None = None
                  ) -> None:

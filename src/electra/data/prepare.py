@@ -29,10 +29,8 @@ nothing that loads as complete, and an existing ``OUT`` is replaced only then.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import multiprocessing as mp
 import os
-import shutil
 import sys
 import time
 from collections import deque
@@ -44,7 +42,8 @@ from typing import Any
 from electra.config import MAX_SEED
 from electra.data.packing import Packed, init_worker, pack_chunk, shard_rows, token_dtype
 from electra.data.prepare_ray import RayEngine
-from electra.data.text import Chunk, ReadStats, expand_inputs, read_chunks, remote_inputs
+from electra.data.sources import input_files, local_path
+from electra.data.text import Chunk, ReadStats, read_chunks
 from electra.data.tokenizer import (
     SpecialTokens,
     load_tokenizer,
@@ -53,9 +52,9 @@ from electra.data.tokenizer import (
     tokenizer_checksum,
 )
 from electra.errors import UserError
-from electra.io import hub, remote
+from electra.io import hub
 from electra.io.files import sha256_file, staged, write_json
-from electra.io.outputs import MARK, check_inputs, claim_out
+from electra.io.outputs import check_inputs, claim_out, through_store
 from electra.io.progress import advance, reporting
 
 MAX_SEQ_LEN = 8192  # ModernBERT's context (the BERT presets hold 512 positions)
@@ -265,50 +264,12 @@ class _Writer:
             f.close()
 
 
-def _mirrored(path: str, flag: str) -> str:
-    return str(remote.local(path, flag)) if remote.is_url(path) else path
-
-
-def _prepare_to_store(opt: PrepareOptions) -> dict[str, Any]:
-    """``--out URL``: prepared into a local folder of the cache, then uploaded (meta.json
-    last), one writer at a time (``remote.writing``); a URL that holds something already is
-    refused unless ``--overwrite``, and then only prepared data is written over: a folder
-    with its meta.json, or the upload of one that was interrupted (its ``.electra.json``,
-    which goes up first, without the meta.json that goes up last)."""
-    url = opt.out.rstrip("/")
-    with remote.writing(url, "--out"):
-        there = remote.listing(url, "--out")
-        mark = remote.read_json(f"{url}/{MARK}", "--out") if MARK in there else None
-        ours = "meta.json" in there or (isinstance(mark, dict) and (
-            mark.get("kind"), mark.get("command")) == ("data", "prepare"))
-        if there and not opt.overwrite:
-            what = ("the upload of an interrupted `electra prepare`" if ours and
-                    "meta.json" not in there else "something")
-            raise UserError(f"--out {url} already holds {what}; pass --overwrite to write "
-                            f"over it, or choose another URL")
-        if there and not ours:  # only what prepare wrote
-            raise UserError(f"--out {url} holds files `electra prepare` did not write (no "
-                            f"meta.json): nothing was changed; choose another URL")
-        staging = remote.cache_root() / "outgoing" / hashlib.sha1(url.encode()).hexdigest()[:16]
-        meta = prepare(replace(opt, out=str(staging / url.rpartition("/")[2]), overwrite=True))
-        remote.upload(staging / url.rpartition("/")[2], url, "--out")
-        shutil.rmtree(staging, ignore_errors=True)
-    if not opt.quiet:
-        print(f"uploaded to {url}")
-    return meta
-
-
-def _expand(inputs: list[str], flag: str, split: str | None) -> list[Any]:
-    """The input files: local paths (:func:`expand_inputs`), and a store's files by URL
-    (:func:`remote_inputs`: ``--engine ray`` reads them on the cluster's nodes)."""
-    if not any(remote.is_url(i) for i in inputs):
-        return expand_inputs(inputs, flag, split=split)
-    files: list[Any] = []
-    for i in inputs:
-        for f in remote_inputs(i, flag) if remote.is_url(i) else expand_inputs([i], flag, split):
-            if f not in files:
-                files.append(f)
-    return files
+def _prepare_to_store(opt: PrepareOptions) -> dict[str, Any] | None:
+    """``--out URL``: prepared into a local folder of the cache, then uploaded, meta.json
+    last (``electra.io.outputs.through_store``); None for a local ``--out``."""
+    return through_store(opt.out, opt.overwrite, ("data", "prepare"), "meta.json",
+                         lambda local: prepare(replace(opt, out=local, overwrite=True)),
+                         opt.quiet)
 
 
 def _check_options(opt: PrepareOptions) -> None:
@@ -425,17 +386,17 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
     if opt.tokenizer:
         opt = replace(opt, tokenizer=hub.resolve(opt.tokenizer, "--tokenizer"))
     _check_options(opt)
-    if remote.is_url(opt.out):  # (a local --out: claim_out compares it with the inputs)
-        check_inputs(opt.out, [*(("--input", i) for i in opt.inputs),
-                               *(("--val-input", i) for i in opt.val_inputs or [])])
+    check_inputs(opt.out, [*(("--input", i) for i in opt.inputs),
+                           *(("--val-input", i) for i in opt.val_inputs or [])])
     if opt.engine == "local":  # Ray's tasks read a store's files themselves, on their nodes
-        opt = replace(opt, inputs=[_mirrored(i, "--input") for i in opt.inputs],
-                      val_inputs=[_mirrored(i, "--val-input") for i in opt.val_inputs]
+        opt = replace(opt, inputs=[local_path(i, "--input") for i in opt.inputs],
+                      val_inputs=[local_path(i, "--val-input") for i in opt.val_inputs]
                       if opt.val_inputs else opt.val_inputs)
-    if remote.is_url(opt.out):
-        return _prepare_to_store(opt)
-    files = _expand(opt.inputs, "--input", opt.split)
-    val_files = _expand(opt.val_inputs, "--val-input", opt.split) if opt.val_inputs else []
+    uploaded = _prepare_to_store(opt)
+    if uploaded is not None:
+        return uploaded
+    files = input_files(opt.inputs, "--input", opt.split)
+    val_files = input_files(opt.val_inputs, "--val-input", opt.split) if opt.val_inputs else []
     tok = load_tokenizer(opt.tokenizer, opt.special_tokens)
     out = Path(opt.out)
     settings = {"seq_len": opt.seq_len, "special": SpecialTokens.of(tok),

@@ -362,7 +362,7 @@ def _read(row: dict[str, Any], pieces: list[Piece], files: list[str], text_field
 def _read_one(row: dict[str, Any], pieces: list[Piece], files: list[str], text_field: str,
               split: str | None) -> dict[str, Any]:
     if row["kind"] == "file":
-        with _reached(files[row["i"]]):
+        with remote.reading(files[row["i"]], "--input"):
             return {**row, "lengths": b"", "bad": 0,
                     "stats": json.dumps(file_stats(files[row["i"]], split))}
     piece = pieces[row["i"]]
@@ -375,25 +375,11 @@ def _read_one(row: dict[str, Any], pieces: list[Piece], files: list[str], text_f
             "stats": json.dumps(stats.files[piece.path]) if stats else ""}
 
 
-def _reached(path: str) -> contextlib.AbstractContextManager[None]:
-    """A store's failure while a task reads ``path`` (a URL) as one line."""
-    return remote.reached(path, "--input") if remote.is_url(path) else contextlib.nullcontext()
-
-
 def _lines(piece: Piece, text_field: str, split: str | None,
            stats: ReadStats | None = None) -> Iterator[tuple[str, int]]:
-    """:func:`piece_lines`, a store's failure while reading them one line (only the
-    reading's: what the caller does between lines is not the store's)."""
-    lines = piece_lines(piece, text_field, split, stats)
-    if not remote.is_url(piece.path):
-        yield from lines
-        return
-    while True:
-        with _reached(piece.path):
-            item = next(lines, None)
-        if item is None:
-            return
-        yield item
+    """:func:`piece_lines`, a store's failure while reading them one line."""
+    return remote.read_guarded(piece.path, "--input",
+                               piece_lines(piece, text_field, split, stats))
 
 
 class _Packer:

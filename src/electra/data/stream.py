@@ -30,6 +30,7 @@ from electra import environ
 from electra.data.loader import ShardDataset
 from electra.errors import UserError
 from electra.io import remote
+from electra.io.files import parse_json
 
 
 class BlockCache:
@@ -203,18 +204,13 @@ class StreamedShards(ShardDataset):
         return str(folder)  # the URL as given (a Path would fold its //)
 
     def _read_meta(self) -> Any:
-        import json
-
         with remote.reached(self.url, "--data"):
             if not self.fs.isfile(f"{self.base}/meta.json"):
                 raise UserError(f"--data {self.url}: no meta.json, so this is not prepared "
                                 f"data; make it with `electra prepare --out {self.url}`")
-            text = self.fs.cat_file(f"{self.base}/meta.json")
-        try:
-            return json.loads(text)
-        except ValueError:
-            raise UserError(f"--data {self.url}: meta.json is not JSON (damaged); prepare "
-                            f"the data again") from None
+            data = self.fs.cat_file(f"{self.base}/meta.json")
+        return parse_json(data.decode("utf-8", "replace"), f"--data {self.url}/meta.json",
+                          "a prepared folder's", "prepare the data again")
 
     def _sizes(self, split: str) -> dict[str, int]:
         """The split's files' sizes, and each one's stamp (its ETag or modification time: a

@@ -12,9 +12,7 @@ way that does not depend on how many there are.
 from __future__ import annotations
 
 import glob
-import gzip
 import hashlib
-import io
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -115,23 +113,13 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]], flag: str = "--input"
 
 
 def _open(path: str | Path, unpack: bool = True) -> BinaryIO:
-    """A file's bytes (a gzipped one's unpacked, unless not ``unpack``), from a local path or
-    (under ``--engine ray``) a store's URL."""
-    gz = unpack and str(path).endswith(".gz")
-    if remote.is_url(path):
-        import fsspec
-
-        f = fsspec.open(str(path), "rb", compression="gzip" if gz else None).open()
-        return f if gz else io.BufferedReader(f, 1 << 20)  # lines split in C
-    return gzip.open(path, "rb") if gz else open(path, "rb")
+    """A file's bytes, local or a store's (``electra.io.remote.open_bytes``)."""
+    return remote.open_bytes(path, unpack)
 
 
 def input_size(path: str | Path) -> int:
     """A local file's or a store's file's size in bytes."""
-    if remote.is_url(path):
-        fs, inside = remote.filesystem(str(path))
-        return int(fs.size(inside))
-    return Path(path).stat().st_size
+    return remote.size(path)
 
 
 def _is_jsonl(path: str | Path) -> bool:
@@ -187,22 +175,21 @@ def _table_records(path: str | Path, text_field: str,
     alone, if given)."""
     import pyarrow as pa
 
-    url = remote.is_url(path)
     try:
         if str(path).endswith(".parquet"):
             import pyarrow.parquet as pq
 
-            pf = pq.ParquetFile(_open(path) if url else path)
+            pf = pq.ParquetFile(remote.table_file(path))
             _text_column(pf.schema_arrow, text_field, str(path))
             batches: Iterable[Any] = pf.iter_batches(batch_size=_BATCH_ROWS,
                                                      row_groups=row_groups,
                                                      columns=[text_field])
         else:
             try:  # the stream format (what datasets writes), else the file format
-                stream = pa.ipc.open_stream(_open(path) if url else pa.memory_map(str(path)))
+                stream = pa.ipc.open_stream(remote.table_file(path, mapped=True))
                 schema, batches = stream.schema, stream
             except pa.ArrowInvalid:
-                file = pa.ipc.open_file(_open(path) if url else pa.memory_map(str(path)))
+                file = pa.ipc.open_file(remote.table_file(path, mapped=True))
                 schema = file.schema
                 batches = (file.get_batch(i) for i in range(file.num_record_batches))
             _text_column(schema, text_field, str(path))

@@ -13,7 +13,6 @@ prompts are used where it has them.
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import numpy as np
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.io import hub
+from electra.io.files import read_json
 from electra.io.progress import reporting
 from electra.runtime import placed
 from electra.saved.models import encoder_part, fine_tuned, open_model, trained_length
@@ -165,8 +165,8 @@ def sentence_transformers_folder(folder: Path) -> SentenceTransformersFolder | N
 
 def _json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_json(path)
+    except UserError:
         return None
 
 

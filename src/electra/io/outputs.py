@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 import stat
 import sys
@@ -49,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from electra.errors import UserError
+from electra.io import remote
 from electra.io.files import disk_errors, new_file_mode
 from electra.io.remote import is_url
 
@@ -187,6 +190,42 @@ def _check_urls(out: str, value: str, in_flag: str, flag: str) -> None:
     if src.startswith(target + "/"):
         raise UserError(f"{flag} {out} holds {in_flag} {value}, an input of this command; "
                         f"choose a URL that does not contain it")
+
+
+def through_store(out: str, overwrite: bool, mark: tuple[str, str], last: str,
+                  write: Callable[[str], Any], quiet: bool = False, flag: str = "--out"
+                  ) -> Any | None:
+    """An output URL written through a local folder of the cache: ``write(local)`` makes it
+    (returning the command's result), then it is uploaded with ``last`` (the file that makes
+    it whole: a prepared folder's meta.json) last, one writer at a time
+    (``electra.io.remote.writing``). A URL that holds something already is refused unless
+    ``overwrite``, and then only this command's kind of output is written over: a folder
+    with its ``last``, or the upload of one that was interrupted (its ``MARK`` naming
+    ``mark``, (kind, command), which goes up first, without the ``last`` that goes up last).
+    None where ``out`` is a local path (the caller writes it)."""
+    if not is_url(out):
+        return None
+    url = out.rstrip("/")
+    with remote.writing(url, flag):
+        there = remote.listing(url, flag)
+        found = remote.read_json(f"{url}/{MARK}", flag) if MARK in there else None
+        ours = last in there or (isinstance(found, dict) and (
+            found.get("kind"), found.get("command")) == mark)
+        if there and not overwrite:
+            what = (f"the upload of an interrupted `electra {mark[1]}`" if ours and
+                    last not in there else "something")
+            raise UserError(f"{flag} {url} already holds {what}; pass --overwrite to write "
+                            f"over it, or choose another URL")
+        if there and not ours:  # only what this command writes
+            raise UserError(f"{flag} {url} holds files `electra {mark[1]}` did not write (no "
+                            f"{last}): nothing was changed; choose another URL")
+        staging = remote.cache_root() / "outgoing" / hashlib.sha1(url.encode()).hexdigest()[:16]
+        result = write(str(staging / url.rpartition("/")[2]))
+        remote.upload(staging / url.rpartition("/")[2], url, flag, last)
+        shutil.rmtree(staging, ignore_errors=True)
+    if not quiet:
+        print(f"uploaded to {url}")
+    return result
 
 
 def check_inputs(out: str | Path, inputs: Iterable[tuple[str, Any]],

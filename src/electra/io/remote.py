@@ -25,7 +25,9 @@ line naming the URL and the fix.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
+import io
 import json
 import os
 import re
@@ -33,10 +35,11 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from electra import environ
 from electra.errors import UserError
+from electra.io.files import parse_json
 
 PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs",
             "abfs": "adlfs", "abfss": "adlfs"}
@@ -46,6 +49,59 @@ def is_url(path: str | Path | None) -> bool:
     """Whether ``path`` names a store by URL (``file://`` and plain paths are local)."""
     text = str(path or "")
     return "://" in text and not text.startswith("file://")
+
+
+def open_bytes(path: str | Path, unpack: bool = True) -> BinaryIO:
+    """A file's bytes (a gzipped one's unpacked, unless not ``unpack``), from a local path or
+    a store's URL (what ``--engine ray``'s tasks read on their nodes)."""
+    gz = unpack and str(path).endswith(".gz")
+    if is_url(path):
+        import fsspec
+
+        f = fsspec.open(str(path), "rb", compression="gzip" if gz else None).open()
+        return cast(BinaryIO, f if gz else io.BufferedReader(f, 1 << 20))  # lines split in C
+    return cast(BinaryIO, gzip.open(path, "rb") if gz else open(path, "rb"))
+
+
+def size(path: str | Path) -> int:
+    """A local file's or a store's file's size in bytes."""
+    if is_url(path):
+        fs, inside = filesystem(str(path))
+        return int(fs.size(inside))
+    return Path(path).stat().st_size
+
+
+def table_file(path: str | Path, mapped: bool = False) -> Any:
+    """What pyarrow opens a Parquet or Arrow file from: a local path (memory-mapped where
+    ``mapped``: Arrow's IPC files), a store's file opened for reading."""
+    if is_url(path):
+        return open_bytes(path, unpack=False)
+    if mapped:
+        import pyarrow as pa
+
+        return pa.memory_map(str(path))
+    return path
+
+
+def reading(path: str | Path, flag: str) -> contextlib.AbstractContextManager[None]:
+    """A store's failure while ``path`` is read, as one line (:func:`reached`); nothing for
+    a local path."""
+    return reached(str(path), flag) if is_url(path) else contextlib.nullcontext()
+
+
+def read_guarded(path: str | Path, flag: str, items: Iterator[Any]) -> Iterator[Any]:
+    """``items`` (what reading ``path`` yields), each taken under :func:`reading`: a store's
+    failure while they are read is one line (only the reading's: what the caller does
+    between items is not the store's)."""
+    if not is_url(path):
+        yield from items
+        return
+    while True:
+        with reached(str(path), flag):
+            item = next(items, None)
+        if item is None:
+            return
+        yield item
 
 
 def check_url(url: str, flag: str) -> None:
@@ -190,13 +246,13 @@ def stamp(info: dict[str, Any]) -> str:
     return str(info["size"])
 
 
-def upload(folder: Path, url: str, flag: str) -> None:
-    """A local folder's files to ``url``, meta.json last (its presence marks a whole one)."""
+def upload(folder: Path, url: str, flag: str, last: str = "meta.json") -> None:
+    """A local folder's files to ``url``, ``last`` last (its presence marks a whole one)."""
     url = url.rstrip("/")
     with reached(url, flag):
         fs, inside = filesystem(url)
         files = sorted(p for p in folder.rglob("*") if p.is_file())
-        files.sort(key=lambda p: p.name == "meta.json")
+        files.sort(key=lambda p: p.name == last)
         for f in files:
             fs.put_file(str(f), f"{inside}/{f.relative_to(folder).as_posix()}")
 
@@ -296,8 +352,8 @@ def read_json(url: str, flag: str) -> Any:
     with reached(url, flag):
         fs, inside = filesystem(url)
         try:
-            return json.loads(fs.cat_file(inside)[:1 << 20])
-        except (FileNotFoundError, ValueError):
+            return parse_json(fs.cat_file(inside)[:1 << 20].decode("utf-8", "replace"), url)
+        except (FileNotFoundError, UserError):
             return None
 
 

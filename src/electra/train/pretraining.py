@@ -30,13 +30,12 @@ from electra import __version__
 from electra.config import ModelConfig, TrainConfig, parse_batch_warmup, parse_phases
 from electra.data.examples import roc_auc
 from electra.data.loader import BatchLoader, Blocks, PhasedLoader, Prefetched, ShardDataset
-from electra.data.mixspec import Source, describe, parse_data
+from electra.data.mixspec import Share
 from electra.data.mixture import MixedLoader, source_tokens
-from electra.data.stream import StreamedShards
+from electra.data.sources import held_out, open_phases
 from electra.data.tokenizer import SpecialTokens, load_tokenizer, tokenizer_checksum
 from electra.errors import UserError
-from electra.io import remote
-from electra.io.files import disk_errors, read_json
+from electra.io.files import disk_errors
 from electra.io.trackers import Tracking, check_reachable, parse_log_to
 from electra.model import body_of, count_parameters
 from electra.model.kernels import HostLayout, kept_attention_bytes
@@ -53,8 +52,8 @@ from electra.runtime import (
     rows_without_padding,
     use_threads,
 )
-from electra.saved.hf_format import generator_beside
-from electra.saved.models import open_model
+from electra.saved.start import init_line, load_init
+from electra.train.first_lines import first_lines
 from electra.train.optim import (
     BatchSizes,
     batch_sizes,
@@ -247,7 +246,7 @@ def setup(opt: PretrainOptions, rt: Runtime,
     kernels = rt.model_kernels(tc.unpad)
     model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special, kernels)
     if model.method.needs_unigram(cfg.objective):
-        model.set_unigram(_unigram_counts(data))
+        model.set_unigram(data.unigram_counts())
     if init is not None and resume_from is None:
         model.start_from(init[1], init[2])  # init[2] None: the model's fresh generator
         if opt.progress and rt.is_main:
@@ -272,57 +271,12 @@ def setup(opt: PretrainOptions, rt: Runtime,
                        warm if tc.batch_warmup else None, phases, current)
 
 
-def first_lines(trainer: Trainer, cfg: RunConfig, data: ShardDataset,
-                mixes: dict[int, list[tuple[ShardDataset, Source]]], n_params: int,
-                rt: Runtime, peak: float, source: str) -> None:
-    """A run's first line (the body, its size, the data, the batch, precision, device, what
-    the step runs on, the MFU's peak), and the mix where the data is a mixture."""
-    tc, datasets = cfg.train, {n: mix[0][0] for n, mix in mixes.items()}
-    mixed = any(len(mix) > 1 for mix in mixes.values())
-    m, g = cfg.model, cfg.model.generator_config()
-    trainer.say(f"electra: {m.body} body {m.num_layers} x {m.hidden_size} (generator "
-                f"{g.num_layers} x {g.hidden_size}; dropout {m.hidden_dropout:g}/"
-                f"{m.attention_dropout:g}, layer-norm eps {m.layer_norm_eps:g}), "
-                f"{n_params / 1e6:.1f}M parameters, {len(data):,} examples of "
-                f"{data.seq_len} tokens, batch {tc.batch_size}"
-                + (f" over {rt.world_size} processes ({tc.parallel})" if rt.enabled else "")
-                + f", {resolve_precision(rt.device, tc.precision)}, {rt.device.type}"
-                + step_levers(tc, any(d.packed for d in datasets.values()))
-                + (f", resuming at step {trainer.step}" if trainer.step else "")
-                + (f"; MFU against {peak / rt.world_size / 1e12:,.1f} TFLOP/s a device "
-                   f"({source})" if peak else ""))
-    if tc.shuffle == "blocks":
-        streamed = [d.folder for mix in mixes.values() for d, _ in mix
-                    if isinstance(d, StreamedShards)]
-        trainer.say(f"electra: data order: blocks of {tc.shuffle_block:,} rows, "
-                    f"{tc.shuffle_window} shuffled together"
-                    + (f", in {tc.partitions} parts" if tc.partitions > 1 else "")
-                    + (f"; streamed through a bounded cache: {', '.join(streamed)}"
-                       if streamed else ""))
-    if mixed:
-        trainer.say("electra: data mix: " + describe(
-            [[s for _, s in mix] for mix in mixes.values()], list(mixes)) + " of the rows"
-            + " (each phase's held-out split: its first folder's)")
-
-
-def step_levers(tc: TrainConfig, packed: bool) -> str:
-    """What the step runs on, for the first line (docs/how-to/hardware.md has each lever's
-    measurement on a GPU): the rows (packed or padded), unpadded or not, compiled blocks,
-    CUDA graphs, the micro-batches."""
-    levers = [("packed" if packed else "padded") + " rows",
-              "unpadded" if tc.unpad else "every position computed",
-              *(["CUDA graphs"] if tc.cuda_graphs else ["compiled blocks"] if tc.compile
-                else []),
-              *([f"{tc.grad_accum} micro-batches a step"] if tc.grad_accum > 1 else [])]
-    return f" ({', '.join(levers)})"
-
-
 def _phases(opt: PretrainOptions, cfg: RunConfig, datasets: dict[int, ShardDataset],
             first: Phase, step: int, rt: Runtime) -> tuple[dict[int, Phase], int]:
     """Each length's :class:`Phase` (the first: the run's own), and the length of the phase
     ``step`` is in (a resumed run's)."""
     phases = {n: Phase(dataclasses.replace(cfg, objective=phase_objective(
-        opt.config.objective, cfg.train.phases, n)), _val(d),
+        opt.config.objective, cfg.train.phases, n)), held_out(d),
         _mfu_terms(cfg, n, rt)[0]) for n, d in list(datasets.items())[1:]}
     phases = {next(iter(datasets)): first, **phases}
     starts = phase_starts([f for _, f, _ in parse_phases(cfg.train.phases)],
@@ -378,11 +332,11 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
     cfg, tc = opt.config, opt.config.train
     check_reachable(parse_log_to(tc.log_to, "train.log_to"), "train.log_to")
     words = cfg.objective.unit != "token"  # whole words and spans need the word boundaries
-    mixes = _datasets(opt, tc, words)  # one per length, the first phase's first
+    mixes = open_phases(opt.data, tc, words)  # one per length, the first phase's first
     datasets = {n: mix[0][0] for n, mix in mixes.items()}  # each phase's first folder
     data = next(iter(datasets.values()))
-    val = _val(data)
-    init = _load_init(opt.init, cfg.model) if opt.init else None
+    val = held_out(data)
+    init = load_init(opt.init, cfg.model) if opt.init else None
     model_cfg = (init[0] if init else cfg.model).replace(vocab_size=data.vocab_size,
                                                         pad_token_id=data.special.pad)
     if not (init or opt.resume):  # a new model: one export would refuse, refused now
@@ -426,66 +380,7 @@ def _inputs(opt: PretrainOptions, rt: Runtime) -> tuple[Any, ...]:
     return data, val, init, cfg, loader, per_rank // tc.grad_accum, datasets, warm, mixes
 
 
-def _datasets(opt: PretrainOptions, tc: TrainConfig, words: bool
-              ) -> dict[int, list[tuple[ShardDataset, Source]]]:
-    """--data's prepared folders by their length, in the order train.phases reads them (one
-    phase without phases): each phase's folder, or its mixture's folders with their weights
-    (``electra.data.mixture``); each checked, all of one tokenizer, a phase's all of one
-    length."""
-    groups = parse_data(opt.data)
-    phases = parse_phases(tc.phases)
-    if len(groups) > 1 and not phases:
-        raise UserError(f"--data {opt.data}: {len(groups)} folders; give one, or set "
-                        f"train.phases=LEN:FRACTION,... to train on each length in turn (a mix "
-                        f"of one length: A:WEIGHT+B:WEIGHT)")
-    found: dict[int, list[tuple[ShardDataset, Source]]] = {}
-    for group in groups:
-        mix = [(_open(s.path, tc, words), s) for s in group]
-        n = mix[0][0].seq_len
-        other = next((d for d, _ in mix if d.seq_len != n), None)
-        if other is not None:
-            raise UserError(f"--data {opt.data}: {other.folder} holds {other.seq_len}-token "
-                            f"rows and {mix[0][0].folder} {n}-token ones; a mixture's folders "
-                            f"hold one length (each length a phase, comma-separated)")
-        if n in found:
-            raise UserError(f"--data {opt.data}: two folders hold {n}-token rows; give one "
-                            f"folder (or one mixture, A:WEIGHT+B:WEIGHT) per length")
-        found[n] = mix
-    first = next(iter(found.values()))[0][0]
-    for d, _ in (x for mix in found.values() for x in mix):
-        if d.meta["tokenizer_sha256"] != first.meta["tokenizer_sha256"]:
-            raise UserError(f"--data {opt.data}: {d.folder} was prepared with another "
-                            f"tokenizer than {first.folder}; prepare every folder with one")
-    lengths = [n for n, *_ in phases] or list(found)
-    missing = [n for n in lengths if n not in found]
-    unused = [n for n in found if n not in lengths]
-    if missing or unused:
-        what = (f"no folder holds {missing[0]}-token rows; prepare one with --seq-len "
-                f"{missing[0]} and add it as --data A,B" if missing else
-                f"no phase reads its {unused[0]}-token rows; name that length in the phases "
-                f"or drop the folder")
-        raise UserError(f"train.phases={tc.phases} with --data {opt.data}: {what} (the "
-                        f"folders hold {', '.join(map(str, sorted(found)))})")
-    return {n: found[n] for n in lengths}
-
-
-def _open(path: str, tc: TrainConfig, words: bool) -> ShardDataset:
-    """A prepared folder's training split: a local folder's memory-mapped; a URL's streamed
-    in blocks through a bounded cache under ``train.shuffle=blocks``
-    (``electra.data.stream``), else mirrored whole into the local cache first."""
-    if remote.is_url(path) and tc.shuffle == "blocks":
-        return StreamedShards(path, "train", word_starts=words, block_rows=tc.shuffle_block)
-    return ShardDataset(remote.local(path, "--data"), "train", word_starts=words)
-
-
-def _val(data: ShardDataset) -> ShardDataset | None:
-    """The held-out split beside ``data``, where it was prepared with one (read as ``data``
-    is: with word boundaries where it has them)."""
-    return data.other("val") if "val" in \
-        data.meta["splits"] else None
-
-
-def _loader(mixes: dict[int, list[tuple[ShardDataset, Source]]], tc: TrainConfig,
+def _loader(mixes: dict[int, list[tuple[ShardDataset, Share]]], tc: TrainConfig,
             warm: BatchSizes, per_rank: int, rt: Runtime
             ) -> BatchLoader | MixedLoader | PhasedLoader:
     """This rank's batches: of the one length, or of each phase's in turn (a batch warmup
@@ -495,7 +390,7 @@ def _loader(mixes: dict[int, list[tuple[ShardDataset, Source]]], tc: TrainConfig
     blocks = Blocks(tc.shuffle_block, tc.shuffle_window, tc.partitions) \
         if tc.shuffle == "blocks" else None
 
-    def one(i: int, mix: list[tuple[ShardDataset, Source]]) -> BatchLoader | MixedLoader:
+    def one(i: int, mix: list[tuple[ShardDataset, Share]]) -> BatchLoader | MixedLoader:
         if len(mix) == 1:
             return BatchLoader(mix[0][0], per_rank, seed=tc.seed, rank=rt.rank,
                                world_size=rt.world_size, sizes=sizes if i == 0 else None,
@@ -546,84 +441,6 @@ def _check_length(opt: PretrainOptions, cfg: ModelConfig, seq_len: int, micro: i
             f"out) but {have / 1e9:,.1f} GB is free; set model.attention_dropout=0 (the fused "
             f"kernel keeps none of it), a larger train.grad_accum, a smaller "
             f"train.batch_size, or prepare shorter rows")
-
-
-def _unigram_counts(data: ShardDataset) -> torch.Tensor:
-    """How often each token occurs in the training split (special tokens: never drawn)."""
-    counts = np.zeros(data.vocab_size, dtype=np.int64)
-    for first in range(0, len(data), 1 << 16):
-        counts += np.bincount(np.asarray(data.ids[first : first + (1 << 16)]).ravel(),
-                              minlength=data.vocab_size)[: data.vocab_size]
-    counts[data.special.ids()] = 0
-    return torch.from_numpy(counts)
-
-
-def _load_init(folder: str, run_model: ModelConfig
-               ) -> tuple[ModelConfig, Any, Any, Path, bool]:
-    """(model config, discriminator, generator, tokenizer folder, whether the RTD head was
-    built fresh) to start from (a run, an imported run, a run's checkpoint, or a transformers
-    folder: a generator is built, at the run's ``generator_size`` and ``generator_layers``
-    (the folder's own depth rule where the run's is deeper than the model), where it holds
-    none; the RTD head where the folder has none); dropout from the run config."""
-    opened = open_model(folder, "discriminator", "--init")
-    disc, tokenizer = opened["discriminator"], opened.tokenizer
-    d = disc.config
-    if d.body != run_model.body:
-        raise UserError(f"--init {folder}: holds a {d.body} body but the run asks for "
-                        f"model.body={run_model.body}; --set model.body={d.body} to continue "
-                        f"it, or --init a {run_model.body} model")
-    if _lone_transformers_model(Path(folder)):  # a fresh generator, sharing embeddings
-        return (d.replace(generator_size=run_model.generator_size,
-                          generator_layers=(run_model.generator_layers if
-                                            run_model.generator_layers <= d.num_layers
-                                            else d.generator_layers),
-                          hidden_dropout=run_model.hidden_dropout,
-                          attention_dropout=run_model.attention_dropout,
-                          share_embeddings=run_model.share_embeddings), disc, None, tokenizer,
-                opened.head_fresh)
-    gen = open_model(folder, "generator", "--init")["generator"]
-    g = gen.config
-    cfg = d.replace(generator_size=g.hidden_size / d.hidden_size,
-                    generator_layers=0 if g.num_layers == d.num_layers else g.num_layers,
-                    hidden_dropout=run_model.hidden_dropout,
-                    attention_dropout=run_model.attention_dropout,
-                    share_embeddings=run_model.share_embeddings)
-    derived = cfg.generator_config()
-    if (derived.hidden_size, derived.num_heads, derived.intermediate_size,
-            derived.num_layers) != (g.hidden_size, g.num_heads, g.intermediate_size,
-                                    g.num_layers):
-        raise UserError(f"--init {folder}: the generator ({g.hidden_size} wide, {g.num_heads} "
-                        f"heads, FFN {g.intermediate_size}) is not a width multiple of the "
-                        f"discriminator ({d.hidden_size}, {d.num_heads}, "
-                        f"{d.intermediate_size})")
-    return cfg, disc, gen, tokenizer, opened.head_fresh
-
-
-def init_line(folder: str, cfg: RunConfig, generator_loaded: bool,
-              head_fresh: bool = False) -> str:
-    """What ``--init`` took from the folder and what the run built fresh, in one line."""
-    m, g = cfg.model, cfg.model.generator_config()
-    gen = f"the generator ({g.num_layers} x {g.hidden_size})"
-    disc = f"the discriminator ({m.body} body {m.num_layers} x {m.hidden_size}"
-    took = [disc + (", its encoder)" if head_fresh else ", with its replaced-token head)")]
-    fresh = (["its replaced-token head"] if head_fresh else []) + (
-        [] if generator_loaded else [gen])
-    if generator_loaded:
-        took.append(gen)
-    line = f"--init {folder}: loaded {' and '.join(took)}"
-    line += f"; built fresh: {' and '.join(fresh)}" if fresh else "; nothing built fresh"
-    if cfg.sharing == "gdes":
-        line += "; GDES's delta set to the discriminator's table less the generator's"
-    return line
-
-
-def _lone_transformers_model(folder: Path) -> bool:
-    """A transformers folder that holds no generator (any class but a masked LM's)."""
-    meta = read_json(folder / "config.json", "a model's config") if (
-        folder / "config.json").is_file() else {}
-    return (isinstance(meta, dict) and "model_type" in meta
-            and not any(a.endswith("ForMaskedLM") for a in meta.get("architectures") or [])
-            and generator_beside(folder) is None)  # a released V3 generator
 
 
 def fit(opt: PretrainOptions, p: Pretraining, rt: Runtime) -> None:
