@@ -240,10 +240,14 @@ SEAMS = [
      lambda code: any(f"'{k}'" in code for k in BODY_NAMES)),
     ("a device type", "electra.model.kernels",
      lambda code: "device.type" in code or ".type ==" in code or ".type !=" in code),
+    ("where data comes from", "electra.data.sources",
+     lambda code: "is_url" in code or "'://'" in code or "startswith('s3" in code),
 ]
 # Where a device's type is the subject itself: choosing the device, its random state, its
 # optimizer kernels and its synchronisation.
 DEVICE_OWNERS = {"electra.runtime"}
+# Where a URL is the subject itself: the stores, the outputs rule, the hub.
+DATA_OWNERS = {"electra.io"}
 
 
 def branches(tree: ast.AST):
@@ -266,6 +270,8 @@ def seam_breaks(sources: dict[str, str]) -> list[str]:
                 owned = mod == owner or mod.startswith(owner + ".")
                 if what == "a device type":
                     owned = owned or mod in DEVICE_OWNERS
+                if what == "where data comes from":
+                    owned = owned or any(mod.startswith(o + ".") for o in DATA_OWNERS)
                 if matches(code) and not owned:
                     found.append(f"{mod}: branches on {what}: {code}")
     return found
@@ -283,12 +289,15 @@ def test_the_seam_check_finds_a_branch():
                         "electra.tasks.qa.head": "if head == 'qa':\n    pass\n",
                         "electra.experiments.compare": "if task.task == 'sts':\n    pass\n",
                         "electra.train.pretraining": "if cfg.body == 'modernbert':\n    x\n",
-                        "electra.evaluation.sts": "if name == 'sts':\n    pass\n"}) == [
+                        "electra.evaluation.sts": "if name == 'sts':\n    pass\n",
+                        "electra.data.text": "if remote.is_url(path):\n    pass\n",
+                        "electra.io.remote": "if is_url(path):\n    pass\n"}) == [
         "electra.commands.finetune: branches on a task head: data.kind == 'qa'",
         "electra.commands.pretrain: branches on an objective: cfg.kind == 'mlm'",
         "electra.model: branches on a device type: x.device.type == 'cpu'",
         "electra.experiments.compare: branches on an evaluation: task.task == 'sts'",
-        "electra.train.pretraining: branches on a body: cfg.body == 'modernbert'"]
+        "electra.train.pretraining: branches on a body: cfg.body == 'modernbert'",
+        "electra.data.text: branches on where data comes from: remote.is_url(path)"]
 
 
 def test_the_cli_starts_without_torch():
