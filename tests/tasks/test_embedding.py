@@ -18,7 +18,9 @@ from safetensors.torch import load_file
 import electra
 from electra.cli import main
 from electra.data.tokenizer import train_tokenizer
+from electra.io.checkpoint import latest_checkpoint
 from electra.tasks.embedding.head import Embedding, EmbeddingModel, ranks
+from electra.tasks.embedding.loss import InfoNCE
 
 WORDS = [f"{a}{b}" for a in "bcdfghjklm" for b in "aeiou"]  # 50 two-letter words
 _shuffled = random.Random(42).sample(WORDS, len(WORDS))
@@ -57,11 +59,11 @@ def test_infonce_is_each_querys_cross_entropy_over_the_micro_batchs_documents():
     cross-entropy towards the query's own positive (column i)."""
     torch.manual_seed(0)
     cfg = tiny_config(hidden_dropout=0.0, attention_dropout=0.0)
-    model = EmbeddingModel(cfg, temperature=0.1).eval()
+    model = EmbeddingModel(cfg).eval()
     ids = torch.randint(5, 100, (4, 3, 9))
     mask = torch.ones_like(ids)
     mask[1, 2, 6:] = 0
-    logits = model(ids, mask, torch.zeros_like(ids))
+    logits = InfoNCE(temperature=0.1)(model(ids, mask, torch.zeros_like(ids)))
     assert logits.shape == (4, 8)
     e = [[model.embed(ids[b, k][None], mask[b, k][None])[0] for k in range(3)]
          for b in range(4)]
@@ -78,12 +80,28 @@ def test_infonce_is_each_querys_cross_entropy_over_the_micro_batchs_documents():
 @pytest.mark.parametrize("learn", [False, True])
 def test_a_learned_temperature_moves_and_a_fixed_one_does_not(learn):
     torch.manual_seed(0)
-    model = EmbeddingModel(tiny_config(), temperature=0.05, learn_temperature=learn)
-    assert model.temperature() == pytest.approx(0.05)
+    model = EmbeddingModel(tiny_config())
+    infonce = InfoNCE(temperature=0.05, learn_temperature=learn)
+    assert infonce.temperature() == pytest.approx(0.05)
     ids = torch.randint(5, 100, (4, 2, 7))
-    loss = Embedding().loss(model(ids, torch.ones_like(ids)), None, None)
+    loss = Embedding().loss(infonce(model(ids, torch.ones_like(ids))), None, None)
     loss.backward()
-    assert (model.log_scale.grad is not None) == learn
+    assert (infonce.log_scale.grad is not None) == learn
+    assert not any("log_scale" in k for k in model.state_dict())  # the loss's, not the model's
+
+
+def test_the_exported_model_holds_no_training_machinery(tmp_path):
+    """The embedding model is encoder + pooling + normaliser: no temperature among its
+    weights, no torch.distributed in its module; a folder written before the temperature
+    moved to the loss object (a ``log_scale`` weight beside the encoder) still loads."""
+    import inspect
+
+    from electra.tasks.embedding import head
+
+    assert "torch.distributed" not in inspect.getsource(head)
+    model = EmbeddingModel(tiny_config())
+    old = {**model.state_dict(), "log_scale": torch.tensor(math.log(20.0))}
+    EmbeddingModel(tiny_config()).load_state_dict(old)  # strict: the old weight left out
 
 
 def test_ranks_count_ties_against_the_query():
@@ -113,11 +131,14 @@ def test_embedding_finetune_learns_resumes_exports_and_is_scored(data, monkeypat
     ctrl_c_in_step(monkeypatch, 45)
     assert main([*trained, "--out", str(data / "b")]) == 130
     monkeypatch.undo()
+    kept = load_file(latest_checkpoint(data / "b.partial/seed-1/checkpoints")
+                     / "model.safetensors")  # the loss object's temperature, learned
+    assert float(kept["log_scale"]) != pytest.approx(math.log(10.0))
     assert main([*trained, "--out", str(data / "b"), "--resume"]) == 0
     wa, wb = load_file(data / "a/seed-1/model.safetensors"), load_file(
         data / "b/seed-1/model.safetensors")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
-    assert float(wa["log_scale"]) != pytest.approx(math.log(10.0))  # learned
+    assert "log_scale" not in wa  # the loss object's: in the checkpoints alone
     st = pytest.importorskip("sentence_transformers")
     texts = [json.loads(x)["query"] for x in (data / "dev.jsonl").read_text().splitlines()]
     assert main([*args, "--set", "epochs=1", "--set", "pooling=cls", "--out",
@@ -227,18 +248,53 @@ def test_no_column_of_a_pairs_file_is_dropped_silently(data, capsys):
     assert len(every) == 4
 
 
-def test_embedding_trains_beside_another_task(data):
-    """Multi-task (--task embedding,custom): one encoder; the embedding model's own weight
-    (its temperature) is kept with it, and its folder embeds as electra.encode does."""
+def test_embedding_trains_beside_another_task(data, monkeypatch):
+    """Multi-task (--task embedding,custom): one encoder; the embedding task's learned
+    temperature (its loss object's) is kept in the checkpoints, not its folder, which embeds
+    as electra.encode does."""
     from helpers import write_sentiment
 
     write_sentiment(data / "s.csv", 32, 0)
-    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(data / "tok"),
-                 "--task", "embedding,custom", "--train",
-                 f"{data / 'train.jsonl'},{data / 's.csv'}",
-                 "--dev", f"{data / 'dev.jsonl'},{data / 's.csv'}", "--out", str(data / "mt"),
-                 "--quiet", "--set", "epochs=1", "--set", "precision=fp32", "--set",
-                 "max_length=16", "--set", "learn_temperature=true"]) == 0
+    run = ["finetune", "--random-init", "tiny", "--tokenizer", str(data / "tok"),
+           "--task", "embedding,custom", "--train", f"{data / 'train.jsonl'},{data / 's.csv'}",
+           "--dev", f"{data / 'dev.jsonl'},{data / 's.csv'}", "--out", str(data / "mt"),
+           "--quiet", "--set", "epochs=1", "--set", "precision=fp32", "--set",
+           "max_length=16", "--set", "learn_temperature=true"]
+    ctrl_c_in_step(monkeypatch, 6)
+    assert main(run) == 130
+    monkeypatch.undo()
+    kept = load_file(latest_checkpoint(data / "mt.partial/seed-1/checkpoints")
+                     / "model.safetensors")  # the loss object's temperature, learned
+    assert float(kept["losses.embedding.log_scale"]) != pytest.approx(math.log(20))
+    assert main([*run, "--resume"]) == 0
     saved = load_file(data / "mt/seed-1/embedding/model.safetensors")
-    assert "log_scale" in saved and float(saved["log_scale"]) != pytest.approx(math.log(20))
+    assert "log_scale" not in saved
     assert electra.encode(data / "mt/seed-1/embedding", ["ba be"]).shape == (1, 128)
+
+
+def test_a_checkpoint_from_before_the_loss_object_resumes():
+    """The trained module holds the loss object's temperature where the model held it (one
+    task: ``log_scale``), and a multi-task checkpoint that held it in the task's head
+    (``heads.TASK.log_scale``) loads into ``losses.TASK.log_scale``: a run stopped before
+    this change resumes."""
+    from electra.train.multitask import MultiTaskModel, WithLosses
+
+    def trained(single: bool) -> WithLosses:
+        torch.manual_seed(0)
+        if single:
+            return WithLosses(EmbeddingModel(tiny_config()), {"e": InfoNCE(0.05, True)}, True)
+        heads = MultiTaskModel({"e": EmbeddingModel(tiny_config()),
+                                "f": EmbeddingModel(tiny_config())})
+        return WithLosses(heads, {"e": InfoNCE(0.05, True)}, False)
+
+    one = trained(True)
+    assert next(one.named_parameters())[0] == "log_scale"  # where the model had it
+    state = {**one.state_dict(), "log_scale": torch.tensor(3.0)}
+    one.load_state_dict(state)
+    assert float(one.log_scale) == 3.0
+    several = trained(False)
+    state = several.state_dict()
+    state["heads.e.log_scale"] = torch.tensor(3.0)
+    del state["losses.e.log_scale"]
+    several.load_state_dict(state)  # strict
+    assert float(several.losses.e.log_scale) == 3.0

@@ -55,7 +55,6 @@ from electra.config import (
 from electra.data.sources import local_paths
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
-from electra.evaluation.encoder import POOLINGS
 from electra.evaluation.registry import EVALUATORS, evaluator
 from electra.io import hub
 from electra.io.files import disk_errors, publish, read_json, write_json
@@ -65,6 +64,7 @@ from electra.io.trackers import check_reachable, parse_log_to
 from electra.model.bodies import model_preset
 from electra.runtime import Runtime, check_compile, placed, resolve_device, start
 from electra.saved import folders
+from electra.saved.hf import POOLINGS
 from electra.saved.models import encoder_part, fine_tuned, open_model
 from electra.tasks.base import TaskData, head_of
 from electra.tasks.registry import (

@@ -13,7 +13,6 @@ prompts are used where it has them.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +21,13 @@ import numpy as np
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.io import hub
-from electra.io.files import read_json
 from electra.io.progress import reporting
 from electra.runtime import placed
+from electra.saved.hf import POOLINGS, sentence_transformers_folder
 from electra.saved.models import encoder_part, fine_tuned, open_model, trained_length
 from electra.tasks.base import head_of, logits
 from electra.tasks.embedding.data import encode_texts
 from electra.tasks.embedding.head import Pooled
-
-POOLINGS = ("mean", "cls")
 
 
 class Encoder:
@@ -104,70 +101,6 @@ class Encoder:
         documents: document, passage or corpus, as sentence-transformers' models name
         them)."""
         return next((n for n in names if n in self.prompts), None)
-
-
-@dataclass(frozen=True)
-class SentenceTransformersFolder:
-    """What electra reads of a folder sentence-transformers saved: its transformers
-    folder, pooling (mean or cls), normaliser, length (None: the model's positions),
-    lowercasing and prompts (name -> text, and the default's name)."""
-
-    transformer: Path
-    pooling: str = "mean"
-    normalize: bool = True
-    max_length: int | None = None
-    lowercase: bool = False
-    prompts: tuple[tuple[str, str], ...] = ()
-    default_prompt: str | None = None
-
-
-def sentence_transformers_folder(folder: Path) -> SentenceTransformersFolder | None:
-    """A folder sentence-transformers saved (``modules.json``), read as
-    :class:`SentenceTransformersFolder`; None for any other folder. A pooling electra does
-    not embed with (max, weighted mean, a prompt left out of the mean, ...) is a
-    UserError."""
-    modules = _json(folder / "modules.json")
-    if not isinstance(modules, list):
-        return None
-    kinds = {str(m.get("type", "")).rpartition(".")[2]: m for m in modules
-             if isinstance(m, dict)}
-    if "Transformer" not in kinds:
-        raise UserError(f"{folder}: a sentence-transformers folder without a Transformer "
-                        f"module; electra reads those of an encoder and a pooling")
-    pooling = "mean"
-    if "Pooling" in kinds:
-        cfg = _json(folder / kinds["Pooling"].get("path", "") / "config.json") or {}
-        modes = [cfg.get("pooling_mode")] if cfg.get("pooling_mode") else [
-            m.removeprefix("pooling_mode_").removesuffix("_token").removesuffix("_tokens")
-            for m, on in cfg.items() if m.startswith("pooling_mode_") and on is True]
-        if len(modes) != 1 or modes[0] not in POOLINGS:
-            raise UserError(f"{folder}: its pooling is {'+'.join(map(str, modes))}; electra "
-                            f"embeds with {' or '.join(POOLINGS)}")
-        if cfg.get("include_prompt") is False:
-            raise UserError(f"{folder}: its pooling leaves the prompt's tokens out "
-                            f"(include_prompt false, an Instructor-style model); electra "
-                            f"pools every token of the text")
-        pooling = modes[0]
-    transformer = folder / kinds["Transformer"].get("path", "")
-    bert = _json(transformer / "sentence_bert_config.json") or {}
-    length = bert.get("max_seq_length") or (_json(transformer / "tokenizer_config.json")
-                                            or {}).get("model_max_length")
-    own = _json(folder / "config_sentence_transformers.json") or {}
-    prompts = own.get("prompts") if isinstance(own.get("prompts"), dict) else {}
-    default = own.get("default_prompt_name")
-    return SentenceTransformersFolder(
-        transformer, pooling, "Normalize" in kinds,
-        int(length) if isinstance(length, int | float) and 0 < length < 1e6 else None,
-        bert.get("do_lower_case") is True,
-        tuple((str(k), str(v)) for k, v in prompts.items() if isinstance(v, str)),
-        default if isinstance(default, str) and default in prompts else None)
-
-
-def _json(path: Path) -> Any:
-    try:
-        return read_json(path)
-    except UserError:
-        return None
 
 
 def encode(model: str | Path, texts: list[str], pooling: str | None = None,

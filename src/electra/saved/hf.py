@@ -17,6 +17,10 @@ one ``ElectraForSequenceClassification`` folder with its label names), each with
 ``from_pretrained`` and no missing or unexpected weights. `electra import` reads such folders
 (the layout of the released google/electra-* checkpoints) into our ``RUN/discriminator`` and
 ``RUN/generator``. transformers itself is needed only to write configs (an adapter's ``config``).
+
+A sentence-transformers folder is written here (``export --sentence-transformers``: the
+encoder, its pooling, its normaliser) and read here (:func:`sentence_transformers_folder`:
+what ``electra.encode`` and the evaluations embed with).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import json
 import shutil
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +217,73 @@ def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: st
     print(f"wrote {out} (sentence-transformers: the encoder, {pooling} pooling"
           + (", normalised" if normalize else "") + f", texts cut at {length} tokens)")
     return out
+
+
+POOLINGS = ("mean", "cls")  # what electra embeds with (and exports)
+
+
+@dataclass(frozen=True)
+class SentenceTransformersFolder:
+    """What electra reads of a folder sentence-transformers saved: its transformers
+    folder, pooling (mean or cls), normaliser, length (None: the model's positions),
+    lowercasing and prompts (name -> text, and the default's name)."""
+
+    transformer: Path
+    pooling: str = "mean"
+    normalize: bool = True
+    max_length: int | None = None
+    lowercase: bool = False
+    prompts: tuple[tuple[str, str], ...] = ()
+    default_prompt: str | None = None
+
+
+def sentence_transformers_folder(folder: Path) -> SentenceTransformersFolder | None:
+    """A folder sentence-transformers saved (``modules.json``), read as
+    :class:`SentenceTransformersFolder`; None for any other folder. A pooling electra does
+    not embed with (max, weighted mean, a prompt left out of the mean, ...) is a
+    UserError."""
+    modules = _json(folder / "modules.json")
+    if not isinstance(modules, list):
+        return None
+    kinds = {str(m.get("type", "")).rpartition(".")[2]: m for m in modules
+             if isinstance(m, dict)}
+    if "Transformer" not in kinds:
+        raise UserError(f"{folder}: a sentence-transformers folder without a Transformer "
+                        f"module; electra reads those of an encoder and a pooling")
+    pooling = "mean"
+    if "Pooling" in kinds:
+        cfg = _json(folder / kinds["Pooling"].get("path", "") / "config.json") or {}
+        modes = [cfg.get("pooling_mode")] if cfg.get("pooling_mode") else [
+            m.removeprefix("pooling_mode_").removesuffix("_token").removesuffix("_tokens")
+            for m, on in cfg.items() if m.startswith("pooling_mode_") and on is True]
+        if len(modes) != 1 or modes[0] not in POOLINGS:
+            raise UserError(f"{folder}: its pooling is {'+'.join(map(str, modes))}; electra "
+                            f"embeds with {' or '.join(POOLINGS)}")
+        if cfg.get("include_prompt") is False:
+            raise UserError(f"{folder}: its pooling leaves the prompt's tokens out "
+                            f"(include_prompt false, an Instructor-style model); electra "
+                            f"pools every token of the text")
+        pooling = modes[0]
+    transformer = folder / kinds["Transformer"].get("path", "")
+    bert = _json(transformer / "sentence_bert_config.json") or {}
+    length = bert.get("max_seq_length") or (_json(transformer / "tokenizer_config.json")
+                                            or {}).get("model_max_length")
+    own = _json(folder / "config_sentence_transformers.json") or {}
+    prompts: dict[str, Any] = own["prompts"] if isinstance(own.get("prompts"), dict) else {}
+    default = own.get("default_prompt_name")
+    return SentenceTransformersFolder(
+        transformer, pooling, "Normalize" in kinds,
+        int(length) if isinstance(length, int | float) and 0 < length < 1e6 else None,
+        bert.get("do_lower_case") is True,
+        tuple((str(k), str(v)) for k, v in prompts.items() if isinstance(v, str)),
+        default if isinstance(default, str) and default in prompts else None)
+
+
+def _json(path: Path) -> Any:
+    try:
+        return read_json(path)
+    except UserError:
+        return None
 
 
 @contextlib.contextmanager

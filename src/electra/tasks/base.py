@@ -125,6 +125,13 @@ class Learner(abc.ABC):
         embedding head's pooling and temperature); None where unknown."""
         raise NotImplementedError
 
+    def criterion(self, settings: dict[str, Any]) -> nn.Module | None:
+        """A loss object with weights of its own (the embedding family's InfoNCE and its
+        learned temperature): trained and checkpointed with the model, not part of it (nor
+        of its folder); its ``forward`` turns the model's output into what :meth:`loss`
+        reads. None by default: the model's output is the logits."""
+        return None
+
     def augment(self, examples: list[Any], cfg: FinetuneConfig) -> list[Any]:
         """Training examples added to the set (e.g. pairs swapped); none by default."""
         return examples
@@ -217,7 +224,7 @@ class Head(Reader, Learner, Scorer, Exporter):
       ``read_inputs``, and optionally ``task_defaults``, ``trained_on``, ``prepare``,
       ``for_model``, ``from_meta``, ``hub_datasets``;
     - :class:`Learner` (the training loop): ``build``, ``encode``, ``loss``, and optionally
-      ``augment``, ``denominator``;
+      ``criterion``, ``augment``, ``denominator``;
     - :class:`Scorer` (evaluation and `predict`): ``predict``, ``score``, ``records``, and
       optionally ``report``, ``write_test``;
     - :class:`Exporter` (the saved model, `export`, the cards): ``hf_part``, ``hf_class``,

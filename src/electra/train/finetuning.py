@@ -37,7 +37,7 @@ from electra.model.macs import encoder_macs_per_token
 from electra.runtime import Runtime, peak_flops, resolve_precision
 from electra.saved import folders
 from electra.tasks.base import TaskData
-from electra.train.multitask import MultiTaskModel
+from electra.train.multitask import MultiTaskModel, WithLosses
 from electra.train.optim import layerwise_groups
 from electra.train.trainer import RandomStreams, Settings, Trainer
 
@@ -303,7 +303,7 @@ class Fit:
 
     def view(self, task: str) -> nn.Module:
         """``task``'s model (named as a single-task one)."""
-        return self.trainer.model if self.single else self.model.view(task)  # type: ignore[operator]
+        return self.model if self.single else self.model.view(task)  # type: ignore[operator]
 
     def name(self, task: str, key: str) -> str:
         """A metrics key of ``task``'s (``TASK_key`` when there are several)."""
@@ -325,6 +325,9 @@ def setup(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
         folders.fit(model.encoder, source.encoder, source.init)  # type: ignore[arg-type]
     if cfg.freeze == "encoder":
         freeze(model.encoder)  # type: ignore[arg-type]
+    losses = {t: c for t, d in tasks.items()
+              if (c := d.head.criterion(cfgs[t].to_dict())) is not None}
+    trained = WithLosses(model, losses, len(tasks) == 1) if losses else model
     train = {t: d.head.encode(tok, _training_examples(d, cfgs[t]), d, cfgs[t])
              for t, d in tasks.items()}
     sampler = TaskSampler({t: len(x["input_ids"]) for t, x in train.items()}, cfg.batch_size,
@@ -349,7 +352,7 @@ def setup(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
                            tracking=seed_tracking(cfg.log_to, folder))
     named = {"task": next(iter(tasks))} if single else {"tasks": list(tasks)}
     trainer = Trainer(
-        model, rt, settings,
+        trained, rt, settings,
         lambda m: layerwise_groups(m, cfg.lr, cfg.layer_decay, cfg.weight_decay),  # type: ignore[arg-type]
         out=folder, config={"finetune": cfg.to_dict(), **named, "seed": seed,
                             "model": source.name},
@@ -372,7 +375,9 @@ def check_trainable(config: ModelConfig, tasks: dict[str, TaskData],
         bare = [t for t, d in tasks.items() if not any(
             p.requires_grad for n, p in d.head.build(config, d.labels, d.regression,
                                                      settings=cfgs[t].to_dict())
-            .named_parameters() if not n.startswith("encoder."))]
+            .named_parameters() if not n.startswith("encoder.")) and not any(
+            p.requires_grad for p in (d.head.criterion(cfgs[t].to_dict()) or nn.Module())
+            .parameters())]
     if bare:
         raise UserError(f"freeze=encoder leaves no weight to train for {', '.join(bare)}: "
                         f"its head has none of its own to learn (an embedding model's "
@@ -501,8 +506,8 @@ def finetune_tasks(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
     if state.single:
         (task, selection), = state.selections.of.items()
         if rt.is_main:
-            selection.restore(state.trainer.model)
-        return {task: state.trainer.model}, state.selections
+            selection.restore(state.model)
+        return {task: state.model}, state.selections
     models: dict[str, nn.Module] = {}
     if rt.is_main:
         for t, data in tasks.items():

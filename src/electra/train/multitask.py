@@ -52,3 +52,54 @@ class TaskView(nn.Module):
 
     def forward(self, *args: Any) -> torch.Tensor:
         return self.model[0](*args)
+
+
+class WithLosses(nn.Module):
+    """What a fine-tune trains when a head has a loss object with weights of its own
+    (``Head.criterion``: the embedding family's InfoNCE and its learned temperature): the
+    model's submodules and weights under their own names, each loss object's beside them
+    (one task's at the top, as ``log_scale``; several tasks' under ``losses.TASK``), so DDP,
+    the optimizer and the checkpoints hold both. ``forward`` is the task's loss object's of
+    the model's output. What is kept, saved and exported is the model alone (``model``)."""
+
+    def __init__(self, model: nn.Module, losses: dict[str, nn.Module], single: bool) -> None:
+        super().__init__()
+        self.config = model.config
+        self.inner = [model]  # not a submodule: its children are registered below
+        self.criteria = dict(losses)  # each task's (registered below)
+        for name, param in model.named_parameters(recurse=False):
+            self.register_parameter(name, param)
+        for name, child in model.named_children():
+            self.add_module(name, child)
+        if single:
+            (loss,) = losses.values()
+            for name, param in loss.named_parameters(recurse=False):
+                self.register_parameter(name, param)
+            for name, child in loss.named_children():
+                self.add_module(name, child)
+        else:
+            self.losses = nn.ModuleDict(losses)
+            self._register_load_state_dict_pre_hook(self._moved)
+
+    @property
+    def model(self) -> nn.Module:
+        return self.inner[0]
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, task: str = "") -> torch.Tensor:
+        which = {"task": task} if task else {}
+        out = self.inner[0](input_ids, attention_mask, token_type_ids, **which)
+        loss = self.criteria.get(task) if task else next(iter(self.criteria.values()))
+        return out if loss is None else loss(out)
+
+    def view(self, task: str) -> nn.Module:
+        return self.inner[0].view(task)  # type: ignore[operator]
+
+    def _moved(self, state: dict[str, Any], prefix: str, *_: Any) -> None:
+        """A checkpoint written while a task's loss weights sat in its head
+        (``heads.TASK.log_scale``) resumes: they are this module's ``losses.TASK.*``."""
+        for task, loss in self.criteria.items():
+            for name in loss.state_dict():
+                old, new = f"{prefix}heads.{task}.{name}", f"{prefix}losses.{task}.{name}"
+                if old in state and new not in state:
+                    state[new] = state.pop(old)

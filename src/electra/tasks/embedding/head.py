@@ -3,13 +3,15 @@
 Pairs (query, positive) or triplets (+ a hard negative), from CSV, TSV, JSONL or Parquet
 (``electra.tasks.embedding.data``). Each text runs through the encoder alone; its embedding
 is the mean of the last states over its real tokens, or its first position's
-(``pooling``), L2-normalised (``normalize``). The loss is InfoNCE with in-batch negatives
-(sentence-transformers' MultipleNegativesRankingLoss): each query's similarities to every
-positive and hard negative of its micro-batch, divided by a temperature (``temperature``,
-learned from it with ``learn_temperature``), and cross-entropy towards its own positive.
-Under several processes every rank's documents of the micro-batch are gathered (with their
-gradients), so N processes see the negatives one does; under gradient accumulation the
-negatives are a micro-batch's.
+(``pooling``), L2-normalised (``normalize``): the model (:class:`EmbeddingModel`) is that
+alone. The loss is a loss object beside it (``electra.tasks.embedding.loss.InfoNCE``, the
+head's ``criterion``): InfoNCE with in-batch negatives (sentence-transformers'
+MultipleNegativesRankingLoss), each query's similarities to every positive and hard negative
+of its micro-batch, divided by a temperature (``temperature``, learned from it with
+``learn_temperature``: kept in the run's checkpoints, not in the model's folder), and
+cross-entropy towards its own positive. Under several processes every rank's documents of
+the micro-batch are gathered (with their gradients), so N processes see the negatives one
+does; under gradient accumulation the negatives are a micro-batch's.
 
 Dev: every dev query against the dev set's documents (its positives and negatives, each
 once): MRR@10, Recall@1 and Recall@10 of its own positive. `electra evaluate --task
@@ -19,14 +21,12 @@ writes it as a sentence-transformers folder (the encoder, its pooling, its norma
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -38,8 +38,7 @@ from electra.model import EncoderWithHead, encoder_for, init_weights
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, logits
 from electra.tasks.embedding.data import encode_pairs, encode_texts, read_pairs
-
-MAX_SCALE = math.log(100.0)  # a learned temperature stops at 0.01 (CLIP's bound)
+from electra.tasks.embedding.loss import InfoNCE
 
 
 def pool(h: torch.Tensor, mask: torch.Tensor, cls: bool, normalize: bool) -> torch.Tensor:
@@ -71,23 +70,20 @@ class Pooled(nn.Module):
 
 
 class EmbeddingModel(EncoderWithHead):
-    """Encoder + pooling (+ normalisation). ``forward`` on (N, T) inputs returns the (N, H)
-    embeddings; on (B, K, T) rows of a query and its K - 1 documents it returns the (B,
-    B * (K - 1)) similarities of every query to every document of the rows (positives
-    first, then the negatives), divided by the temperature: InfoNCE's logits."""
+    """Encoder + pooling (+ normalisation): what is trained, kept and exported. ``forward``
+    on (N, T) inputs returns the (N, H) embeddings; on (B, K, T) rows of a query and its
+    K - 1 documents, the (B, K, H) embeddings of each row's texts (what the loss object,
+    ``electra.tasks.embedding.loss.InfoNCE``, compares)."""
 
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None,
-                 pooling: str = "mean", normalize: bool = True, temperature: float = 0.05,
-                 learn_temperature: bool = False) -> None:
+                 pooling: str = "mean", normalize: bool = True) -> None:
         super().__init__()
         self.config = cfg
         self.encoder = encoder_for(cfg, kernels=kernels)
         self.pooling, self.normalize = pooling, normalize
         self.reads_first = pooling == "cls"
         init_weights(self, cfg.initializer_range)
-        # log(1 / temperature), CLIP's parametrisation: learned, or fixed (no gradient)
-        self.log_scale = nn.Parameter(torch.tensor(math.log(1.0 / temperature)),
-                                      requires_grad=learn_temperature)
+        self._register_load_state_dict_pre_hook(_without_temperature)
 
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
               token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -107,29 +103,13 @@ class EmbeddingModel(EncoderWithHead):
             T = max(1, int(attention_mask.sum(-1).max()))
         flat = [x[..., :T].reshape(B * K, T) if x is not None else None
                 for x in (input_ids, attention_mask, token_type_ids)]
-        e = self.embed(*flat).view(B, K, -1)
-        docs = e[:, 1:].transpose(0, 1).reshape(B * (K - 1), -1)  # positives, negatives
-        scale = self.log_scale.clamp(max=MAX_SCALE).exp()
-        return scale * (e[:, 0] @ _every_ranks(docs, B).T)
-
-    def temperature(self) -> float:
-        return float(1.0 / self.log_scale.detach().clamp(max=MAX_SCALE).exp())
+        return self.embed(*flat).view(B, K, -1)
 
 
-def _every_ranks(docs: torch.Tensor, B: int) -> torch.Tensor:
-    """Training under several processes: every rank's documents of this micro-batch, this
-    rank's positives first (a query's target stays its row), with their gradients flowing
-    back to the rank that made them, so N processes see the negatives one process sees; one
-    process: ``docs`` itself."""
-    if not (torch.is_grad_enabled() and dist.is_available() and dist.is_initialized()
-            and dist.get_world_size() > 1):
-        return docs
-    from torch.distributed.nn.functional import all_gather  # autograd's, where ranks run
-
-    every = all_gather(docs.contiguous())
-    me = dist.get_rank()
-    own, others = every[me], [d for r, d in enumerate(every) if r != me]
-    return torch.cat([own[:B], *(d[:B] for d in others), own[B:], *(d[B:] for d in others)])
+def _without_temperature(state: dict[str, Any], prefix: str, *_: Any) -> None:
+    """A folder written before the temperature moved to the loss object holds it as
+    ``log_scale``: training's, not the model's, so it is left out."""
+    state.pop(prefix + "log_scale", None)
 
 
 def ranks(queries: np.ndarray, docs: np.ndarray, gold: list[int]) -> np.ndarray:
@@ -208,8 +188,12 @@ class Embedding(Head):
               kernels: Kernels | None = None, settings: dict[str, Any] | None = None
               ) -> nn.Module:
         s = EmbeddingSettings.of(settings or {})
-        return EmbeddingModel(cfg, kernels, s.pooling, s.normalize, s.temperature,
-                              s.learn_temperature)
+        return EmbeddingModel(cfg, kernels, s.pooling, s.normalize)
+
+    def criterion(self, settings: dict[str, Any]) -> nn.Module:
+        """InfoNCE at the settings' temperature (learned where ``learn_temperature``)."""
+        s = EmbeddingSettings.of(settings)
+        return InfoNCE(s.temperature, s.learn_temperature)
 
     def encode(self, tok: Any, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
@@ -217,10 +201,8 @@ class Embedding(Head):
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor,
              data: TaskData) -> torch.Tensor:
-        """Summed InfoNCE: each query's row of similarities towards its own positive (the
-        row's index: positives come first, in the rows' order)."""
-        target = torch.arange(len(logits), device=logits.device)
-        return F.cross_entropy(logits.float(), target, reduction="sum")
+        """Summed InfoNCE of the loss object's logits (:meth:`InfoNCE.loss`)."""
+        return InfoNCE.loss(logits)
 
     def embeddings(self, model: nn.Module, tok: Any, texts: list[str],
                    cfg: FinetuneConfig) -> np.ndarray:
