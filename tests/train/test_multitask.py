@@ -17,7 +17,7 @@ from electra.train.finetuning import TaskSampler
 from electra.train.metrics import TIMING_KEYS
 from electra.train.multitask import MultiTaskModel
 
-FIXTURES = Path(__file__).parent / "fixtures" / "superglue"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "superglue"
 
 
 @pytest.mark.parametrize("alpha, expected", [(1.0, [1, 4, 16]), (0.5, [1, 2, 4]),
