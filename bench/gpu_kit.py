@@ -235,9 +235,9 @@ def ours_step(preset: str, B: int, T: int, dev: torch.device, compile: bool = Fa
     ``train.cuda_graphs``; ``micro``: rows a forward (``train.grad_accum`` = B / micro);
     ``cast_once``: ``train.cast_once``."""
     from electra.config import TrainConfig
-    from electra.objectives.config import RunConfig
     from electra.objectives.flops import step_flops_per_sequence
     from electra.objectives.pretraining import ElectraPretrainingModel
+    from electra.run_config import RunConfig
     from electra.runtime import Runtime
     from electra.train.pretraining import make_trainer, train_step
 

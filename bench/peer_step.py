@@ -26,8 +26,8 @@ def ours(cfg: Any, obj: Any, special: Any, B: int) -> Callable[[Any], None]:
     """The step `electra pretrain` runs (``electra.train.pretraining.train_step``: the
     objective, AdamW, clipping, schedule, the default precision) for ``cfg`` and ``obj``."""
     from electra.config import TrainConfig
-    from electra.objectives.config import RunConfig
     from electra.objectives.pretraining import ElectraPretrainingModel
+    from electra.run_config import RunConfig
     from electra.runtime import Runtime
     from electra.train.pretraining import make_trainer, train_step
 

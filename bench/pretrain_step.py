@@ -66,9 +66,9 @@ def build(side: str, dropout: float = 0.1):
     ours = ElectraPretrainingModel(cfg, OBJ, SPECIAL)
     if side == "ours":
         from electra.config import TrainConfig
-        from electra.objectives.config import RunConfig
         from electra.objectives.masking import Batch, Draws
         from electra.objectives.pretraining import electra_forward
+        from electra.run_config import RunConfig
         from electra.runtime import Runtime, autocast
         from electra.train.pretraining import make_trainer, train_step
 

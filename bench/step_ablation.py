@@ -33,8 +33,8 @@ import torch
 
 from electra.data.loader import BatchLoader, ShardDataset
 from electra.model.kernels import FAST_CPU, REFERENCE, Kernels, use
-from electra.objectives.config import load_run_config
 from electra.objectives.pretraining import ElectraPretrainingModel
+from electra.run_config import load_run_config
 from electra.runtime import Runtime, keep_freed_memory
 from electra.train.pretraining import make_trainer, train_step
 

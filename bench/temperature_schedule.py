@@ -29,7 +29,8 @@ from electra.data.prepare import PrepareOptions, prepare
 from electra.data.tokenizer import train_tokenizer
 from electra.experiments.demo import write_corpus
 from electra.model.bodies import model_preset
-from electra.objectives.config import ObjectiveConfig, RunConfig
+from electra.objectives.config import ObjectiveConfig
+from electra.run_config import RunConfig
 from electra.runtime import start
 from electra.train.metrics import iter_metrics
 

@@ -47,6 +47,7 @@ def _range(cls: type, name: str, kind: str) -> str:
 
 def config_reference() -> str:
     from electra.config import FinetuneConfig, ModelConfig, TrainConfig, config_keys, field_docs
+    from electra.model.bodies import BODIES
     from electra.objectives.config import ObjectiveConfig
     from electra.tasks.base import HEADS
 
@@ -56,7 +57,10 @@ def config_reference() -> str:
         if dataclasses.fields(head.Settings):
             families.setdefault(head.Settings, []).append(head.name)
     out = []
-    for cls, how in ((ModelConfig, "`[model]` in a `--config` TOML, or `--set model.KEY=VALUE`"),
+    model = "`[model]` in a `--config` TOML, or `--set model.KEY=VALUE`"
+    for cls, how in ((ModelConfig, model),
+                     *((b.settings, f"{model}, with `model.body={b.name}`")
+                       for b in BODIES.values() if dataclasses.fields(b.settings)),
                      (ObjectiveConfig, "`[objective]`, or `--set objective.KEY=VALUE`"),
                      (TrainConfig, "`[train]`, or `--set train.KEY=VALUE`"),
                      (FinetuneConfig, f"{fine} (no section)"),
@@ -65,8 +69,10 @@ def config_reference() -> str:
                        for settings, names in families.items())):
         docs = field_docs(cls)
         section = cls.SECTION
-        title = (f"`[{section}]`: {cls.__name__}" if section else f"Fine-tuning: {cls.__name__}"
-                 if cls is FinetuneConfig else f"A task family's: {cls.__name__}")
+        title = (f"`[{section}]`, a body's own: {cls.__name__}" if section and cls is not
+                 ModelConfig else f"`[{section}]`: {cls.__name__}" if section else
+                 f"Fine-tuning: {cls.__name__}" if cls is FinetuneConfig else
+                 f"A task family's: {cls.__name__}")
         out += [f"## {title}", "", (cls.__doc__ or "").strip().splitlines()[0], "",
                 f"Set with {how}.", "",
                 "| key | type | default | range | what it does |", "|---|---|---|---|---|"]

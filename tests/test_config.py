@@ -11,7 +11,8 @@ from helpers import ROOT
 from electra.config import FinetuneConfig, ModelConfig, TrainConfig
 from electra.errors import UserError
 from electra.model.bodies import model_preset
-from electra.objectives.config import ObjectiveConfig, load_run_config
+from electra.objectives.config import ObjectiveConfig
+from electra.run_config import load_run_config
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -216,14 +217,14 @@ def test_every_numeric_setting_declares_its_range():
 def test_another_body_brings_its_own_defaults_unless_set(base, sets, expect):
     """`--set model.body=X` on a preset of another body takes X's published dropout and
     layer-norm epsilon (ModernBERT: 0 and 1e-5), except what the same config sets."""
-    from electra.objectives.config import load_run_config
+    from electra.run_config import load_run_config
 
     m = load_run_config(base, None, sets).model
     assert (m.body, m.hidden_dropout, m.attention_dropout, m.layer_norm_eps) == expect
 
 
 def test_a_config_file_switching_body_takes_its_defaults(tmp_path):
-    from electra.objectives.config import load_run_config
+    from electra.run_config import load_run_config
 
     path = tmp_path / "c.toml"
     path.write_text('preset = "tiny"\n[model]\nbody = "modernbert"\nlayer_norm_eps = 1e-6\n')

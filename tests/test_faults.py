@@ -1001,9 +1001,12 @@ CASES += [
      "model.body='gpt' is not a body; choose one of bert, modernbert"),
     ("config", (*PRETRAIN, "--set", "model.body=modernbert", "--set",
                 "model.local_attention=7"), "model.local_attention=7 must be an even number"),
-    ("config", (*PRETRAIN, "--set", "model.global_every=0"),
+    ("config", (*PRETRAIN, "--set", "model.body=modernbert", "--set", "model.global_every=0"),
      "model.global_every must be a positive integer, got 0"),
-    ("config", (*PRETRAIN, "--set", "model.local_rope_theta=-1"),
+    ("config", (*PRETRAIN, "--set", "model.global_every=2"),
+     "model.global_every=2 is a setting of the modernbert body, but model.body=bert; set "
+     "model.body=modernbert to use it, or leave it out"),
+    ("config", (*PRETRAIN, "--set", "model.body=modernbert", "--set", "model.local_rope_theta=-1"),
      "model.local_rope_theta must be > 0, got -1.0"),
     ("model", (*PRETRAIN, "--set", "model.body=modernbert", "--init", P("hf/discriminator")),
      "hf/discriminator: holds a bert body but the run asks for model.body=modernbert; --set "

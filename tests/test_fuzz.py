@@ -175,7 +175,7 @@ VALUES = st.one_of(st.text(max_size=10), st.sampled_from(
 @given(items=st.lists(st.one_of(st.text(max_size=20), st.builds(
     lambda k, v: f"{k}={v}", st.sampled_from(KEYS), VALUES)), max_size=4))
 def test_set_items(items):
-    from electra.objectives.config import load_run_config
+    from electra.run_config import load_run_config
     from electra.tasks.registry import load_finetune_config
 
     parsed_or_user_error(lambda: load_run_config("tiny", None, items))
@@ -188,7 +188,7 @@ def test_set_items(items):
     st.sampled_from([k for k in KEYS if "." in k]), st.sampled_from(
         ['"x"', "1e400", "-1", "nan", "[1, 2]", "{a = 1}", "true", "1979-05-27", "0x10"]))))
 def test_config_files(tmp_path_factory, data):
-    from electra.objectives.config import load_run_config
+    from electra.run_config import load_run_config
 
     path = tmp_path_factory.mktemp("c") / "c.toml"
     path.write_bytes(data)
@@ -202,7 +202,7 @@ def test_config_files(tmp_path_factory, data):
     "objective": JSON, "train": st.one_of(JSON, st.fixed_dictionaries(
         {}, optional={"lr": JSON, "max_steps": JSON})), "tokenizer_sha256": JSON})))
 def test_a_runs_config_json(tmp_path_factory, saved):
-    from electra.objectives.config import resumed_run_config
+    from electra.run_config import resumed_run_config
 
     run = tmp_path_factory.mktemp("r")
     (run / "config.json").write_text(json.dumps(saved))

@@ -22,7 +22,8 @@ from electra.data.tokenizer import train_tokenizer
 from electra.errors import UserError
 from electra.experiments.demo import python_docs_corpus
 from electra.objectives import pretraining as objectives
-from electra.objectives.config import ObjectiveConfig, RunConfig
+from electra.objectives.config import ObjectiveConfig
+from electra.run_config import RunConfig
 from electra.train.metrics import TIMING_KEYS, iter_metrics
 from electra.train.optim import schedule
 from electra.train.trainer import TrainingDiverged

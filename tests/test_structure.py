@@ -117,6 +117,7 @@ LAYERS = [
     {"electra.train"},  # the loops: the trainer, fine-tuning, the probe, parallelism
     {"electra.evaluation"},  # scores of a model's embeddings, one evaluator each
     {"electra.saved"},  # model folders, the opener, transformers' format
+    {"electra.run_config"},  # a pretraining run's sections together (model, objective, loop)
     {"electra.tasks", "electra.objectives"},  # the heads; the objectives and run config
     {"electra.runtime"},  # device, precision, processes
     {"electra.model"},  # the encoder family and its kernels

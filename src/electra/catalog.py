@@ -1,5 +1,6 @@
 """What the command line says of the registries without importing them: the task families
-(their tasks, help and own settings), the presets and the objectives, in
+(their tasks, help and own settings), the presets, the bodies' own settings and the
+objectives, in
 ``electra/catalog.json``. The registries import torch (1.3-2 s on a 2-core machine); `--help`
 and the checks that refuse a bad flag before any work (``electra.commands.checks``) read
 this instead, so they answer in a fraction of a second.
@@ -38,9 +39,10 @@ def _families() -> dict[str, Any]:
 
 
 def _presets() -> dict[str, Any]:
+    from electra.config import body_keys  # (here: with the bodies, which import torch)
     from electra.model.bodies import preset_names  # (here: torch)
 
-    return {"presets": preset_names()}
+    return {"presets": preset_names(), "body_keys": sorted(body_keys())}
 
 
 def _objectives() -> dict[str, Any]:
@@ -82,6 +84,11 @@ def load() -> dict[str, Any]:
 def family_keys() -> set[str]:
     """Every task family's own settings' names."""
     return {k for f in load()["families"].values() for k in f["settings"]}
+
+
+def body_keys() -> set[str]:
+    """Every body's own ``[model]`` settings' names."""
+    return set(load()["body_keys"])
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypeVar
 
 from electra.errors import UserError
 from electra.io.trackers import parse_log_to
+from electra.registry import Registry
 
 T = TypeVar("T")
 F = TypeVar("F", bound="FamilySettings")
@@ -37,7 +38,8 @@ def config_from_dict(cls: type[T], values: dict[str, Any], where: str = "") -> T
         values: field name -> value.
         where: how the user names this section (e.g. ``"[model]"``), used in messages.
     """
-    valid = config_keys(cls)
+    own: set[str] = getattr(cls, "own_keys", set)()  # the bodies' own (ModelConfig)
+    valid = config_keys(cls) + sorted(own - set(config_keys(cls)))
     unknown = sorted(set(values) - set(valid))
     if unknown:
         section = f" in {where}" if where else ""
@@ -45,6 +47,9 @@ def config_from_dict(cls: type[T], values: dict[str, Any], where: str = "") -> T
             f"unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
             f"{section}{did_you_mean(unknown[0], valid)}; valid keys: {', '.join(valid)}"
         )
+    if own:
+        values = {k: v for k, v in values.items() if k not in own} | {
+            "own": {k: v for k, v in values.items() if k in own}}
     return cls(**values)
 
 
@@ -150,6 +155,40 @@ MODEL_LIMITS = {"vocab_size": 1 << 24, "embedding_size": 1 << 16, "hidden_size":
 
 
 @dataclass(frozen=True)
+class BodySettings:
+    """A body's own model settings (a body's ``Settings``, in its folder,
+    ``electra.model.bodies.<name>``): frozen and checked as every config (types,
+    ``RANGES``), given as ``[model]`` keys (``--set model.KEY=VALUE``) beside ModelConfig's
+    and saved flat with them. This base: a body with none."""
+
+    SECTION: ClassVar[str] = "model"
+    RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {}
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _check_ranges(self)
+
+    @classmethod
+    def of(cls: type[B], cfg: ModelConfig) -> B:
+        """The settings among ``cfg.own`` that are this body's (its defaults for the rest)."""
+        return cls(**{k: v for k, v in cfg.own.items() if name_in(cls, k)})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+B = TypeVar("B", bound=BodySettings)
+BODY_SETTINGS: Registry[type[BodySettings]] = Registry("body's settings")
+"""Each body's own settings by the body's name, added with the body by the bodies' registry
+(``electra.model.bodies.register``)."""
+
+
+def body_keys() -> set[str]:
+    """The names of every registered body's own settings."""
+    return {f.name for s in BODY_SETTINGS.values() for f in fields(s)}
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Shape of one ELECTRA transformer (the discriminator; the generator is derived)."""
 
@@ -158,8 +197,6 @@ class ModelConfig:
         **{name: f"[1, {top}]" for name, top in MODEL_LIMITS.items()},
         "hidden_dropout": "[0, 1)", "attention_dropout": "[0, 1)", "layer_norm_eps": "> 0",
         "initializer_range": "> 0", "pad_token_id": ">= 0", "generator_size": "(0, 1]",
-        "local_attention": ">= 2", "global_every": ">= 1", "global_rope_theta": "> 0",
-        "local_rope_theta": "> 0", "position_buckets": ">= 0", "max_relative_positions": ">= 0",
         "generator_layers": ">= 0"}
     vocab_size: int = 30522
     """Rows of the word-embedding table (set from the tokenizer)."""
@@ -198,25 +235,10 @@ class ModelConfig:
     """The transformer body: bert (ELECTRA's), modernbert (RoPE, GeGLU, local/global
     attention) or deberta (disentangled attention over relative positions, DeBERTa-V3's);
     ``electra.model.bodies`` names each."""
-    local_attention: int = 128
-    """modernbert: the window of a local block (tokens at most half of it away attend)."""
-    global_every: int = 3
-    """modernbert: every n-th block (the first included) attends globally."""
-    global_rope_theta: float = 160_000.0
-    """modernbert: RoPE's base in the global blocks."""
-    local_rope_theta: float = 10_000.0
-    """modernbert: RoPE's base in the local blocks."""
-    position_buckets: int = 256
-    """deberta: relative distances in log buckets, exact up to half of them (DeBERTa-V3's
-    256); 0: one row per distance up to max_relative_positions."""
-    max_relative_positions: int = 0
-    """deberta: the farthest distance the buckets tell apart (0: max_position_embeddings)."""
-    pos_att_type: str = "p2c|c2p"
-    """deberta: the position terms of disentangled attention, any of c2p (content to
-    position) and p2c (position to content), |-separated (empty: content only)."""
-    share_att_key: bool = True
-    """deberta: positions through the blocks' own query and key projections (V3's); false:
-    through projections of their own."""
+    own: dict[str, Any] = dataclasses.field(default_factory=dict, metadata={"flat": True})
+    """The body's own settings as given (``[model]`` keys beside these, saved flat with them):
+    each body's ``Settings`` in its folder (``electra.model.bodies``) names, ranges and
+    checks them; read with ``cfg.settings()`` or as ``cfg.KEY``."""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -277,11 +299,37 @@ class ModelConfig:
         )
 
     def replace(self, **changes: Any) -> ModelConfig:
-        """A copy with ``changes`` applied (unknown keys rejected)."""
-        return config_from_dict(ModelConfig, {**dataclasses.asdict(self), **changes}, "[model]")
+        """A copy with ``changes`` applied (unknown keys rejected; a body's own among them)."""
+        mine = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "own"}
+        return config_from_dict(ModelConfig, {**mine, **self.own, **changes}, "[model]")
+
+    def settings(self) -> BodySettings:
+        """The body's own settings (those given, its defaults for the rest)."""
+        return BODY_SETTINGS.get(self.body, BodySettings).of(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Flat, as config.json keeps it: the shared keys, then the body's own."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "own"}
+        return {**out, **self.settings().to_dict()}
+
+    @classmethod
+    def own_keys(cls) -> set[str]:
+        """The keys of every registered body's own settings (what ``config_from_dict``
+        puts in ``own``)."""
+        return body_keys()
+
+    def __getattr__(self, name: str) -> Any:
+        """A body's own setting read as ``cfg.KEY`` (its value, or its body's default)."""
+        if name.startswith("_") or name == "own" or name not in body_keys():
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        settings = self.settings()
+        if not name_in(type(settings), name):
+            raise AttributeError(f"model.{name} is not a setting of the {self.body} body")
+        return getattr(settings, name)
+
+    def __hash__(self) -> int:
+        return hash(tuple((f.name, getattr(self, f.name)) for f in fields(self)
+                          if f.name != "own") + tuple(sorted(self.own.items())))
 
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")

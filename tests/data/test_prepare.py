@@ -21,7 +21,7 @@ from electra.data.packing import pack_rows
 from electra.data.prepare import PrepareOptions, prepare
 from electra.data.tokenizer import load_tokenizer, tokenizer_checksum, train_tokenizer
 from electra.errors import UserError
-from electra.objectives.config import RunConfig
+from electra.run_config import RunConfig
 from electra.train.metrics import iter_metrics
 
 

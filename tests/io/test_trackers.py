@@ -18,7 +18,7 @@ from electra.commands.pretrain import PretrainOptions, pretrain
 from electra.config import TrainConfig
 from electra.data.tokenizer import train_tokenizer
 from electra.io.trackers import flatten, numbers
-from electra.objectives.config import RunConfig
+from electra.run_config import RunConfig
 from electra.train.metrics import TIMING_KEYS, iter_metrics
 
 pytest.importorskip("mlflow", reason="the track extra (make setup installs it)")

@@ -12,8 +12,8 @@ import torch
 from helpers import tiny_config
 
 from electra.model import Discriminator, Generator, count_parameters
-from electra.model.bodies import BODIES, model_types, preset_names, recipe, register
-from electra.objectives.config import run_preset
+from electra.model.bodies import BODIES, model_types, preset_names, recipe, register, remove
+from electra.run_config import run_preset
 from electra.saved.hf_format import export_of, read_hf_folder
 
 
@@ -74,12 +74,13 @@ def toy_body():
 
     register(toy_body.BODY)  # the one line a plug-in adds
     yield toy_body.BODY
-    BODIES.remove("toy")
+    remove("toy")
 
 
 def test_a_fourth_body_is_one_folder_and_one_registry_line(toy_body, letters_data, tmp_path,
                                                            capsys):
-    """tests/toy_body/: --preset lists its recipe, its own check refuses its own setting,
+    """tests/toy_body/: --preset lists its recipe, its own check refuses its own setting, its
+    own setting (model.mlp_gate, declared in its folder) is checked, trained with and kept,
     `pretrain` trains it (its loss falls), `export` writes its transformers folders and
     `import` reads them back into a run with the same weights."""
     from electra.cli import main
@@ -91,7 +92,12 @@ def test_a_fourth_body_is_one_folder_and_one_registry_line(toy_body, letters_dat
             "--set", "train.log_every=5", "--set", "train.precision=fp32"]
     assert main([*argv[:-2], "--set", "model.intermediate_size=63"]) == 2
     assert "SwiGLU needs an even width" in capsys.readouterr().err
+    assert main([*argv, "--set", "model.mlp_gate=relu"]) == 2  # its own setting's range
+    assert "model.mlp_gate must be one of silu, gelu, got 'relu'" in capsys.readouterr().err
+    argv += ["--set", "model.mlp_gate=gelu"]  # its own setting (config.py knows nothing of it)
     assert main(argv) == 0
+    assert json.loads((run / "config.json").read_text())["model"]["mlp_gate"] == "gelu"
+    assert "position_buckets" not in json.loads((run / "config.json").read_text())["model"]
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     losses = [x["loss"] for x in lines if "loss" in x]
     assert losses[-1] < losses[0]
@@ -101,6 +107,7 @@ def test_a_fourth_body_is_one_folder_and_one_registry_line(toy_body, letters_dat
     assert main(["import", str(tmp_path / "hf/discriminator"), "--generator",
                  str(tmp_path / "hf/generator"), "--out", str(tmp_path / "back")]) == 0
     before, after = open_model(run), open_model(tmp_path / "back")
+    assert after["discriminator"].config.mlp_gate == "gelu"  # through transformers' config
     for part in ("discriminator", "generator"):
         a, b = before[part].state_dict(), after[part].state_dict()
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), part

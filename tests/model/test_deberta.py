@@ -45,11 +45,11 @@ def ours_from(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def pair(**ours):
     """transformers' DebertaV2Model (random weights, biases and norms moved off their init)
     and ours with the same weights."""
-    cfg = ModelConfig(vocab_size=120, embedding_size=64, hidden_size=64, num_layers=2,
-                      num_heads=4, intermediate_size=128, max_position_embeddings=512,
-                      hidden_dropout=0.0, attention_dropout=0.0, layer_norm_eps=1e-7,
-                      body="deberta", **{"position_buckets": 16,
-                                         "max_relative_positions": 64, **ours})
+    cfg = ModelConfig().replace(
+        vocab_size=120, embedding_size=64, hidden_size=64, num_layers=2, num_heads=4,
+        intermediate_size=128, max_position_embeddings=512, hidden_dropout=0.0,
+        attention_dropout=0.0, layer_norm_eps=1e-7, body="deberta",
+        **{"position_buckets": 16, "max_relative_positions": 64, **ours})
     hf_cfg = transformers.DebertaV2Config(
         vocab_size=120, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=128, max_position_embeddings=512, type_vocab_size=0,
@@ -90,11 +90,12 @@ def test_relative_buckets_by_hand():
     """16 buckets out to 64: distances under 8 exact; beyond, 8 + ceil(log(d / 8) /
     log(63 / 8) x 7) with the distance's sign (d = 20: 8 + ceil(0.4440 x 7) = 12; d = 99,
     past 64: 8 + ceil(1.2190 x 7) = 17, still growing until the table's edge clamps it)."""
-    cfg = ModelConfig(body="deberta", position_buckets=16, max_relative_positions=64)
+    cfg = ModelConfig().replace(body="deberta", position_buckets=16, max_relative_positions=64)
     b = relative_buckets(100, cfg, torch.device("cpu"))
     assert b[5, 0] == 5 and b[0, 5] == -5 and b[7, 0] == 7 and b[8, 0] == 8
     assert b[20, 0] == 12 and b[0, 20] == -12 and b[99, 0] == 17
-    none = relative_buckets(6, ModelConfig(body="deberta", position_buckets=0), torch.device(
+    none = relative_buckets(6, ModelConfig().replace(body="deberta", position_buckets=0),
+                            torch.device(
         "cpu"))
     assert torch.equal(none, torch.arange(6)[:, None] - torch.arange(6)[None, :])
 
@@ -130,8 +131,10 @@ def test_the_rows_a_row_reads_are_the_ones_its_distances_reach():
     a row of 128 tokens reads 257 of the 512 rows, one of 512 tokens all of them."""
     from electra.model.bodies.deberta.model import position_span, table_rows
 
-    for cfg in (ModelConfig(body="deberta", position_buckets=16, max_relative_positions=64),
-                ModelConfig(body="deberta", position_buckets=0, max_relative_positions=24),
+    for cfg in (ModelConfig().replace(body="deberta", position_buckets=16,
+                                      max_relative_positions=64),
+                ModelConfig().replace(body="deberta", position_buckets=0,
+                                      max_relative_positions=24),
                 ModelConfig(body="deberta")):
         span = position_span(cfg)[0]
         for T in (1, 2, 7, 8, 9, 31, 100, 300):

@@ -17,9 +17,10 @@ from safetensors.torch import load_file
 from electra.commands.pretrain import PretrainOptions, pretrain
 from electra.config import TrainConfig
 from electra.errors import UserError
-from electra.objectives.config import ObjectiveConfig, RunConfig, load_run_config
+from electra.objectives.config import ObjectiveConfig
 from electra.objectives.masking import Batch, Draws, Noise, choose_positions, unit_starts
 from electra.objectives.pretraining import ElectraPretrainingModel
+from electra.run_config import RunConfig, load_run_config
 from electra.train.metrics import TIMING_KEYS, iter_metrics
 
 # One row of 8: [CLS] 10 11 12 13 14 15 [SEP]; positions 2 and 5 are chosen (highest scores),

@@ -401,7 +401,7 @@ def test_a_batch_without_padding_attends_without_a_mask(monkeypatch):
 
     import electra.train.pretraining as command
     from electra.config import TrainConfig
-    from electra.objectives.config import RunConfig
+    from electra.run_config import RunConfig
 
     calls: list[bool] = []
     forward = ElectraPretrainingModel.forward

@@ -8,4 +8,4 @@ from toy_body.model import ToyBlock, ToyEncoder, ToyGDESEmbeddings, toy_macs_per
 
 BODY = Body("toy", ToyEncoder, ToyGDESEmbeddings, ToyBlock, toy_macs_per_token, bias=False,
             check=recipes.check, defaults=recipes.DEFAULTS, recipes=recipes.RECIPES,
-            adapter=hf.ADAPTER)
+            adapter=hf.ADAPTER, settings=recipes.ToySettings)

@@ -25,7 +25,8 @@ CONFIG = [("vocab_size", "vocab_size", REQUIRED), ("hidden_size", "hidden_size",
           ("num_heads", "num_attention_heads", REQUIRED),
           ("intermediate_size", "intermediate_size", REQUIRED),
           ("max_position_embeddings", "max_position_embeddings", 64),
-          ("embedding_size", "embedding_size", REQUIRED), ("layer_norm_eps", "norm_eps", 1e-6)]
+          ("embedding_size", "embedding_size", REQUIRED), ("layer_norm_eps", "norm_eps", 1e-6),
+          ("mlp_gate", "hidden_act", "silu")]
 
 
 def to_config(cfg: Any, **extra: Any) -> Any:
@@ -39,7 +40,8 @@ def to_config(cfg: Any, **extra: Any) -> Any:
                      num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
                      intermediate_size=cfg.intermediate_size,
                      max_position_embeddings=cfg.max_position_embeddings,
-                     norm_eps=cfg.layer_norm_eps, pad_token_id=cfg.pad_token_id, **extra)
+                     norm_eps=cfg.layer_norm_eps, hidden_act=cfg.mlp_gate,
+                     pad_token_id=cfg.pad_token_id, **extra)
 
 
 def _table(part: str) -> list[tuple[str, str]]:

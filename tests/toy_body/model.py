@@ -1,15 +1,15 @@
 """The toy body's encoder: a token table -> RMSNorm; blocks x = x + Wo(attn(Wqkv(n(x)))),
-x = x + W2(SiLU(a) * g), [a, g] = W1(n(x)); a final RMSNorm."""
+x = x + W2(act(a) * g), [a, g] = W1(n(x)) (act: model.mlp_gate, the body's own setting);
+a final RMSNorm. Its parts are model/layers.py's and torch's: it imports no other body."""
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from electra.config import ModelConfig
 from electra.model.kernels import FAST_CPU, Kernels, Layout
-from electra.model.layers import GDES, TokenTable, encode
+from electra.model.layers import GDES, TokenTable, encode, glu
 
 
 class ToyEmbeddings(TokenTable, nn.Module):
@@ -35,7 +35,7 @@ class ToyBlock(nn.Module):
         super().__init__()
         self.kernels = kernels or FAST_CPU
         H, I = cfg.hidden_size, cfg.intermediate_size
-        self.num_heads = cfg.num_heads
+        self.num_heads, self.gate = cfg.num_heads, cfg.mlp_gate  # its own setting
         self.attn_norm = nn.RMSNorm(H, eps=cfg.layer_norm_eps)
         self.qkv = nn.Linear(H, 3 * H, bias=False)
         self.attention_out = nn.Linear(H, H, bias=False)
@@ -51,8 +51,7 @@ class ToyBlock(nn.Module):
         else:
             a = layout.attend(self.kernels, qkv, self.num_heads, 0.0, None)
         x = x + self.attention_out(a)
-        act, gate = self.mlp_in(self.mlp_norm(x)).chunk(2, dim=-1)
-        return x + self.mlp_out(F.silu(act) * gate)
+        return x + self.mlp_out(glu(self.mlp_in(self.mlp_norm(x)), self.gate))
 
 
 class ToyEncoder(nn.Module):

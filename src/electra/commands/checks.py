@@ -22,12 +22,12 @@ from electra.data.sources import missing
 from electra.errors import UserError
 from electra.io import hub
 from electra.io.files import read_toml
-from electra.objectives.config import apply_overrides
+from electra.run_config import apply_overrides
 
 
 def _model(ref: str | None, flag: str = "--model") -> None:
     if hub.names_nothing(ref):
-        raise hub.no_model(ref, flag)  # type: ignore[arg-type]
+        raise hub.no_model(str(ref), flag)
 
 
 def _files(value: str | None) -> None:
@@ -56,7 +56,7 @@ def _finetune_settings(sets: list[str] | None) -> None:
 def pretrain(data: str | None = None, config: str | None = None,
              sets: list[str] | None = None, **_: Any) -> None:
     if sets:
-        apply_overrides({}, sets)  # each item's form, section and key
+        apply_overrides({}, sets, catalog.body_keys())  # each item's form, section, key
     if config:
         read_toml(Path(config), "--config")
     for source in (s for phase in parse_data(data or "") for s in phase):

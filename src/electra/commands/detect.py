@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -22,6 +22,11 @@ from electra.errors import UserError
 from electra.io.files import jsonl, read_text
 from electra.io.outputs import HTML_GENERATOR, check_file_out, write_file
 from electra.saved.models import open_model
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
+
+    from electra.config import ModelConfig
 
 _RED, _RESET = "\033[41;97m", "\033[0m"
 
@@ -39,11 +44,11 @@ def load_detector(source: str | Path) -> tuple[torch.nn.Module, Any]:
 
 
 @torch.no_grad()
-def score(disc: torch.nn.Module, tok: Any, texts: list[str], batch_size: int = 32
+def score(disc: torch.nn.Module, tok: Tokenizer, texts: list[str], batch_size: int = 32
           ) -> list[dict[str, Any]]:
     """For each text: its tokens (without [CLS]/[SEP]), their character offsets and the
     probability each was replaced. Texts longer than the model's positions are truncated."""
-    limit = disc.config.max_position_embeddings
+    limit = cast(ModelConfig, disc.config).max_position_embeddings
     tok.no_padding()
     tok.enable_truncation(limit)
     roles = special_names(tok)

@@ -34,7 +34,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
@@ -84,6 +84,9 @@ from electra.train.finetuning import (
     kept_predictions,
     scores,
 )
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 
 def model_source(model: str | None = None, random_init: str | None = None,
@@ -332,7 +335,7 @@ class _Run:
     cfg: FinetuneConfig
     cfgs: dict[str, FinetuneConfig]
     tasks: dict[str, TaskData]
-    tok: Any
+    tok: Tokenizer
     model: str
     home: Path | None = None  # the model's folder (a hub id's in the cache): its card's lineage
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from torch import nn
@@ -22,6 +22,9 @@ from electra.model import count_parameters
 from electra.runtime import Runtime, resolve_precision, use_threads
 from electra.saved import cards, folders
 from electra.tasks.base import TaskData, examples_used
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 
 def report(data: TaskData, preds: dict[str, tuple[np.ndarray, np.ndarray]],
@@ -86,8 +89,8 @@ def _real(model: str) -> str:
     return os.path.realpath(model) if Path(model).exists() else model
 
 
-def save_classifier(model: nn.Module, folder: Path, data: TaskData,
-                    cfg: FinetuneConfig, tok: Any, card: dict[str, Any] | None = None) -> None:
+def save_classifier(model: nn.Module, folder: Path, data: TaskData, cfg: FinetuneConfig,
+                    tok: Tokenizer, card: dict[str, Any] | None = None) -> None:
     """A fine-tuned model's folder: what `evaluate`, `export` and `--model` read; ``card``:
     its model card's facts (:func:`classifier_card`)."""
     folders.write_classifier(folder, model, tok, task=data.name,

@@ -19,7 +19,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -30,6 +30,9 @@ from electra.runtime import placed, resolve_device
 from electra.saved import folders
 from electra.tasks.base import head_of
 from electra.tasks.registry import finetune_config
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 
 def main(model: str, input: str, out: str | None = None, batch_size: int = 64,
@@ -72,7 +75,7 @@ def predict(model: str | Path, input: str | Path, batch_size: int = 64,
 
 
 @torch.no_grad()
-def predict_records(net: torch.nn.Module, tok: Any, items: list[Any], meta: dict[str, Any],
+def predict_records(net: torch.nn.Module, tok: Tokenizer, items: list[Any], meta: dict[str, Any],
                     cfg: Any, batch_size: int = 64, progress: bool = False
                     ) -> list[dict[str, Any]]:
     """One record per input, in order (the same encoding as fine-tuning's)."""

@@ -36,12 +36,7 @@ from electra.io.checkpoint import latest_checkpoint
 from electra.io.files import read_json, write_json
 from electra.io.outputs import Claim, claim_out
 from electra.model import count_parameters
-from electra.objectives.config import (
-    data_table,
-    decay_branch_config,
-    load_run_config,
-    resumed_run_config,
-)
+from electra.run_config import data_table, decay_branch_config, load_run_config, resumed_run_config
 from electra.runtime import (
     Runtime,
     check_compile,

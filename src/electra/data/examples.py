@@ -17,12 +17,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from electra.data.labels import Spellings
 from electra.data.tokenizer import special_names
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
@@ -265,7 +268,7 @@ def roc_auc(labels: Any, scores: Any) -> float:
     return float((ranks[y].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
 
-def encode(tok: Any, examples: list[Example], max_length: int,
+def encode(tok: Tokenizer, examples: list[Example], max_length: int,
            labels: dict[str, int] | None, regression: bool) -> dict[str, Any]:
     """Tokenize ([CLS] A [SEP] B [SEP]), truncate to max_length, pad to the longest; tensors
     input_ids, token_type_ids, attention_mask (and labels when every example has one)."""

@@ -1,17 +1,9 @@
 """Weighted mixtures of prepared folders: ``--data`` names, for each length phase, one folder
-or several with their weights, and each global batch draws its rows from them at those
-weights, deterministically and resumably.
-
-    --data DATA                          one folder (as ever)
-    --data web:0.7+books:0.3             a mixture: 70% of the rows from web, 30% from books
-    --data web:0.7+books:0.3,long:1      per length phase (train.phases), comma-separated
-    --data web+books                     no weights: equal ones
-
-A folder's weight follows its last ``:`` where that is a number (``s3://...`` and other
-colons stay in the path); the weights of a phase are scaled to sum to 1. Each source is named
-by its folder's name (``web``, ``books``; a second folder of one name gets ``-2``): the
-metrics lines count each one's real tokens (``tokens_from_web``), the run's config.json keeps the
-mix. A source keeps its own shuffled order, epoch and position, as one folder does
+or several with their weights (``web:0.7+books:0.3``; the grammar, the weights' scaling and
+the sources' names: ``electra.data.mixspec``), and each global batch draws its rows from them
+at those weights, deterministically and resumably. The metrics lines count each source's real
+tokens (``tokens_from_web``), the run's config.json keeps the mix. A source keeps its own
+shuffled order, epoch and position, as one folder does
 (:class:`electra.data.loader.BatchLoader`); which source each row of a global batch comes
 from is drawn from ``(seed, batch index)`` alone, so every rank draws the same and takes its
 own rows, and a resumed run draws on where it stopped.

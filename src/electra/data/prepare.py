@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from electra.config import MAX_SEED
 from electra.data.packing import Packed, init_worker, pack_chunk, shard_rows, token_dtype
@@ -56,6 +56,9 @@ from electra.io import hub
 from electra.io.files import sha256_file, staged, write_json
 from electra.io.outputs import check_inputs, claim_out, through_store
 from electra.io.progress import advance, reporting
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 MAX_SEQ_LEN = 8192  # ModernBERT's context (the BERT presets hold 512 positions)
 OVERFLOW = ("drop", "carry")
@@ -439,7 +442,7 @@ def prepare(opt: PrepareOptions) -> dict[str, Any]:
     return meta
 
 
-def _meta(opt: PrepareOptions, tok: Any, writers: dict[str, _Writer], stats: ReadStats,
+def _meta(opt: PrepareOptions, tok: Tokenizer, writers: dict[str, _Writer], stats: ReadStats,
           totals: dict[str, int], tmp: Path, seconds: float) -> dict[str, Any]:
     """``meta.json``: the format, the tokenizer, the splits, each file's checksum, and what
     was read."""

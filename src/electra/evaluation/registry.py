@@ -12,10 +12,10 @@ register(Sts)
 register(Retrieval)
 
 
-def evaluator(name: str, **given: object) -> Evaluator:
+def evaluator(name: str, **given: str | None) -> Evaluator:
     """The evaluation ``name`` on the data ``given`` (evaluate's flags), checked."""
     if name not in EVALUATORS:
         raise UserError(f"--task {name}: no such evaluation; valid: {', '.join(EVALUATORS)}")
-    ev = EVALUATORS[name](**given)  # type: ignore[arg-type]
+    ev = EVALUATORS[name](**given)
     ev.check()
     return ev

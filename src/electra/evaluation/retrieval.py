@@ -38,8 +38,7 @@ class Retrieval(Evaluator):
         return cls(data=str(opts["data"]), split=str(opts.get("split", "test")))
 
     def _set(self) -> RetrievalSet:
-        return read_retrieval(remote.local(self.data, "--data"),  # type: ignore[arg-type]
-                              self.split or "test")
+        return read_retrieval(remote.local(str(self.data), "--data"), self.split or "test")
 
     def read(self) -> None:
         self._set()

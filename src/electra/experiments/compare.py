@@ -53,7 +53,7 @@ from electra.io.files import read_json, write_json
 from electra.io.outputs import MARK, Claim, claim_out
 from electra.io.trackers import grouped
 from electra.model import Discriminator
-from electra.objectives.config import raw_run_config
+from electra.run_config import raw_run_config
 from electra.runtime import start
 from electra.saved import folders
 from electra.saved.models import open_model

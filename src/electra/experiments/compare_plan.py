@@ -20,10 +20,11 @@ from electra.experiments.compare_spec import RANDOM_INIT, Task
 from electra.experiments.demo import demo_config
 from electra.io.outputs import inside
 from electra.model.kernels import kernels_for
-from electra.objectives.config import ObjectiveConfig, RunConfig
+from electra.objectives.config import ObjectiveConfig
 from electra.objectives.flops import step_flops_per_sequence
 from electra.objectives.masking import Batch, Draws
 from electra.objectives.pretraining import ElectraPretrainingModel
+from electra.run_config import RunConfig
 from electra.runtime import autocast, resolve_device, synchronize
 
 

@@ -29,9 +29,10 @@ from electra.io.checkpoint import latest_checkpoint
 from electra.io.files import write_json
 from electra.io.outputs import claim_out
 from electra.model.bodies import model_preset
-from electra.objectives.config import ObjectiveConfig, RunConfig, apply_overrides
+from electra.objectives.config import ObjectiveConfig
 from electra.objectives.masking import mask_inputs
 from electra.objectives.sampling import corrupt, sample
+from electra.run_config import RunConfig, apply_overrides
 from electra.runtime import start
 from electra.saved import folders
 

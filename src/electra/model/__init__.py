@@ -24,17 +24,18 @@ from torch import nn
 
 from electra.config import ModelConfig
 from electra.model.bodies import BODIES, Body, blocks, body_of, encoder_for, task_transform
-from electra.model.bodies.bert.model import (
+from electra.model.bodies.bert.model import Embeddings, Encoder, GDESEmbeddings
+from electra.model.kernels import Kernels, Layout
+from electra.model.layers import (
+    GDES,
     QKV,
     Block,
-    Embeddings,
-    Encoder,
-    GDESEmbeddings,
+    Dropout,
+    Linear,
     fuse_qkv,
+    init_weights,
     split_qkv,
 )
-from electra.model.kernels import Kernels, Layout
-from electra.model.layers import GDES, Dropout, Linear, init_weights
 
 __all__ = ["BODIES", "GDES", "QKV", "Block", "Body", "Discriminator", "Dropout", "Embeddings",
            "Encoder", "EncoderWithHead", "GDESEmbeddings", "Generator", "blocks", "body_of",

@@ -1,9 +1,13 @@
 """What every body's modules share: dropout through the kernels, BERT's initialisation,
-gradient-disentangled embedding sharing (GDES), and the linear layer whose weights a
-training step may cast once a micro-batch (``electra.train.cast``)."""
+gradient-disentangled embedding sharing (GDES), the linear layer whose weights a training
+step may cast once a micro-batch (``electra.train.cast``), and the parts bodies build from:
+BERT's post-LN block (ELECTRA's, and DeBERTa's around its own attention) with its fused Q/K/V
+and transformers' three tensors, rotary positions (RoPE: ModernBERT's), gated feed-forward
+activations (GeGLU, SwiGLU); RMSNorm is torch's ``nn.RMSNorm``. No body imports another."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -168,3 +172,104 @@ class _Linear(torch.autograd.Function):
         gw = g.t().mm(rows) if need_w else None
         gb = g.sum(0) if ctx.bias and need_b else None
         return gx, gw, gb
+
+
+class Block(nn.Module):
+    """Post-LN transformer block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), as in BERT."""
+
+    compile_unit = True  # what ``train.compile`` compiles (electra.train.trainer)
+
+    def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
+        super().__init__()
+        self.kernels = kernels = kernels or FAST_CPU
+        H = cfg.hidden_size
+        self.num_heads = cfg.num_heads
+        self.attention_dropout = cfg.attention_dropout
+        # Query, key and value as one (3H, H) parameter: one GEMM, one cast under autocast, one
+        # gradient; transformers' three tensors on export and import (fuse_qkv, split_qkv).
+        self.qkv = Linear(H, 3 * H)
+        self.attention_out = Linear(H, H)
+        self.attention_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
+        self.ffn_in = Linear(H, cfg.intermediate_size)
+        self.ffn_out = Linear(cfg.intermediate_size, H)
+        self.ffn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
+        self.dropout = Dropout(cfg.hidden_dropout, kernels)
+        self.probs_dropout = Dropout(cfg.attention_dropout, kernels)  # written attention
+
+    def forward(self, x: torch.Tensor, layout: Layout, first: bool = False) -> torch.Tensor:
+        """(B, T, H), or (N, H) under an unpadded layout, to the same shape; ``first``: only
+        each row's first position after the fused Q/K/V projection, (B, H)."""
+        qkv = self.qkv(x)
+        p = self.attention_dropout if self.training else 0.0
+        if first:
+            a = layout.attend_first(self.kernels, qkv, self.num_heads, p, self.probs_dropout)
+            x = layout.first(x)
+        else:
+            a = layout.attend(self.kernels, qkv, self.num_heads, p, self.probs_dropout)
+        x = self.attention_norm(x + self.dropout(self.attention_out(a)))
+        h = self.ffn_out(F.gelu(self.ffn_in(x)))
+        return self.ffn_norm(x + self.dropout(h))
+
+    def _load_from_state_dict(self, state_dict: dict[str, torch.Tensor], prefix: str,
+                              *args: object) -> None:
+        fuse_qkv(state_dict, prefix)  # weights written before QKV was one parameter
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+
+QKV = ("query", "key", "value")
+
+
+def fuse_qkv(state: dict[str, torch.Tensor], prefix: str | None = None) -> None:
+    """In place: every ``{prefix}query/key/value.{weight,bias}`` triple of ``state`` (separate
+    tensors: transformers' layout, and this package's before 2026-12) becomes one
+    ``{prefix}qkv.{weight,bias}``, rows in Q, K, V order; ``prefix`` None: every block's."""
+    for key in list(state):
+        m = re.fullmatch(r"(|.*\.)query\.(weight|bias)", key)
+        if m is None or (prefix is not None and m[1] != prefix):
+            continue
+        names = [f"{m[1]}{n}.{m[2]}" for n in QKV]
+        if all(n in state for n in names):
+            state[f"{m[1]}qkv.{m[2]}"] = torch.cat([state.pop(n) for n in names])
+
+
+def split_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with every ``qkv.{weight,bias}`` as transformers' three tensors (copies, in
+    the key's place): the inverse of :func:`fuse_qkv`, bitwise."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        m = re.fullmatch(r"(|.*\.)qkv\.(weight|bias)", key)
+        if m is None:
+            out[key] = value
+        else:
+            out.update({f"{m[1]}{n}.{m[2]}": t.clone() for n, t in
+                        zip(QKV, value.chunk(3), strict=True)})
+    return out
+
+
+def rotate(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
+           num_heads: int) -> torch.Tensor:
+    """RoPE on the query and key thirds of fused projections (..., 3H), each token at its
+    ``positions`` (the leading dims, or broadcast to them): q·cos + rotate_half(q)·sin in
+    fp32, cast back, as transformers computes it."""
+    lead, three_h = qkv.shape[:-1], qkv.shape[-1]
+    parts = qkv.view(*lead, 3, num_heads, three_h // 3 // num_heads)
+    freqs = positions[..., None].float() * inv_freq  # (..., hs/2)
+    angles = torch.cat((freqs, freqs), -1)[..., None, :]  # (..., 1, hs)
+    cos, sin = angles.cos(), angles.sin()
+
+    def turn(x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        half = x32.shape[-1] // 2
+        return (x32 * cos + torch.cat((-x32[..., half:], x32[..., :half]), -1) * sin
+                ).to(qkv.dtype)
+
+    q, k, v = parts.unbind(-3)
+    return torch.stack((turn(q), turn(k), v), -3).view(*lead, three_h)
+
+
+def glu(h: torch.Tensor, act: str = "silu") -> torch.Tensor:
+    """A gated feed-forward layer's activation: the input's first half through ``act``
+    (``silu``: SwiGLU, NeoBERT's and Llama's; ``gelu``: GeGLU, ModernBERT's) times its
+    second half."""
+    up, gate = h.chunk(2, -1)
+    return (F.silu(up) if act == "silu" else F.gelu(up)) * gate

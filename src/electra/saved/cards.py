@@ -20,7 +20,10 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from electra.config import ModelConfig  # (the type only: cards read no config)
 
 PIPELINES = {"generator": "fill-mask"}
 """The hub's pipeline of a pretraining part (a fine-tuned head names its own)."""
@@ -197,7 +200,7 @@ def with_lineage(card: dict[str, Any], inherited: dict[str, Any],
     return out
 
 
-def size_line(cfg: Any, n_params: int) -> str:
+def size_line(cfg: ModelConfig, n_params: int) -> str:
     """A body's shape in a line: ``bert body, 12 layers x 256 (4 heads, FFN 1024), 13.5M
     parameters``."""
     return (f"{cfg.body} body, {cfg.num_layers} layers x {cfg.hidden_size} ({cfg.num_heads} "

@@ -19,7 +19,7 @@ that part, damaged files, weights that do not fit the config) is one UserError n
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
@@ -31,6 +31,9 @@ from electra.io.files import pickle_refusal, read_json, staged, write_json
 from electra.model import Discriminator, Generator
 from electra.saved import cards
 from electra.tasks.base import head_of
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 PARTS = ("discriminator", "generator", "classifier")
 _HINT = {"classifier": "give OUT/seed-N from `electra finetune`"}
@@ -146,7 +149,7 @@ def load(path: str | Path, part: str = "discriminator",
     return module, meta
 
 
-def write(folder: Path, module: nn.Module, part: str, tok: Any, **meta: Any) -> None:
+def write(folder: Path, module: nn.Module, part: str, tok: Tokenizer, **meta: Any) -> None:
     """Write ``module`` (its config from ``module.config``) and the tokenizer into ``folder``;
     ``meta`` adds to config.json; its ``card`` (electra.saved.cards) becomes README.md."""
     from safetensors.torch import save_file
@@ -169,7 +172,7 @@ def write(folder: Path, module: nn.Module, part: str, tok: Any, **meta: Any) -> 
             f"(transformers' classes)"))
 
 
-def save(module: nn.Module, part: str, folder: Path, tok: Any, **meta: Any) -> None:
+def save(module: nn.Module, part: str, folder: Path, tok: Tokenizer, **meta: Any) -> None:
     """:func:`write` into ``folder`` atomically (a staged copy replaces it when complete)."""
     with staged(folder) as tmp:
         write(tmp, module, part, tok, **meta)
@@ -189,6 +192,6 @@ def classifier_folder(folder: str | Path) -> Path:
     return resolve(folder, "classifier")
 
 
-def write_classifier(folder: Path, module: nn.Module, tok: Any, **meta: Any) -> None:
+def write_classifier(folder: Path, module: nn.Module, tok: Tokenizer, **meta: Any) -> None:
     """A fine-tuned model's folder (:func:`write` of its classifier part)."""
     write(folder, module, "classifier", tok, **meta)

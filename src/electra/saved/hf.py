@@ -32,7 +32,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -60,8 +60,11 @@ from electra.saved.hf_format import (
 from electra.saved.models import open_model, trained_length
 from electra.tasks.base import head_of
 
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
-def _write_hf_folder(folder: Path, module: torch.nn.Module, part: str, tok: Any,
+
+def _write_hf_folder(folder: Path, module: torch.nn.Module, part: str, tok: Tokenizer,
                      card: dict[str, Any], pipeline: str = "", **hf_extra: Any) -> None:
     """config.json, model.safetensors and the tokenizer files transformers expects, and the
     model card (README.md) of ``card``, the source's (electra.saved.cards)."""

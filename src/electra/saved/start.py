@@ -10,7 +10,7 @@ from typing import Any, cast
 from electra.config import ModelConfig
 from electra.errors import UserError
 from electra.io.files import read_json
-from electra.objectives.config import RunConfig
+from electra.run_config import RunConfig
 from electra.saved.hf_format import generator_beside
 from electra.saved.models import open_model
 

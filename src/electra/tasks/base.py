@@ -31,6 +31,8 @@ from electra.registry import Registry
 from electra.runtime import autocast
 
 if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
     from electra.config import FinetuneConfig, ModelConfig
     from electra.model.kernels import Kernels
 
@@ -137,7 +139,7 @@ class Learner(abc.ABC):
         return examples
 
     @abc.abstractmethod
-    def encode(self, tok: Any, examples: list[Any], data: TaskData,
+    def encode(self, tok: Tokenizer, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
         """Training examples as the model reads them, with their ``labels``."""
         raise NotImplementedError
@@ -159,7 +161,7 @@ class Scorer(abc.ABC):
     records of `electra predict` and a benchmark's submission files."""
 
     @abc.abstractmethod
-    def predict(self, model: nn.Module, tok: Any, examples: list[Any], data: TaskData,
+    def predict(self, model: nn.Module, tok: Tokenizer, examples: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> tuple[Any, Any]:
         """(predictions, labels) of one dev split."""
         raise NotImplementedError
@@ -174,12 +176,12 @@ class Scorer(abc.ABC):
         return [], None
 
     @abc.abstractmethod
-    def records(self, model: nn.Module, tok: Any, items: list[Any], data: TaskData,
+    def records(self, model: nn.Module, tok: Tokenizer, items: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> list[dict[str, Any]]:
         """`electra predict`'s JSON records of a batch of inputs."""
         raise NotImplementedError
 
-    def write_test(self, model: nn.Module, tok: Any, data: TaskData, cfg: FinetuneConfig,
+    def write_test(self, model: nn.Module, tok: Tokenizer, data: TaskData, cfg: FinetuneConfig,
                    folder: Path) -> list[Path]:
         """Submission files for the test splits (heads whose tasks have them)."""
         return []

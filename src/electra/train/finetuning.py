@@ -24,7 +24,7 @@ import types
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -40,6 +40,9 @@ from electra.tasks.base import TaskData
 from electra.train.multitask import MultiTaskModel, WithLosses
 from electra.train.optim import layerwise_groups
 from electra.train.trainer import RandomStreams, Settings, Trainer
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 
 @dataclass(frozen=True)
@@ -310,7 +313,7 @@ class Fit:
         return key if self.single else f"{task}_{key}"
 
 
-def setup(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
+def setup(source: ModelSource, tok: Tokenizer, tasks: dict[str, TaskData],
           cfgs: dict[str, FinetuneConfig], cfg: FinetuneConfig, seed: int, rt: Runtime,
           folder: Path | None, resume: Path | None, progress: bool) -> Fit:
     """Every task's head on the source's encoder (seeded, in the tasks' order), the training
@@ -408,7 +411,7 @@ def seed_tracking(log_to: str, folder: Path | None) -> Tracking:
     return Tracking(names, root=root, name=f"{group}/{folder.name}", group=group)
 
 
-def validate(fit: Fit, tok: Any, tasks: dict[str, TaskData],
+def validate(fit: Fit, tok: Tokenizer, tasks: dict[str, TaskData],
              cfgs: dict[str, FinetuneConfig]) -> None:
     """The training loss so far and (rank 0) every task's dev scores, as one metrics line;
     each task's evaluation is offered to its selection."""
@@ -434,7 +437,7 @@ def validate(fit: Fit, tok: Any, tasks: dict[str, TaskData],
     trainer.log(record, show=tuple(shown))
 
 
-def fit(state: Fit, tok: Any, tasks: dict[str, TaskData],
+def fit(state: Fit, tok: Tokenizer, tasks: dict[str, TaskData],
         cfgs: dict[str, FinetuneConfig], cfg: FinetuneConfig) -> None:
     """Train to the last step: each step one task's global batch (each process its rows,
     micro-batches cut to their longest row, the loss the task's mean over the batch: its
@@ -485,7 +488,7 @@ def micro_rows(batch: dict[str, torch.Tensor], j: int, micro: int,
     return {k: v.to(device) for k, v in rows.items()}
 
 
-def finetune_tasks(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
+def finetune_tasks(source: ModelSource, tok: Tokenizer, tasks: dict[str, TaskData],
                    cfgs: dict[str, FinetuneConfig], cfg: FinetuneConfig, seed: int,
                    rt: Runtime | None = None, folder: Path | None = None,
                    resume: Path | None = None, progress: bool = False
@@ -519,7 +522,7 @@ def finetune_tasks(source: ModelSource, tok: Any, tasks: dict[str, TaskData],
     return models, state.selections
 
 
-def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneConfig,
+def finetune_one(source: ModelSource, tok: Tokenizer, data: TaskData, cfg: FinetuneConfig,
                  seed: int, rt: Runtime | None = None, folder: Path | None = None,
                  resume: Path | None = None,
                  progress: bool = False) -> tuple[nn.Module, Selection]:
@@ -529,14 +532,14 @@ def finetune_one(source: ModelSource, tok: Any, data: TaskData, cfg: FinetuneCon
     return models[data.name], selections.of[data.name]
 
 
-def dev_predictions(model: nn.Module, tok: Any, data: TaskData,
+def dev_predictions(model: nn.Module, tok: Tokenizer, data: TaskData,
                     cfg: FinetuneConfig) -> dict[str, tuple[Any, Any]]:
     """(predictions, labels) on each dev split, as the head makes them."""
     return {split: data.head.predict(model, tok, examples, data, cfg)
             for split, examples in data.dev.items()}
 
 
-def kept_predictions(model: nn.Module, selection: Selection, tok: Any, data: TaskData,
+def kept_predictions(model: nn.Module, selection: Selection, tok: Tokenizer, data: TaskData,
                      cfg: FinetuneConfig) -> dict[str, tuple[Any, Any]]:
     """The dev predictions of a finished seed's kept ``model``: those its selection made of
     it, else made now."""
@@ -550,7 +553,7 @@ def scores(data: TaskData, preds: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
     return {split: data.head.score(data, p, y) for split, (p, y) in preds.items()}
 
 
-def evaluate_model(model: nn.Module, tok: Any, data: TaskData,
+def evaluate_model(model: nn.Module, tok: Tokenizer, data: TaskData,
                    cfg: FinetuneConfig) -> dict[str, Any]:
     """The task's metrics on each dev split."""
     return scores(data, dev_predictions(model, tok, data, cfg))

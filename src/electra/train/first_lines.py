@@ -8,7 +8,7 @@ from electra.config import TrainConfig
 from electra.data.loader import ShardDataset
 from electra.data.mixspec import Share, describe
 from electra.data.stream import StreamedShards
-from electra.objectives.config import RunConfig
+from electra.run_config import RunConfig
 from electra.runtime import Runtime, resolve_precision
 from electra.train.trainer import Trainer
 

@@ -39,10 +39,10 @@ from electra.io.files import disk_errors
 from electra.io.trackers import Tracking, check_reachable, parse_log_to
 from electra.model import body_of, count_parameters
 from electra.model.kernels import HostLayout, kept_attention_bytes
-from electra.objectives.config import RunConfig
 from electra.objectives.flops import step_flops_per_sequence
 from electra.objectives.masking import Batch, Draws, slots, step_draws
 from electra.objectives.pretraining import ElectraPretrainingModel, begin_step, stage_at
+from electra.run_config import RunConfig
 from electra.runtime import (
     Runtime,
     autocast,

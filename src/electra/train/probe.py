@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,6 +22,9 @@ from electra.runtime import Runtime
 from electra.tasks.base import TaskData
 from electra.tasks.registry import load_task
 from electra.train.finetuning import ModelSource, evaluate_model, finetune_one
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 
 class Probe:
@@ -34,7 +37,7 @@ class Probe:
                                         text_columns=tc.probe_text_columns,
                                         label_column=tc.probe_label_column)
         self.tokenizer = tokenizer  # the run's (written once the run folder is)
-        self.tok: Any = None
+        self.tok: Tokenizer | None = None
         self.cfg = FinetuneConfig(freeze="encoder", lr=1e-3, epochs=tc.probe_epochs,
                                   max_train_examples=tc.probe_max_examples,
                                   precision=tc.precision)

@@ -12,6 +12,7 @@ from typing import Any
 
 from torch import nn
 
+from electra.config import BODY_SETTINGS, ModelConfig
 from electra.errors import UserError
 from electra.model.bodies import bert, deberta, modernbert
 from electra.model.bodies.spec import Adapter, Body, Recipe
@@ -19,14 +20,31 @@ from electra.registry import Registry
 
 __all__ = ["BODIES", "Adapter", "Body", "Recipe", "adapter_of", "blocks", "body_of", "check",
            "encoder_for", "model_preset", "model_types", "preset_names", "recipe",
-           "register", "task_transform"]
+           "register", "remove", "task_transform"]
 
 BODIES: Registry[Body] = Registry("body")
+
+
+def register(body: Body) -> Body:
+    """Add a body (a plug-in, or a test's toy) under its name, and its own settings
+    (``config.BODY_SETTINGS``, what ``[model]`` keys and ``cfg.KEY`` read); returns it. A name
+    already registered is refused (ValueError)."""
+    BODIES.add(body.name, body)
+    BODY_SETTINGS.add(body.name, body.settings)
+    return body
+
+
+def remove(name: str) -> None:
+    """Take a body and its settings out (a test's toy, after the test)."""
+    BODIES.remove(name)
+    BODY_SETTINGS.remove(name)
+
+
 for _body in (bert.BODY, modernbert.BODY, deberta.BODY):  # a new body: one more here
-    BODIES.add(_body.name, _body)
+    register(_body)
 
 
-def body_of(cfg: Any) -> Body:
+def body_of(cfg: ModelConfig) -> Body:
     """The body ``cfg.body`` names; an unknown one is a UserError naming the choices."""
     if cfg.body not in BODIES:
         raise UserError(f"model.body={cfg.body!r} is not a body; choose one of "
@@ -34,12 +52,15 @@ def body_of(cfg: Any) -> Body:
     return BODIES[cfg.body]
 
 
-def check(cfg: Any) -> None:
-    """``cfg``'s body exists and accepts its own settings (``Body.check``)."""
-    body_of(cfg).check(cfg)
+def check(cfg: ModelConfig) -> None:
+    """``cfg``'s body exists and accepts its own settings (their types and ranges, then
+    ``Body.check``)."""
+    body = body_of(cfg)
+    body.settings.of(cfg)
+    body.check(cfg)
 
 
-def encoder_for(cfg: Any, embeddings: nn.Module | None = None,
+def encoder_for(cfg: ModelConfig, embeddings: nn.Module | None = None,
                 kernels: Any = None) -> nn.Module:
     """The encoder of ``cfg``'s body, with ``embeddings`` (shared) or its own."""
     check(cfg)
@@ -51,7 +72,7 @@ def blocks() -> tuple[type[nn.Module], ...]:
     return tuple(b.block for b in BODIES.values())
 
 
-def task_transform(cfg: Any) -> nn.Module | None:
+def task_transform(cfg: ModelConfig) -> nn.Module | None:
     """The body's module before a fine-tuning head's classifier (``Body.task_head``), or
     None where each head keeps its own (the BERT body: ELECTRA's heads)."""
     make = body_of(cfg).task_head
@@ -89,7 +110,7 @@ def model_types() -> dict[str, Body]:
     return {b.adapter.model_type: b for b in BODIES.values() if b.adapter is not None}
 
 
-def adapter_of(cfg: Any) -> Adapter:
+def adapter_of(cfg: ModelConfig) -> Adapter:
     """How ``cfg``'s body exports; a body without a transformers mapping is a UserError."""
     adapter = body_of(cfg).adapter
     if adapter is None:
@@ -99,7 +120,3 @@ def adapter_of(cfg: Any) -> Adapter:
     return adapter
 
 
-def register(body: Body) -> Body:
-    """Add a body (a plug-in, or a test's toy) under its name; returns it. A name already
-    registered is refused (ValueError)."""
-    return BODIES.add(body.name, body)

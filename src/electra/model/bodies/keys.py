@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from electra.config import ModelConfig
+from electra.config import ModelConfig, config_from_dict
 from electra.errors import UserError
 
 REQUIRED = object()  # a config.json key without a default
@@ -49,7 +49,8 @@ def config_from(hf: dict[str, Any], table: list[tuple[str, str, Any]], where: st
     if missing:
         raise UserError(f"{where}: {what} config needs {missing[0]!r}; the file is incomplete")
     values = {ours: hf.get(theirs, default) for ours, theirs, default in table}
-    return ModelConfig(**values, pad_token_id=hf.get("pad_token_id", 0) or 0, **fixed)
+    return config_from_dict(ModelConfig, {**values, "pad_token_id": hf.get("pad_token_id", 0)
+                                          or 0, **fixed}, where)
 
 
 

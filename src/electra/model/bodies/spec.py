@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from electra.config import ModelConfig
+from electra.config import BodySettings, ModelConfig
 from electra.errors import UserError
 
 State = dict[str, torch.Tensor]
@@ -58,7 +58,7 @@ class Adapter:
     generator_weights: str | None = None  # a file beside a discriminator holding a generator
 
 
-def _no_check(cfg: Any) -> None:
+def _no_check(cfg: ModelConfig) -> None:
     return None
 
 
@@ -76,7 +76,8 @@ class Body:
     ``rtd_context``: whether the discriminator's head first norms each state plus its row's
     [CLS] state (DeBERTa's replaced-token head; ELECTRA's reads the state alone).
 
-    Its settings: ``check(cfg)`` refuses values of its own settings it cannot run (a
+    Its settings: ``settings`` the class of its own (a ``BodySettings``: fields, ranges and
+    docs, in its folder; read as ``cfg.KEY``), ``check(cfg)`` refuses values it cannot run (a
     UserError), ``check_exportable(cfg)`` what a pretraining run refuses before it starts
     because export would, ``defaults`` what a config switching to it brings (its published
     dropout and LayerNorm epsilon), ``recipes`` its named presets, ``adapter`` its
@@ -92,6 +93,7 @@ class Body:
     task_head: Callable[[Any], nn.Module] | None = None
     packed_rows: bool = True  # whether it keeps the sequences of a packed row apart
     rtd_context: bool = False
+    settings: type[BodySettings] = BodySettings
     check: Callable[[Any], None] = _no_check
     check_exportable: Callable[[Any], None] = _no_check
     defaults: dict[str, Any] = field(default_factory=dict)
@@ -99,7 +101,7 @@ class Body:
     adapter: Adapter | None = None
 
 
-def as_wide_as_blocks(cfg: Any) -> None:
+def as_wide_as_blocks(cfg: ModelConfig) -> None:
     """A body whose transformers classes have no place for ELECTRA's projection of narrower
     embeddings: such a model trains, but ``electra export`` would refuse it hours later, so
     a pretraining run refuses it before it starts (``Body.check_exportable``)."""

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from electra.data.tokenizer import special_names
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 QUESTIONS = {"cause": "What was the cause?", "effect": "What happened as a result?"}
 
@@ -91,7 +94,7 @@ def read_choices(path: str | Path, copa: bool, labelled: bool = True) -> list[Ch
     return out
 
 
-def encode_choices(tok: Any, examples: list[ChoiceExample],
+def encode_choices(tok: Tokenizer, examples: list[ChoiceExample],
                    max_length: int) -> dict[str, torch.Tensor]:
     """(examples, choices, T) input_ids, token_type_ids, attention_mask, padded to the
     longest pair; ``labels`` (examples,) when every example has one."""

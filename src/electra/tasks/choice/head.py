@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -25,6 +25,9 @@ from electra.model import EncoderWithHead
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, confusion, cross_entropy, logits
 from electra.tasks.choice.data import ChoiceExample, encode_choices, read_choices
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 
 class MultipleChoice(EncoderWithHead):
@@ -105,7 +108,7 @@ class Choice(Head):
               ) -> nn.Module:
         return MultipleChoice(cfg, kernels)
 
-    def encode(self, tok: Any, examples: list[Any], data: TaskData,
+    def encode(self, tok: Tokenizer, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
         return encode_choices(tok, examples, cfg.max_length)  # type: ignore[arg-type]
 
@@ -114,7 +117,7 @@ class Choice(Head):
         """Cross-entropy of the softmax over each example's choices: (B, C) against (B,)."""
         return cross_entropy(logits, labels)
 
-    def scores(self, model: nn.Module, tok: Any, examples: list[ChoiceExample],
+    def scores(self, model: nn.Module, tok: Tokenizer, examples: list[ChoiceExample],
                cfg: FinetuneConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """(examples, choices) scores, every pair batched by length as evaluation does."""
         batch = encode_choices(tok, examples, cfg.max_length)  # type: ignore[arg-type]
@@ -123,7 +126,7 @@ class Choice(Head):
                                                       "token_type_ids")}
         return logits(model, flat, cfg.precision).view(B, C), batch
 
-    def predict(self, model: nn.Module, tok: Any, examples: list[Any], data: TaskData,
+    def predict(self, model: nn.Module, tok: Tokenizer, examples: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> tuple[Any, Any]:
         out, batch = self.scores(model, tok, examples, cfg)
         return out.argmax(-1).numpy(), batch["labels"].numpy()
@@ -136,13 +139,13 @@ class Choice(Head):
         return confusion(preds, labels, {i: f"choice {i}" for i in data.labels.values()},
                          split)
 
-    def records(self, model: nn.Module, tok: Any, items: list[Any], data: TaskData,
+    def records(self, model: nn.Module, tok: Tokenizer, items: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> list[dict[str, Any]]:
         probs = self.scores(model, tok, items, cfg)[0].softmax(-1)
         return [{"label": int(p.argmax()), "probs": [round(float(x), 6) for x in p]}
                 for p in probs]
 
-    def write_test(self, model: nn.Module, tok: Any, data: TaskData, cfg: FinetuneConfig,
+    def write_test(self, model: nn.Module, tok: Tokenizer, data: TaskData, cfg: FinetuneConfig,
                    folder: Path) -> list[Path]:
         """SuperGLUE's ``COPA.jsonl``: {"idx", "label"} per test example."""
         written = []

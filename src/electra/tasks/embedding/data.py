@@ -14,12 +14,15 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from electra.data.examples import ROLE_COLUMNS, Example, _records, check_unread, encode, header_of
 from electra.errors import UserError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 HEADERS = (("anchor", "positive", "negative"), ("query", "positive", "negative"),
            ("query", "document", None), ("sentence1", "sentence2", None))
@@ -136,13 +139,13 @@ def _number(value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def encode_texts(tok: Any, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
+def encode_texts(tok: Tokenizer, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
     """(N, T) ids, masks and zero segments, each text ``[CLS] text [SEP]`` alone, padded to
     the longest (the shared encoder of examples: electra.data.examples.encode)."""
     return encode(tok, [Example(t, None, None) for t in texts], max_length, None, False)
 
 
-def encode_pairs(tok: Any, pairs: list[Pair], max_length: int) -> dict[str, torch.Tensor]:
+def encode_pairs(tok: Tokenizer, pairs: list[Pair], max_length: int) -> dict[str, torch.Tensor]:
     """(rows, texts, T) ids, masks and zero segments, each text encoded alone, and zero
     ``labels`` (each row's positive is its own: the loss reads the rows' order)."""
     k = len(pairs[0].texts()) if pairs else 2

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -39,6 +39,9 @@ from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, logits
 from electra.tasks.embedding.data import encode_pairs, encode_texts, read_pairs
 from electra.tasks.embedding.loss import InfoNCE
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 
 def pool(h: torch.Tensor, mask: torch.Tensor, cls: bool, normalize: bool) -> torch.Tensor:
@@ -195,7 +198,7 @@ class Embedding(Head):
         s = EmbeddingSettings.of(settings)
         return InfoNCE(s.temperature, s.learn_temperature)
 
-    def encode(self, tok: Any, examples: list[Any], data: TaskData,
+    def encode(self, tok: Tokenizer, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
         return encode_pairs(tok, examples, cfg.max_length or 128)
 
@@ -204,13 +207,13 @@ class Embedding(Head):
         """Summed InfoNCE of the loss object's logits (:meth:`InfoNCE.loss`)."""
         return InfoNCE.loss(logits)
 
-    def embeddings(self, model: nn.Module, tok: Any, texts: list[str],
+    def embeddings(self, model: nn.Module, tok: Tokenizer, texts: list[str],
                    cfg: FinetuneConfig) -> np.ndarray:
         """(N, H) embeddings of ``texts``, batched by length as evaluation does."""
         return logits(model, encode_texts(tok, texts, cfg.max_length or 128),
                       cfg.precision).numpy()
 
-    def predict(self, model: nn.Module, tok: Any, examples: list[Any], data: TaskData,
+    def predict(self, model: nn.Module, tok: Tokenizer, examples: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> tuple[Any, Any]:
         """Each dev query's rank of its positive among the dev documents (each once)."""
         docs: dict[str, int] = {}
@@ -226,7 +229,7 @@ class Embedding(Head):
         return {"mrr@10": float(np.where(r <= 10, 1.0 / r, 0.0).mean()),
                 "recall@1": float((r <= 1).mean()), "recall@10": float((r <= 10).mean())}
 
-    def records(self, model: nn.Module, tok: Any, items: list[Any], data: TaskData,
+    def records(self, model: nn.Module, tok: Tokenizer, items: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> list[dict[str, Any]]:
         out = self.embeddings(model, tok, list(items), cfg)
         return [{"embedding": [round(float(x), 6) for x in v]} for v in out]

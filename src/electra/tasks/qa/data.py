@@ -22,13 +22,16 @@ import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from electra.data.tokenizer import special_names
 from electra.errors import UserError
 from electra.io.files import read_json
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 
 @dataclass
@@ -143,7 +146,7 @@ def split_articles(examples: list[QAExample], fraction: float, seed: int = 0
             [e for e in examples if e.title not in train_titles])
 
 
-def qa_features(tok: Any, examples: list[QAExample], max_length: int = 512,
+def qa_features(tok: Tokenizer, examples: list[QAExample], max_length: int = 512,
                 stride: int = 128, max_query: int = 64, training: bool = False
                 ) -> dict[str, Any]:
     """Windows over each context. Tensors input_ids, token_type_ids, attention_mask (padded

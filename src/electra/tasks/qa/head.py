@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -31,6 +31,9 @@ from electra.tasks.qa.data import (
     split_articles,
     squad_scores,
 )
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 
 class QuestionAnswerer(EncoderWithHead):
@@ -154,7 +157,7 @@ class QA(Head):
               ) -> nn.Module:
         return QuestionAnswerer(cfg, kernels)
 
-    def encode(self, tok: Any, examples: list[Any], data: TaskData,
+    def encode(self, tok: Tokenizer, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
         """Training windows, each with its answer's token positions (B, 2)."""
         qa = self.settings(cfg)
@@ -169,11 +172,11 @@ class QA(Head):
         return sum(cross_entropy(logits[..., k], labels[:, k])
                    for k in (0, 1)) / 2  # type: ignore[return-value]
 
-    def predict(self, model: nn.Module, tok: Any, examples: list[Any], data: TaskData,
+    def predict(self, model: nn.Module, tok: Tokenizer, examples: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> tuple[Any, Any]:
         return self.answers(model, tok, examples, cfg), examples
 
-    def answers(self, model: nn.Module, tok: Any, examples: list[QAExample],
+    def answers(self, model: nn.Module, tok: Tokenizer, examples: list[QAExample],
                 cfg: FinetuneConfig, batch_size: int = 64
                 ) -> tuple[dict[str, str], dict[str, float]]:
         """Each question's best answer over its context's windows, and its no-answer score
@@ -194,7 +197,7 @@ class QA(Head):
                data: TaskData) -> tuple[list[str], dict[str, Any] | None]:
         return ([f"{split}: every answer is empty"] if not any(preds[0].values()) else []), None
 
-    def records(self, model: nn.Module, tok: Any, items: list[Any], data: TaskData,
+    def records(self, model: nn.Module, tok: Tokenizer, items: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> list[dict[str, Any]]:
         answers, null = self.answers(model, tok, items, cfg)
         no_answer = data.name == "squad2"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -32,6 +32,9 @@ from electra.tasks.sequence.data import (
     read_glue,
     write_submission,
 )
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 
 class SequenceClassifier(EncoderWithHead):
@@ -192,7 +195,7 @@ class Sequence(Head):
         return examples + [Example(e.text_b, e.text_a, e.label) for e in examples
                            if e.text_b is not None]
 
-    def encode(self, tok: Any, examples: list[Any], data: TaskData,
+    def encode(self, tok: Tokenizer, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
         return encode(tok, examples, cfg.max_length, data.labels, data.regression)  # type: ignore[arg-type]
 
@@ -202,7 +205,7 @@ class Sequence(Head):
             return F.mse_loss(logits.squeeze(-1).float(), labels.float(), reduction="sum")
         return cross_entropy(logits, labels)
 
-    def predict(self, model: nn.Module, tok: Any, examples: list[Any], data: TaskData,
+    def predict(self, model: nn.Module, tok: Tokenizer, examples: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> tuple[Any, Any]:
         batch = self.encode(tok, examples, data, cfg)
         return self._predict(model, batch, data, cfg).numpy(), batch["labels"].numpy()
@@ -225,7 +228,7 @@ class Sequence(Head):
             return [], None
         return confusion(preds, labels, {i: n for n, i in data.labels.items()}, split)
 
-    def records(self, model: nn.Module, tok: Any, items: list[Any], data: TaskData,
+    def records(self, model: nn.Module, tok: Tokenizer, items: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> list[dict[str, Any]]:
         out = logits(model, self.encode(tok, items, data, cfg), cfg.precision, len(items))
         if data.regression:
@@ -236,7 +239,7 @@ class Sequence(Head):
                  "probs": {names[j]: round(float(p[j]), 6) for j in range(len(names))}}
                 for p in probs]
 
-    def write_test(self, model: nn.Module, tok: Any, data: TaskData, cfg: FinetuneConfig,
+    def write_test(self, model: nn.Module, tok: Tokenizer, data: TaskData, cfg: FinetuneConfig,
                    folder: Path) -> list[Path]:
         """GLUE submission files for the test splits (labels by name; STS-B in [0, 5])."""
         names = {i: label for label, i in data.labels.items()}

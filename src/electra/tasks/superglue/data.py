@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from electra.data.tokenizer import special_names
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
 from electra.tasks.qa.data import exact_score, f1_score
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 BOOL = ("false", "true")  # SuperGLUE's JSON booleans, as label names
 
@@ -277,7 +280,7 @@ def _unique_questions(rows: list[Row], where: str) -> None:
             seen.append(r.group)
 
 
-def record_windows(tok: Any, rows: list[Row], max_length: int,
+def record_windows(tok: Tokenizer, rows: list[Row], max_length: int,
                    stride: int) -> dict[str, Any]:
     """ReCoRD's (filled query, passage) pairs in windows over the passage, as SQuAD's
     contexts are: tensors input_ids, token_type_ids, attention_mask (padded to the longest),

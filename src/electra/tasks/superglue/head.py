@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -37,6 +37,9 @@ from electra.tasks.superglue.data import (
     record_windows,
     write_submission,
 )
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 
 @dataclass
@@ -112,7 +115,7 @@ class SuperGLUE(Sequence):
         return [r for n, row in jsonl(path, read_text(path, "--input").splitlines())
                 for r in spec.read(row, f"{path}:{n}", False)]
 
-    def encode(self, tok: Any, examples: list[Any], data: TaskData,
+    def encode(self, tok: Tokenizer, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
         """Pairs as the sequence head reads them; ReCoRD's in windows over the passage,
         training on the windows that hold a mention of the row's candidate."""
@@ -124,7 +127,7 @@ class SuperGLUE(Sequence):
             return {k: v[keep] for k, v in {**w, "labels": ids[w.pop("row")]}.items()}
         return super().encode(tok, examples, data, cfg)
 
-    def probs(self, model: Any, tok: Any, rows: list[Row], data: TaskData,
+    def probs(self, model: Any, tok: Tokenizer, rows: list[Row], data: TaskData,
               cfg: FinetuneConfig) -> np.ndarray:
         """Each row's class probabilities; a ReCoRD candidate's P(answer) is its best
         window's among those that mention it (any window where none does)."""
@@ -140,12 +143,12 @@ class SuperGLUE(Sequence):
         best = torch.where(covering >= 0, covering, anywhere)
         return torch.stack([1 - best, best], 1).numpy()
 
-    def predict(self, model: Any, tok: Any, examples: list[Any], data: TaskData,
+    def predict(self, model: Any, tok: Tokenizer, examples: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> tuple[Any, Any]:
         ids = np.array([data.labels.get(str(e.label), -1) for e in examples])
         return self.probs(model, tok, examples, data, cfg), Labelled(ids, examples)
 
-    def records(self, model: Any, tok: Any, items: list[Any], data: TaskData,
+    def records(self, model: Any, tok: Tokenizer, items: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> list[dict[str, Any]]:
         names = {i: n for n, i in data.labels.items()}
         return [{"label": names[int(p.argmax())], **({"candidate": r.candidate}
@@ -174,7 +177,7 @@ class SuperGLUE(Sequence):
         return confusion(preds.argmax(-1)[known], labels.ids[known],
                          {i: n for n, i in data.labels.items()}, split)
 
-    def write_test(self, model: Any, tok: Any, data: TaskData, cfg: FinetuneConfig,
+    def write_test(self, model: Any, tok: Tokenizer, data: TaskData, cfg: FinetuneConfig,
                    folder: Path) -> list[Path]:
         """SuperGLUE's submission file (``BoolQ.jsonl``, ...) for the test split; an RTE
         model also writes ``AX-b.jsonl`` and ``AX-g.jsonl`` where their folders sit beside

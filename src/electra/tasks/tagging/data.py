@@ -20,12 +20,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from electra.data.labels import Spellings
 from electra.data.tokenizer import special_names
 from electra.errors import UserError
 from electra.io.files import jsonl, read_text
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 IGNORE = -100
 _BIO = re.compile(r"^(O|[BIES]-.+)$")
@@ -87,37 +90,29 @@ def _conllu(path: Path, text: str, tag_column: str) -> list[Sentence]:
         raise UserError(f"--tag-column {tag_column}: a CoNLL-U file has the tag columns "
                         f"{', '.join(UD_COLUMNS)}")
     col = UD_COLUMNS[tag_column]
-    out, words, tags, spellings = [], [], [], Spellings()
+    read = _Sentences(path)
     for n, line in enumerate(text.splitlines(), 1):
         if line.startswith("#"):
             continue
         if not line.strip():
-            if words:
-                out.append(Sentence(words, tags))
-            words, tags = [], []
+            read.end()
             continue
         fields = line.split("\t")
         if len(fields) != 10:
             raise UserError(f"{path}:{n}: {len(fields)} tab-separated columns, CoNLL-U has 10")
         if "-" in fields[0] or "." in fields[0]:
             continue  # a multiword token's range, or an empty node: not words
-        words.append(fields[1])
-        tags.append(spellings.read(fields[col], f"{path}:{n}", "tag"))
-    if words:
-        out.append(Sentence(words, tags))
-    spellings.note(path, "tags")
-    return out
+        read.word(fields[1], fields[col], n)
+    return read.done()
 
 
 def _conll(path: Path, text: str, tag_column: str | None) -> list[Sentence]:
-    out, words, tags, spellings = [], [], [], Spellings()
+    read = _Sentences(path)
     width = None
     for n, line in enumerate(text.splitlines(), 1):
         fields = line.split()
         if not fields:  # a blank line, or one of whitespace alone: the sentence ends
-            if words:
-                out.append(Sentence(words, tags))
-            words, tags = [], []
+            read.end()
             continue
         if fields[0] == "-DOCSTART-":
             continue
@@ -126,13 +121,33 @@ def _conll(path: Path, text: str, tag_column: str | None) -> list[Sentence]:
             raise UserError(f"{path}:{n}: {len(fields)} column(s) where the file's first word "
                             f"line has {width}; a CoNLL line is a word and its tag (tab- or "
                             f"space-separated)")
-        col = _column(tag_column, width, path)
-        words.append(fields[0])
-        tags.append(spellings.read(fields[col], f"{path}:{n}", "tag"))
-    if words:
-        out.append(Sentence(words, tags))
-    spellings.note(path, "tags")
-    return out
+        read.word(fields[0], fields[_column(tag_column, width, path)], n)
+    return read.done()
+
+
+class _Sentences:
+    """The sentences of a CoNLL or CoNLL-U file as its lines are read: a word and its tag
+    at a time, a sentence at each blank line; the tags' spellings noted at the end."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.spellings = path, Spellings()
+        self.out: list[Sentence] = []
+        self.words: list[str] = []
+        self.tags: list[str] = []
+
+    def word(self, word: str, tag: str, n: int) -> None:
+        self.words.append(word)
+        self.tags.append(self.spellings.read(tag, f"{self.path}:{n}", "tag"))
+
+    def end(self) -> None:
+        if self.words:
+            self.out.append(Sentence(self.words, self.tags))
+        self.words, self.tags = [], []
+
+    def done(self) -> list[Sentence]:
+        self.end()
+        self.spellings.note(self.path, "tags")
+        return self.out
 
 
 def _column(tag_column: str | None, width: int, path: Path) -> int:
@@ -169,7 +184,7 @@ def tagging_metrics(tags: list[str] | dict[str, int]) -> tuple[str, ...]:
         "accuracy",)
 
 
-def encode_tagged(tok: Any, sentences: list[Sentence], max_length: int,
+def encode_tagged(tok: Tokenizer, sentences: list[Sentence], max_length: int,
                   labels: dict[str, int]) -> dict[str, Any]:
     """Tokenize each sentence's words ([CLS] pieces [SEP]), truncate, pad to the longest.
     ``labels`` (B, T): the word's tag id on its first piece, -100 elsewhere; ``first``

@@ -8,7 +8,7 @@ scored with seqeval's entity F1 for BIO tags, else accuracy, and exports as tran
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -30,6 +30,9 @@ from electra.tasks.tagging.data import (
     tagging_metrics,
     word_predictions,
 )
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer  # (the types only: the readers stay light)
 
 
 class TokenClassifier(EncoderWithHead):
@@ -94,7 +97,7 @@ class Tagging(Head):
               ) -> nn.Module:
         return TokenClassifier(cfg, len(labels), kernels)
 
-    def encode(self, tok: Any, examples: list[Any], data: TaskData,
+    def encode(self, tok: Tokenizer, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
         out = encode_tagged(tok, examples, cfg.max_length, data.labels)  # type: ignore[arg-type]
         out.pop("first", None)  # where words start: for predictions only
@@ -109,11 +112,11 @@ class Tagging(Head):
         """The global batch's tagged words."""
         return max(1, int((labels[index] != IGNORE).sum()))
 
-    def predict(self, model: nn.Module, tok: Any, examples: list[Any], data: TaskData,
+    def predict(self, model: nn.Module, tok: Tokenizer, examples: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> tuple[Any, Any]:
         return self.tags(model, tok, examples, data, cfg), [s.tags for s in examples]
 
-    def tags(self, model: nn.Module, tok: Any, sentences: list[Sentence], data: TaskData,
+    def tags(self, model: nn.Module, tok: Tokenizer, sentences: list[Sentence], data: TaskData,
              cfg: FinetuneConfig, batch_size: int = 64) -> list[list[str]]:
         """Each sentence's predicted tag per word (read at the word's first piece; a word cut
         off by max_length gets "O", or the first tag where there is no "O")."""
@@ -138,7 +141,7 @@ class Tagging(Head):
         y = np.array([data.labels[t] for s in labels for t in s])
         return confusion(p, y, {i: n for n, i in data.labels.items()}, split)
 
-    def records(self, model: nn.Module, tok: Any, items: list[Any], data: TaskData,
+    def records(self, model: nn.Module, tok: Tokenizer, items: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> list[dict[str, Any]]:
         tags = self.tags(model, tok, items, data, cfg)
         return [{"tokens": s.words, "tags": t} for s, t in zip(items, tags, strict=True)]

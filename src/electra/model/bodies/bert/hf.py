@@ -14,9 +14,9 @@ import torch
 
 from electra.config import ModelConfig
 from electra.errors import UserError
-from electra.model.bodies.bert.model import fuse_qkv, split_qkv
 from electra.model.bodies.keys import REQUIRED, config_from, converted, rename
 from electra.model.bodies.spec import Adapter
+from electra.model.layers import fuse_qkv, split_qkv
 
 # (our key pattern, transformers key pattern); "{i}" is a layer index.
 ENCODER = [

@@ -13,4 +13,5 @@ from electra.model.bodies.spec import Body, as_wide_as_blocks
 BODY = Body("deberta", DebertaEncoder, DebertaGDESEmbeddings, DebertaBlock,
             deberta_macs_per_token, packed_rows=False, rtd_context=True, check=recipes.check,
             check_exportable=as_wide_as_blocks, defaults=recipes.DEFAULTS,
-            recipes=recipes.RECIPES, adapter=hf.ADAPTER)
+            recipes=recipes.RECIPES, adapter=hf.ADAPTER,
+            settings=recipes.DebertaSettings)

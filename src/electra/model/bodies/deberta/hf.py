@@ -18,9 +18,9 @@ import torch
 
 from electra.config import ModelConfig
 from electra.errors import UserError
-from electra.model.bodies.bert.model import fuse_qkv, split_qkv
 from electra.model.bodies.keys import REQUIRED, config_from, converted, rename
 from electra.model.bodies.spec import Adapter, State
+from electra.model.layers import fuse_qkv, split_qkv
 
 ENCODER = [
     ("encoder.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),

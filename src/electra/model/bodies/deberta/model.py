@@ -36,9 +36,8 @@ from torch import nn
 
 from electra.config import ModelConfig
 from electra.errors import UserError
-from electra.model.bodies.bert.model import Block
 from electra.model.kernels import FAST_CPU, Kernels, Layout
-from electra.model.layers import GDES, Dropout, Linear, TokenTable
+from electra.model.layers import GDES, Block, Dropout, Linear, TokenTable
 
 
 def position_span(cfg: ModelConfig) -> tuple[int, int]:
@@ -101,7 +100,7 @@ class DebertaGDESEmbeddings(GDES, DebertaEmbeddings):
 
 class DebertaBlock(Block):
     """Disentangled self-attention, then BERT's post-LN block (its fused Q/K/V, output
-    projection, norms and feed-forward layers: :class:`electra.model.bodies.bert.model.Block`'s)."""
+    projection, norms and feed-forward layers: :class:`electra.model.layers.Block`'s)."""
 
     def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
         super().__init__(cfg, kernels)

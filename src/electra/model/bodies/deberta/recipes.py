@@ -5,13 +5,34 @@ LayerNorm eps 1e-7; RTD with gradient-disentangled embedding sharing; its rtd.sh
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from electra.config import ModelConfig
+from electra.config import BodySettings, ModelConfig
 from electra.errors import UserError
 from electra.model.bodies.spec import Recipe
 
-DEFAULTS = {"hidden_dropout": 0.1, "attention_dropout": 0.1, "layer_norm_eps": 1e-7}
+
+@dataclass(frozen=True)
+class DebertaSettings(BodySettings):
+    """The DeBERTa body's own settings: its relative positions and disentangled attention."""
+
+    RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {
+        "position_buckets": ">= 0", "max_relative_positions": ">= 0"}
+    position_buckets: int = 256
+    """deberta: relative distances in log buckets, exact up to half of them (DeBERTa-V3's
+    256); 0: one row per distance up to max_relative_positions."""
+    max_relative_positions: int = 0
+    """deberta: the farthest distance the buckets tell apart (0: max_position_embeddings)."""
+    pos_att_type: str = "p2c|c2p"
+    """deberta: the position terms of disentangled attention, any of c2p (content to
+    position) and p2c (position to content), |-separated (empty: content only)."""
+    share_att_key: bool = True
+    """deberta: positions through the blocks' own query and key projections (V3's); false:
+    through projections of their own."""
+
+
+DEFAULTS: dict[str, Any] = {"hidden_dropout": 0.1, "attention_dropout": 0.1, "layer_norm_eps": 1e-7}
 
 # DeBERTa-V3: RTD with gradient-disentangled embedding sharing, 15% of tokens chosen, each
 # replaced by [MASK] in the generator's input (its masker's keep_prob=0), λ = 50 (the
@@ -33,7 +54,7 @@ RECIPES = {
                                          "base": (12, 768, 12)}.items()}
 
 
-def check(cfg: Any) -> None:
+def check(cfg: ModelConfig) -> None:
     """Its relative-position settings: terms it knows, buckets the log scale can place (an
     even count of 4 or more, and distances beyond half of them)."""
     terms = [t for t in cfg.pos_att_type.split("|") if t]

@@ -14,4 +14,5 @@ from electra.model.bodies.spec import Body, as_wide_as_blocks
 BODY = Body("modernbert", ModernEncoder, ModernGDESEmbeddings, ModernBlock,
             modern_macs_per_token, bias=False, length_error=modern_length_error,
             task_head=ModernHead, check=recipes.check, check_exportable=as_wide_as_blocks,
-            defaults=recipes.DEFAULTS, recipes=recipes.RECIPES, adapter=hf.ADAPTER)
+            defaults=recipes.DEFAULTS, recipes=recipes.RECIPES, adapter=hf.ADAPTER,
+            settings=recipes.ModernBertSettings)

@@ -23,7 +23,7 @@ from torch import nn
 
 from electra.config import ModelConfig
 from electra.model.kernels import FAST_CPU, Kernels, Layout
-from electra.model.layers import GDES, Dropout, Linear, TokenTable, encode
+from electra.model.layers import GDES, Dropout, Linear, TokenTable, encode, glu, rotate
 
 
 class ModernEmbeddings(TokenTable, nn.Module):
@@ -44,27 +44,6 @@ class ModernEmbeddings(TokenTable, nn.Module):
 
 class ModernGDESEmbeddings(GDES, ModernEmbeddings):
     """ModernBERT's embeddings under gradient-disentangled sharing (``GDES``)."""
-
-
-def rotate(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
-           num_heads: int) -> torch.Tensor:
-    """RoPE on the query and key thirds of fused projections (..., 3H), each token at its
-    ``positions`` (the leading dims, or broadcast to them): q·cos + rotate_half(q)·sin in
-    fp32, cast back, as transformers computes it."""
-    lead, three_h = qkv.shape[:-1], qkv.shape[-1]
-    parts = qkv.view(*lead, 3, num_heads, three_h // 3 // num_heads)
-    freqs = positions[..., None].float() * inv_freq  # (..., hs/2)
-    angles = torch.cat((freqs, freqs), -1)[..., None, :]  # (..., 1, hs)
-    cos, sin = angles.cos(), angles.sin()
-
-    def turn(x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        half = x32.shape[-1] // 2
-        return (x32 * cos + torch.cat((-x32[..., half:], x32[..., :half]), -1) * sin
-                ).to(qkv.dtype)
-
-    q, k, v = parts.unbind(-3)
-    return torch.stack((turn(q), turn(k), v), -3).view(*lead, three_h)
 
 
 class ModernBlock(nn.Module):
@@ -109,8 +88,7 @@ class ModernBlock(nn.Module):
             a = layout.attend(self.kernels, qkv, self.num_heads, p, self.probs_dropout,
                               window=self.window)
         x = x + self.out_dropout(self.attention_out(a))
-        up, gate = self.mlp_in(self.mlp_norm(x)).chunk(2, -1)
-        return x + self.mlp_out(self.mlp_dropout(F.gelu(up) * gate))
+        return x + self.mlp_out(self.mlp_dropout(glu(self.mlp_in(self.mlp_norm(x)), "gelu")))
 
 
 class ModernEncoder(nn.Module):

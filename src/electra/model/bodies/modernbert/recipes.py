@@ -5,13 +5,32 @@ ModernBERT's own recipe (``-mask30``: 30% masking, the trapezoidal schedule)."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from electra.config import ModelConfig
+from electra.config import BodySettings, ModelConfig
 from electra.errors import UserError
 from electra.model.bodies.spec import Recipe
 
-DEFAULTS = {"hidden_dropout": 0.0, "attention_dropout": 0.0, "layer_norm_eps": 1e-5}
+
+@dataclass(frozen=True)
+class ModernBertSettings(BodySettings):
+    """The ModernBERT body's own settings: its local and global attention and RoPE."""
+
+    RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {
+        "local_attention": ">= 2", "global_every": ">= 1", "global_rope_theta": "> 0",
+        "local_rope_theta": "> 0"}
+    local_attention: int = 128
+    """modernbert: the window of a local block (tokens at most half of it away attend)."""
+    global_every: int = 3
+    """modernbert: every n-th block (the first included) attends globally."""
+    global_rope_theta: float = 160_000.0
+    """modernbert: RoPE's base in the global blocks."""
+    local_rope_theta: float = 10_000.0
+    """modernbert: RoPE's base in the local blocks."""
+
+
+DEFAULTS: dict[str, Any] = {"hidden_dropout": 0.0, "attention_dropout": 0.0, "layer_norm_eps": 1e-5}
 
 _SMALL = ModelConfig(body="modernbert", embedding_size=256, hidden_size=256, num_layers=7,
                      num_heads=4, intermediate_size=384, max_position_embeddings=8192,
@@ -39,7 +58,7 @@ def _require(ok: bool, message: str) -> None:
         raise UserError(message)
 
 
-def check(cfg: Any) -> None:
+def check(cfg: ModelConfig) -> None:
     """The local window is an even number of tokens; RoPE turns pairs of a head's
     dimensions, so every head (the generator's too) is an even number wide."""
     _require(cfg.local_attention >= 2 and cfg.local_attention % 2 == 0,
