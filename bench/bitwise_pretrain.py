@@ -11,6 +11,11 @@ where they differ, the largest relative difference of every metric and weight, a
 when no loss and no weight differs by more than R (a change that reorders a sum: say why in
 the commit; rank statistics such as the AUC move more and are shown, not judged).
 
+``--form``: how the run reads its data: ``local`` (one prepared folder, the default),
+``mixture`` (that folder and a second one prepared with another seed, ``--data A:0.7+B:0.3``)
+or ``streamed`` (the folder uploaded by each checkout's ``prepare --out s3://...`` to an S3
+server of the script's own, moto's, and read under ``train.shuffle=blocks``).
+
 Weights are compared as the newer layout holds them: a checkout that saved each block's
 query, key and value as three tensors has them stacked into the one ``qkv`` tensor first.
 
@@ -21,6 +26,7 @@ tokenizer trained on them (both checkouts read the same files).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -37,16 +43,27 @@ TIMES = {"time", "elapsed", "seconds", "tokens_per_s", "step_s", "data_s", "eta_
          "wall", "flops_per_s", "sec", "samples_per_s"}
 
 
-def run(checkout: Path, work: Path, text: Path, vocab: Path, precision: str = "fp32") -> dict:
-    env = {**os.environ, "PYTHONPATH": str(checkout / "src"), "OMP_NUM_THREADS": "2"}
+def run(checkout: Path, work: Path, text: Path, vocab: Path, precision: str = "fp32",
+        form: str = "local", store: dict[str, str] | None = None) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(checkout / "src"), "OMP_NUM_THREADS": "2",
+           **(store or {}), "ELECTRA_CACHE": str(work / "cache")}
     cli = [sys.executable, "-m", "electra"]
-    data, out = work / "data", work / "run"
-    subprocess.run([*cli, "prepare", "--input", str(text), "--tokenizer", str(vocab),
-                    "--out", str(data), "--seq-len", "64", "--val-fraction", "0.05"],
-                   check=True, env=env, capture_output=True)
-    subprocess.run([*cli, "pretrain", "--preset", "tiny", "--data", str(data), "--out",
+    data, out = str(work / "data"), work / "run"
+    prepare = [*cli, "prepare", "--input", str(text), "--tokenizer", str(vocab), "--seq-len",
+               "64", "--val-fraction", "0.05"]
+    subprocess.run([*prepare, "--out", data], check=True, env=env, capture_output=True)
+    extra: tuple[str, ...] = ()
+    if form == "mixture":
+        subprocess.run([*prepare, "--out", str(work / "other"), "--seed", "1"], check=True,
+                       env=env, capture_output=True)
+        data = f"{data}:0.7+{work / 'other'}:0.3"
+    elif form == "streamed":
+        url = f"s3://data/{work.name}"
+        subprocess.run([*prepare, "--out", url], check=True, env=env, capture_output=True)
+        data, extra = url, ("train.shuffle=blocks", "train.shuffle_block=64")
+    subprocess.run([*cli, "pretrain", "--preset", "tiny", "--data", data, "--out",
                     str(out), "--quiet", "--device", "cpu",
-                    *[a for kv in ("train.max_steps=12", "train.batch_size=16",
+                    *[a for kv in (*extra, "train.max_steps=12", "train.batch_size=16",
                                    f"train.precision={precision}", "train.log_every=3",
                                    "train.eval_every=6", "train.save_every=6",
                                    "train.warmup_steps=4",
@@ -99,7 +116,35 @@ def main() -> int:
     ap.add_argument("--tolerance", type=float, help="largest relative difference allowed")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                     help="the runs' train.precision (bf16, fp16: autocast's path)")
+    ap.add_argument("--form", default="local", choices=["local", "mixture", "streamed"],
+                    help="the data: one local folder, a mixture of two, a store's streamed")
     args = ap.parse_args()
+    with contextlib.ExitStack() as stack:
+        store = stack.enter_context(_store()) if args.form == "streamed" else None
+        return _compare(args, store)
+
+
+@contextlib.contextmanager
+def _store():
+    """An S3 server of moto's on a free port, a bucket ``data`` in it, and the environment
+    that reaches it."""
+    import fsspec
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
+    os.environ.update(env)
+    fsspec.filesystem("s3", skip_instance_cache=True).mkdir("data")
+    try:
+        yield env
+    finally:
+        server.stop()
+
+
+def _compare(args: argparse.Namespace, store: dict[str, str] | None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if SHARED.is_dir():
@@ -110,7 +155,8 @@ def main() -> int:
         got = {}
         for name, checkout in (("A", args.a), ("B", args.b)):
             (tmp / name).mkdir()
-            got[name] = run(checkout.resolve(), tmp / name, text, vocab, args.precision)
+            got[name] = run(checkout.resolve(), tmp / name, text, vocab, args.precision,
+                            args.form, store)
         a, b = got["A"], got["B"]
         print(f"metrics lines: {len(a['metrics'])} / {len(b['metrics'])}; weight tensors: "
               f"{len(a['weights'])} / {len(b['weights'])}")

@@ -48,7 +48,7 @@ def score(disc: torch.nn.Module, tok: Tokenizer, texts: list[str], batch_size: i
           ) -> list[dict[str, Any]]:
     """For each text: its tokens (without [CLS]/[SEP]), their character offsets and the
     probability each was replaced. Texts longer than the model's positions are truncated."""
-    limit = cast(ModelConfig, disc.config).max_position_embeddings
+    limit = cast("ModelConfig", disc.config).max_position_embeddings
     tok.no_padding()
     tok.enable_truncation(limit)
     roles = special_names(tok)
