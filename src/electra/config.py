@@ -154,14 +154,15 @@ MODEL_LIMITS = {"vocab_size": 1 << 24, "embedding_size": 1 << 16, "hidden_size":
                 "max_position_embeddings": 1 << 16, "type_vocab_size": 1024}
 
 
-@dataclass(frozen=True)
-class BodySettings:
-    """A body's own model settings (a body's ``Settings``, in its folder,
-    ``electra.model.bodies.<name>``): frozen and checked as every config (types,
-    ``RANGES``), given as ``[model]`` keys (``--set model.KEY=VALUE``) beside ModelConfig's
-    and saved flat with them. This base: a body with none."""
+O = TypeVar("O", bound="OwnSettings")
 
-    SECTION: ClassVar[str] = "model"
+
+@dataclass(frozen=True)
+class OwnSettings:
+    """The settings a part owns beside a config's (a body's, a task family's): frozen and
+    checked as every config (types, ``RANGES``), saved flat with the config's."""
+
+    SECTION: ClassVar[str] = ""
     RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {}
 
     def __post_init__(self) -> None:
@@ -169,12 +170,26 @@ class BodySettings:
         _check_ranges(self)
 
     @classmethod
-    def of(cls: type[B], cfg: ModelConfig) -> B:
-        """The settings among ``cfg.own`` that are this body's (its defaults for the rest)."""
-        return cls(**{k: v for k, v in cfg.own.items() if name_in(cls, k)})
+    def picked(cls: type[O], values: dict[str, Any]) -> O:
+        """The settings among ``values`` that are this part's (its defaults for the rest)."""
+        return cls(**{k: v for k, v in values.items() if name_in(cls, k)})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class BodySettings(OwnSettings):
+    """A body's own model settings (a body's ``Settings``, in its folder,
+    ``electra.model.bodies.<name>``), given as ``[model]`` keys (``--set model.KEY=VALUE``)
+    beside ModelConfig's and saved flat with them. This base: a body with none."""
+
+    SECTION: ClassVar[str] = "model"
+
+    @classmethod
+    def of(cls: type[B], cfg: ModelConfig) -> B:
+        """The settings among ``cfg.own`` that are this body's (its defaults for the rest)."""
+        return cls.picked(cfg.own)
 
 
 B = TypeVar("B", bound=BodySettings)
@@ -757,26 +772,15 @@ class FinetuneConfig(LoopConfig):
 
 
 @dataclass(frozen=True)
-class FamilySettings:
-    """A task family's own fine-tuning settings (a head's ``Settings``, in its package):
-    frozen and checked as every config (types, ``RANGES``), given with `--set KEY=VALUE`
-    beside FinetuneConfig's and saved flat with them. This base: a family with none."""
-
-    SECTION: ClassVar[str] = ""
-    RANGES: ClassVar[dict[str, str | tuple[str, ...]]] = {}
-
-    def __post_init__(self) -> None:
-        _check_types(self)
-        _check_ranges(self)
+class FamilySettings(OwnSettings):
+    """A task family's own fine-tuning settings (a head's ``Settings``, in its package),
+    given with `--set KEY=VALUE` beside FinetuneConfig's and saved flat with them. This
+    base: a family with none."""
 
     @classmethod
     def of(cls: type[F], values: dict[str, Any]) -> F:
         """The settings among ``values`` (a run's flat settings) that are this family's."""
-        return cls(**{k: v for k, v in values.items() if name_in(cls, k)})
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
+        return cls.picked(values)
 
 
 def config_keys(cls: type) -> list[str]:
