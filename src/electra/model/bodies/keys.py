@@ -63,3 +63,17 @@ def converted(folder: Any, what: str, convert: Any, state: dict[str, torch.Tenso
         return convert(state, part, lambda: fresh(cfg))
     except KeyError as err:
         raise UserError(f"{folder}: unexpected weight {err}; not {what}") from None
+
+
+def no_generator(folder: Any, what: str) -> UserError:
+    """The refusal of a generator folder that holds none (``what``: the class it is not, and
+    the weights it lacks)."""
+    return UserError(f"{folder}: not {what}, so no generator; import it as the discriminator "
+                     f"alone (a fresh generator is built)")
+
+
+def rtd_beside(body: str, model_class: str, head: str) -> str:
+    """The export note of a body transformers has no replaced-token class for."""
+    return (f"transformers has no {body} class for replaced-token detection: discriminator/ "
+            f"loads as {model_class}, and its RTD head ({head}) rides beside it for electra "
+            f"detect and import")

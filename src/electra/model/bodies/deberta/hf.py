@@ -18,6 +18,7 @@ import torch
 
 from electra.config import ModelConfig
 from electra.errors import UserError
+from electra.model.bodies import keys
 from electra.model.bodies.keys import REQUIRED, config_from, converted, rename
 from electra.model.bodies.spec import Adapter, State
 from electra.model.layers import fuse_qkv, split_qkv
@@ -209,9 +210,8 @@ def read(folder: Path, hf: dict[str, Any], state: dict[str, torch.Tensor], part:
     cfg = from_config(hf, where, part == "generator")
     if part == "generator" and not any(k.split(".")[0] in ("lm_predictions", "cls")
                                        for k in state):
-        raise UserError(f"{folder}: not a DebertaV2ForMaskedLM (no lm_predictions.* or cls.* "
-                        f"weights) and no {GENERATOR_WEIGHTS}, so no generator; import it as "
-                        f"the discriminator alone (a fresh generator is built)")
+        raise keys.no_generator(folder, f"a DebertaV2ForMaskedLM (no lm_predictions.* or cls.* "
+                                   f"weights) and no {GENERATOR_WEIGHTS}")
     return cfg, converted(folder, "a DeBERTa-V3 model", from_state, state, part,
                           fresh_discriminator, cfg), head_fresh
 
@@ -219,6 +219,5 @@ def read(folder: Path, hf: dict[str, Any], state: dict[str, torch.Tensor], part:
 ADAPTER = Adapter(
     "deberta-v2", to_config, to_state, hf_class, read, ("input_ids", "attention_mask"),
     why_not, generator_weights=GENERATOR_WEIGHTS,
-    note="transformers has no DeBERTa class for replaced-token detection: discriminator/ "
-         "loads as DebertaV2Model, and its RTD head (mask_predictions.*, the released V3 "
-         "checkpoints' names) rides beside it for electra detect and import")
+    note=keys.rtd_beside("DeBERTa", "DebertaV2Model",
+                    "mask_predictions.*, the released V3 checkpoints' names"))

@@ -14,6 +14,7 @@ import torch
 
 from electra.config import ModelConfig
 from electra.errors import UserError
+from electra.model.bodies import keys
 from electra.model.bodies.keys import REQUIRED, config_from, converted, rename
 from electra.model.bodies.spec import Adapter, State
 
@@ -164,9 +165,7 @@ def read(folder: Path, hf: dict[str, Any], state: dict[str, torch.Tensor], part:
     electra exported it, else a fresh one, seeded), a generator from ModernBertForMaskedLM."""
     cfg = from_config(hf, str(folder / "config.json"), part == "generator")
     if part == "generator" and "decoder.bias" not in state:
-        raise UserError(f"{folder}: not a ModernBertForMaskedLM (no decoder.* weights), so "
-                        f"no generator; import it as the discriminator alone (a fresh "
-                        f"generator is built)")
+        raise keys.no_generator(folder, "a ModernBertForMaskedLM (no decoder.* weights)")
     head_fresh = part == "discriminator" and not any(
         k.startswith("discriminator_predictions.") for k in state)
     return cfg, converted(folder, "a ModernBERT model", from_state, state, part,
@@ -176,6 +175,4 @@ def read(folder: Path, hf: dict[str, Any], state: dict[str, torch.Tensor], part:
 ADAPTER = Adapter(
     "modernbert", task_config, to_state, hf_class, read, ("input_ids", "attention_mask"),
     why_not, specials_in_config=True,
-    note="transformers has no ModernBERT class for replaced-token detection: discriminator/ "
-         "loads as ModernBertModel, and its RTD head (discriminator_predictions.*) rides "
-         "beside it for electra detect and import")
+    note=keys.rtd_beside("ModernBERT", "ModernBertModel", "discriminator_predictions.*"))
