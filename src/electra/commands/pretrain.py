@@ -33,7 +33,7 @@ from electra.data.tokenizer import SIDECAR, load_tokenizer
 from electra.errors import UserError
 from electra.io import hub
 from electra.io.checkpoint import latest_checkpoint
-from electra.io.files import read_json, write_json
+from electra.io.files import maybe_json, read_json, write_json
 from electra.io.outputs import Claim, claim_out
 from electra.model import count_parameters
 from electra.run_config import data_table, decay_branch_config, load_run_config, resumed_run_config
@@ -227,10 +227,7 @@ def _in_its_run(checkpoint: Path, theirs: dict[str, Any], free: set[str]) -> boo
     run = checkpoint.parent.parent
     if checkpoint.parent.name != "checkpoints" or not (run / "config.json").is_file():
         return False
-    try:
-        mine = json.loads((run / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+    mine = maybe_json(run / "config.json")
     return isinstance(mine, dict) and not config_diffs(
         {k: v for k, v in theirs.items() if k not in ("step", "tokens")}, mine, free)
 

@@ -236,6 +236,15 @@ def read_json(path: Path, what: str = "", max_bytes: int = MAX_JSON_BYTES) -> An
     return parse_json(text, str(path), what)
 
 
+def maybe_json(path: Path) -> Any:
+    """The JSON in ``path`` as :func:`read_json` reads it, or None where the file is missing,
+    unreadable, oversized or not JSON (a file that may be absent, or another program's)."""
+    try:
+        return read_json(path)
+    except UserError:
+        return None
+
+
 MAX_TOML_BYTES = 1 << 20  # a config file; ours are under 2 kB
 
 

@@ -20,10 +20,10 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from electra.config import ModelConfig  # (the type only: cards read no config)
+from electra.config import ModelConfig
+from electra.io.files import maybe_json
 
 PIPELINES = {"generator": "fill-mask"}
 """The hub's pipeline of a pretraining part (a fine-tuned head names its own)."""
@@ -164,9 +164,8 @@ def source_lineage(path: str | Path | None) -> dict[str, Any]:
     here = {"base_model": hub_id(folder.resolve()), "base_revision": hub_revision(
         folder.resolve())}
     for meta_file in (folder / "discriminator" / "config.json", folder / "config.json"):
-        try:
-            meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        meta = maybe_json(meta_file)
+        if meta is None:  # missing, or not JSON: the next
             continue
         if isinstance(meta, dict) and "model_type" in meta:  # transformers'
             found = {**here, "license": _license(folder)}

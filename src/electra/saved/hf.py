@@ -46,7 +46,7 @@ from electra.data.tokenizer import (
 )
 from electra.errors import UserError
 from electra.io import hub
-from electra.io.files import read_json, staged
+from electra.io.files import maybe_json, read_json, staged
 from electra.io.outputs import claim_out
 from electra.io.progress import progress
 from electra.model import Discriminator, Generator, count_parameters
@@ -245,7 +245,7 @@ def sentence_transformers_folder(folder: Path) -> SentenceTransformersFolder | N
     :class:`SentenceTransformersFolder`; None for any other folder. A pooling electra does
     not embed with (max, weighted mean, a prompt left out of the mean, ...) is a
     UserError."""
-    modules = _json(folder / "modules.json")
+    modules = maybe_json(folder / "modules.json")
     if not isinstance(modules, list):
         return None
     kinds = {str(m.get("type", "")).rpartition(".")[2]: m for m in modules
@@ -255,7 +255,7 @@ def sentence_transformers_folder(folder: Path) -> SentenceTransformersFolder | N
                         f"module; electra reads those of an encoder and a pooling")
     pooling = "mean"
     if "Pooling" in kinds:
-        cfg = _json(folder / kinds["Pooling"].get("path", "") / "config.json") or {}
+        cfg = maybe_json(folder / kinds["Pooling"].get("path", "") / "config.json") or {}
         modes = [cfg.get("pooling_mode")] if cfg.get("pooling_mode") else [
             m.removeprefix("pooling_mode_").removesuffix("_token").removesuffix("_tokens")
             for m, on in cfg.items() if m.startswith("pooling_mode_") and on is True]
@@ -268,10 +268,10 @@ def sentence_transformers_folder(folder: Path) -> SentenceTransformersFolder | N
                             f"pools every token of the text")
         pooling = modes[0]
     transformer = folder / kinds["Transformer"].get("path", "")
-    bert = _json(transformer / "sentence_bert_config.json") or {}
-    length = bert.get("max_seq_length") or (_json(transformer / "tokenizer_config.json")
+    bert = maybe_json(transformer / "sentence_bert_config.json") or {}
+    length = bert.get("max_seq_length") or (maybe_json(transformer / "tokenizer_config.json")
                                             or {}).get("model_max_length")
-    own = _json(folder / "config_sentence_transformers.json") or {}
+    own = maybe_json(folder / "config_sentence_transformers.json") or {}
     prompts: dict[str, Any] = own["prompts"] if isinstance(own.get("prompts"), dict) else {}
     default = own.get("default_prompt_name")
     return SentenceTransformersFolder(
@@ -280,13 +280,6 @@ def sentence_transformers_folder(folder: Path) -> SentenceTransformersFolder | N
         bert.get("do_lower_case") is True,
         tuple((str(k), str(v)) for k, v in prompts.items() if isinstance(v, str)),
         default if isinstance(default, str) and default in prompts else None)
-
-
-def _json(path: Path) -> Any:
-    try:
-        return read_json(path)
-    except UserError:
-        return None
 
 
 @contextlib.contextmanager

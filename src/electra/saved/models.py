@@ -13,7 +13,6 @@ the folder and the flag it came from.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from electra.config import ModelConfig, config_from_dict
 from electra.errors import UserError
 from electra.io import hub
 from electra.io.checkpoint import load_checkpoint
-from electra.io.files import read_json
+from electra.io.files import maybe_json, read_json
 from electra.model import Discriminator, Generator
 from electra.objectives.config import ObjectiveConfig
 from electra.objectives.pretraining import ElectraPretrainingModel
@@ -113,10 +112,8 @@ def encoder_part(path: str | Path) -> str:
     starts from: a fine-tuned model's classifier, else (a run, one of its parts or
     checkpoints, a transformers folder) its discriminator."""
     meta = Path(path) / "config.json"
-    try:
-        kind = json.loads(meta.read_text(encoding="utf-8")).get("kind")
-    except (OSError, ValueError, AttributeError):
-        kind = None
+    found = maybe_json(meta)
+    kind = found.get("kind") if isinstance(found, dict) else None
     return "classifier" if kind == "classifier" else "discriminator"
 
 
