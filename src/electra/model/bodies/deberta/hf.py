@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
+import electra.model.bodies.keys as keys
 from electra.config import ModelConfig
 from electra.errors import UserError
-from electra.model.bodies import keys
 from electra.model.bodies.keys import REQUIRED, config_from, converted, rename
 from electra.model.bodies.spec import Adapter, State
 from electra.model.layers import fuse_qkv, split_qkv
