@@ -319,8 +319,14 @@ class ModelConfig:
         return config_from_dict(ModelConfig, {**mine, **self.own, **changes}, "[model]")
 
     def settings(self) -> BodySettings:
-        """The body's own settings (those given, its defaults for the rest)."""
-        return BODY_SETTINGS.get(self.body, BodySettings).of(self)
+        """The body's own settings (those given, its defaults for the rest), made once a
+        config (a body's forward reads them: no checks again on the step's path)."""
+        made = self.__dict__.get("_settings")
+        if made is None:
+            made = BODY_SETTINGS.get(self.body, BodySettings).of(self)
+            if self.body in BODY_SETTINGS:  # (a body registered later is read then)
+                object.__setattr__(self, "_settings", made)
+        return made
 
     def to_dict(self) -> dict[str, Any]:
         """Flat, as config.json keeps it: the shared keys, then the body's own."""
@@ -335,12 +341,14 @@ class ModelConfig:
 
     def __getattr__(self, name: str) -> Any:
         """A body's own setting read as ``cfg.KEY`` (its value, or its body's default)."""
-        if name.startswith("_") or name == "own" or name not in body_keys():
+        if name.startswith("_") or name == "own":
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         settings = self.settings()
-        if not name_in(type(settings), name):
+        if name in type(settings).__dataclass_fields__:
+            return getattr(settings, name)
+        if name in body_keys():
             raise AttributeError(f"model.{name} is not a setting of the {self.body} body")
-        return getattr(settings, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __hash__(self) -> int:
         return hash(tuple((f.name, getattr(self, f.name)) for f in fields(self)
