@@ -3,6 +3,7 @@ text, metrics, configs and the bad-input contract."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import shutil
@@ -699,3 +700,46 @@ def test_the_first_line_names_what_the_step_runs_on(packed_letters, tmp_path, ca
         max_steps=1, unpad=True, grad_accum=2)))
     first = capsys.readouterr().out.splitlines()[0]
     assert "fp32, cpu (packed rows, unpadded, 2 micro-batches a step)" in first, first
+
+
+@pytest.mark.parametrize("shape,over", [("linear", "run"), ("cosine", "decay")])
+def test_a_mask_rate_schedule_logs_its_formula_and_resumes_bitwise(data, tmp_path, shape,
+                                                                   over):
+    """objective.mask_prob_end: the rate goes 0.3 -> 0.15 (linear over the run, or cosine
+    over wsd's decay); each metrics line's mask_rate is the formula's at its step (computed
+    here by hand), the chosen fraction follows it, the slots are sized for 0.3, and a run
+    stopped mid-schedule and resumed equals the uninterrupted one."""
+    import math
+
+    base = config(schedule="wsd", decay_fraction=0.5, eval_every=0, save_every=3)
+    cfg = dataclasses.replace(base, objective=ObjectiveConfig(
+        mask_prob=0.3, mask_prob_end=0.15, mask_shape=shape, mask_over=over))
+    run(data, tmp_path / "a", cfg)
+    run(data, tmp_path / "b", cfg, stop_after=7)
+    run(data, tmp_path / "b", cfg, resume=True)
+    a = without_timing(list(iter_metrics(tmp_path / "a")))
+    assert a == without_timing(list(iter_metrics(tmp_path / "b")))
+    start, stop = (0, 12) if over == "run" else (6, 12)
+
+    def by_hand(step: int) -> float:  # the step's index, 0-based
+        t = min(1.0, max(0.0, (step - start) / (stop - start)))
+        if shape == "linear":
+            return 0.3 + t * (0.15 - 0.3)
+        return 0.15 + 0.15 * 0.5 * (1 + math.cos(math.pi * t))
+
+    assert [r["mask_rate"] for r in a] == [pytest.approx(by_hand(r["step"] - 1)) for r in a]
+    assert a[0]["mask_rate"] == pytest.approx(0.3) and a[-1]["mask_rate"] < 0.17
+    assert a[0]["masked_frac"] > 0.27 and a[-1]["masked_frac"] < 0.18  # what was chosen
+    saved = json.loads((tmp_path / "a/config.json").read_text())
+    assert saved["objective"]["max_predictions"] == int((0.3 + 0.005) * 32)  # sized for 0.3
+
+
+def test_a_mask_rate_schedule_refuses_what_it_cannot_run():
+    with pytest.raises(UserError, match=r"objective.mask_over='decay'.*train.schedule='wsd'"):
+        RunConfig(objective=ObjectiveConfig(mask_prob=0.3, mask_prob_end=0.15,
+                                            mask_over="decay"))
+    with pytest.raises(UserError, match="use one of the two"):
+        RunConfig(objective=ObjectiveConfig(mask_prob=0.3, mask_prob_end=0.15),
+                  train=TrainConfig(phases="128:0.5:0.3,512:0.5:0.15"))
+    with pytest.raises(UserError, match=r"set objective.mask_prob_end"):
+        RunConfig(objective=ObjectiveConfig(mask_shape="cosine"))

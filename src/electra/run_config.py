@@ -22,6 +22,7 @@ from electra.config import (
     config_keys,
     did_you_mean,
     name_in,
+    parse_phases,
     parse_set,
 )
 from electra.errors import UserError
@@ -72,9 +73,40 @@ class RunConfig:
             _check(t.parallel == "ddp",
                    "objective.two_stage_steps runs in one process or with train.parallel=ddp")
 
+        if o.mask_prob_end is not None:
+            _check(o.mask_over != "decay" or t.schedule == "wsd",
+                   f"objective.mask_over='decay' runs the mask-rate schedule over the "
+                   f"learning rate's decay, which train.schedule={t.schedule!r} does not have; "
+                   f"set train.schedule='wsd' or objective.mask_over='run'")
+            _check(not any(m for *_, m in parse_phases(t.phases)),
+                   f"train.phases={t.phases} gives each phase its mask rate and "
+                   f"objective.mask_prob_end schedules one over the run; use one of the two")
+            _check(o.two_stage_steps == 0,
+                   "objective.mask_prob_end schedules the rate of a one-stage run; leave "
+                   "objective.two_stage_steps at 0")
+        else:
+            _check(o.mask_over == "run" and o.mask_shape == "linear",
+                   "objective.mask_shape and objective.mask_over shape a schedule that "
+                   "objective.mask_prob_end asks for; set objective.mask_prob_end (e.g. "
+                   "mask_prob = 0.3, mask_prob_end = 0.15)")
+
     @property
     def sharing(self) -> str:
         return sharing_of(self.model, self.objective)
+
+    def mask_window(self) -> tuple[int, int]:
+        """The steps [start, stop) the mask-rate schedule runs over (objective.mask_over):
+        the whole run, or the learning rate's decay (wsd's last steps)."""
+        t = self.train
+        if self.objective.mask_over == "decay":
+            return t.max_steps - (t.decay_steps or round(t.decay_fraction * t.max_steps)), \
+                t.max_steps
+        return 0, t.max_steps
+
+    def mask_prob_at(self, step: int) -> float:
+        """The masking rate of training step ``step`` (objective.mask_prob without a
+        schedule)."""
+        return self.objective.mask_prob_at(step, *self.mask_window())
 
 
     def to_dict(self) -> dict[str, Any]:

@@ -184,7 +184,10 @@ def pretraining_card(opt: PretrainOptions, p: Pretraining, kind: str,
     cfg, tc, t = p.cfg, p.cfg.train, p.trainer
     o, data = cfg.objective, corpus_name(p.data.meta, p.data.name)
     tokens = t.tokens
-    rows = [("objective", f"{o.kind}: {o.mask_prob:.0%} of tokens chosen, discriminator "
+    rate = (f"{o.mask_prob:.0%}" if o.mask_prob_end is None else
+            f"{o.mask_prob:.0%} -> {o.mask_prob_end:.0%} ({o.mask_shape}, over the "
+            f"{o.mask_over})")
+    rows = [("objective", f"{o.kind}: {rate} of tokens chosen, discriminator "
                           f"weight {o.disc_weight:g}, sharing {cfg.sharing}"),
             ("model", cards.size_line(module.config, count_parameters(module))),  # type: ignore[arg-type]
             ("data", f"{data}, in rows of {' then '.join(map(str, p.phases))} tokens"

@@ -9,6 +9,7 @@ defaults fill what is unset). The run that joins them with the model and the loo
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -21,6 +22,8 @@ from electra.config import (
 
 SHARINGS = ("embeddings", "none", "all", "gdes")
 UNITS = ("token", "word", "span")
+MASK_SHAPES = ("linear", "cosine")
+MASK_WINDOWS = ("run", "decay")
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,8 @@ class ObjectiveConfig:
         "random_token_prob": "[0, 1]", "replacement": ("uniform", "unigram"),
         "disc_weight": ">= 0", "temperature": "> 0", "temperature_end": "> 0",
         "temperature_steps": ">= 0", "sampling": ("inverse_cdf", "gumbel"),
-        "sharing": SHARINGS, "unit": UNITS, "span_mean": ">= 1", "two_stage_steps": ">= 0"}
+        "sharing": SHARINGS, "unit": UNITS, "span_mean": ">= 1", "two_stage_steps": ">= 0",
+        "mask_prob_end": "(0, 1)", "mask_shape": MASK_SHAPES, "mask_over": MASK_WINDOWS}
     kind: str = "electra"
     """electra: generator + discriminator (the paper's method). mlm: BERT's masked LM on a
     discriminator-sized model (the BERT baseline). random: no generator, chosen positions get
@@ -44,9 +48,18 @@ class ObjectiveConfig:
     predicting every token, with a copy probability (the paper's All-Tokens MLM)."""
     mask_prob: float = 0.15
     """Fraction of candidate tokens chosen per sequence (the budget, counted in tokens)."""
+    mask_prob_end: float | None = None
+    """A schedule of the rate: it goes from mask_prob to this one (e.g. 0.3 -> 0.15, Ettin's
+    and mmBERT's direction) along mask_shape, over mask_over; unset: mask_prob throughout."""
+    mask_shape: str = "linear"
+    """The schedule's shape: "linear" or "cosine" (half a cosine from start to end)."""
+    mask_over: str = "run"
+    """Where the schedule runs: the whole "run" (step 0 to train.max_steps), or the learning
+    rate's "decay" (train.schedule=wsd's last steps: mask_prob before, then to mask_prob_end;
+    a --decay-from branch's own decay)."""
     max_predictions: int | None = None
     """Most positions chosen per sequence; unset: int((mask_prob + 0.005) * seq_len), the
-    original's rule (19 at 128 tokens, 79 at 512)."""
+    original's rule (19 at 128 tokens, 79 at 512), at the schedule's highest rate."""
     mask_token_prob: float | None = None
     """Of the chosen positions, the fraction replaced by [MASK] in the (generator's) input;
     unset: 0.85 (ELECTRA), 0.8 for kind mlm (BERT)."""
@@ -119,6 +132,29 @@ class ObjectiveConfig:
         _check(self.two_stage_steps == 0 or method.two_stage,
                f"objective.two_stage_steps is the two-stage variant of kind 'electra', not of "
                f"{self.kind!r}")
+
+    @property
+    def top_mask_prob(self) -> float:
+        """The highest rate the run masks at (what the prediction slots are sized for)."""
+        return max(self.mask_prob, self.mask_prob_end or 0.0)
+
+    @property
+    def final_mask_prob(self) -> float:
+        """The rate the run ends at (validation's: every validation scores the same task)."""
+        return self.mask_prob if self.mask_prob_end is None else self.mask_prob_end
+
+    def mask_prob_at(self, step: int, start: int, stop: int) -> float:
+        """The masking rate at ``step`` of a schedule over steps [start, stop): mask_prob
+        before ``start``, mask_prob_end from ``stop`` on, and between them ``p0 + t (p1 -
+        p0)`` (linear) or ``p1 + (p0 - p1) (1 + cos(pi t)) / 2`` (cosine), t = (step -
+        start) / (stop - start)."""
+        p0, p1 = self.mask_prob, self.mask_prob_end
+        if p1 is None:
+            return p0
+        t = min(1.0, max(0.0, (step - start) / max(1, stop - start)))
+        if self.mask_shape == "cosine":
+            return p1 + (p0 - p1) * 0.5 * (1.0 + math.cos(math.pi * t))
+        return p0 + t * (p1 - p0)
 
     def temperature_at(self, step: int) -> float:
         """The sampling temperature at ``step`` (the schedule's end after it)."""

@@ -23,18 +23,41 @@ from electra.data.tokenizer import SpecialTokens
 class ObjectiveSettings(Protocol):
     """What the objectives read of ``electra.objectives.config.ObjectiveConfig``. They do not
     import it: the config validates ``objective.kind`` against their registry, so the import
-    would point back."""
+    would point back. Read-only: the config is frozen."""
 
-    kind: str
-    mask_prob: float
-    max_predictions: int | None
-    mask_token_prob: float | None
-    random_token_prob: float | None
-    replacement: str
-    disc_weight: float
-    sampling: str
-    unit: str
-    span_mean: float
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def mask_prob(self) -> float: ...
+
+    @property
+    def mask_prob_end(self) -> float | None: ...
+
+    @property
+    def max_predictions(self) -> int | None: ...
+
+    @property
+    def mask_token_prob(self) -> float | None: ...
+
+    @property
+    def random_token_prob(self) -> float | None: ...
+
+    @property
+    def replacement(self) -> str: ...
+
+    @property
+    def disc_weight(self) -> float: ...
+
+    @property
+    def sampling(self) -> str: ...
+
+    @property
+    def unit(self) -> str: ...
+
+    @property
+    def span_mean(self) -> float: ...
+
 
 
 @dataclass
@@ -144,9 +167,11 @@ class Draws:
 
 def slots(cfg: ObjectiveSettings, seq_len: int) -> int:
     """P, the prediction slots of a ``seq_len``-token row: ``max_predictions``, or when it
-    is unset the original's ``int((mask_prob + 0.005) * seq_len)`` (19 at 128, 79 at 512),
-    at least 1 and at most ``seq_len``."""
-    P = cfg.max_predictions or int((cfg.mask_prob + 0.005) * seq_len)
+    is unset the original's ``int((mask_prob + 0.005) * seq_len)`` (19 at 128, 79 at 512)
+    at the highest rate of a schedule (``mask_prob_end``), at least 1 and at most
+    ``seq_len``."""
+    top = max(cfg.mask_prob, cfg.mask_prob_end or 0.0)
+    P = cfg.max_predictions or int((top + 0.005) * seq_len)
     return max(1, min(P, seq_len))
 
 
@@ -159,13 +184,16 @@ def candidate_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return ok
 
 
-def chosen_count(candidates: torch.Tensor, cfg: ObjectiveSettings) -> torch.Tensor:
-    """(B,) the budget of each row, in tokens: ``max(1, min(max_predictions, round(mask_prob
-    * n)))``, never more than the row's n candidates (exactly what unit token chooses)."""
+def chosen_count(candidates: torch.Tensor, cfg: ObjectiveSettings,
+                 rate: float | None = None) -> torch.Tensor:
+    """(B,) the budget of each row, in tokens: ``max(1, min(max_predictions, round(rate *
+    n)))``, never more than the row's n candidates (exactly what unit token chooses);
+    ``rate``: the schedule's now (unset: ``mask_prob``)."""
     P = slots(cfg, candidates.shape[1])
     n = candidates.sum(1)
+    rate = cfg.mask_prob if rate is None else rate
     # torch.round rounds half to even, like Python's round() in the original data code.
-    return torch.round(n.to(torch.float64) * cfg.mask_prob).long().clamp(1, P).minimum(n)
+    return torch.round(n.to(torch.float64) * rate).long().clamp(1, P).minimum(n)
 
 
 def unit_starts(candidates: torch.Tensor, cfg: ObjectiveSettings,
@@ -189,9 +217,11 @@ def choose_positions(candidates: torch.Tensor, cfg: ObjectiveSettings,
                      rng: torch.Generator | None = None,
                      scores: torch.Tensor | None = None,
                      word_starts: torch.Tensor | None = None,
-                     span_u: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Choose each row's budget of ``max(1, min(max_predictions, round(mask_prob * n)))``
-    tokens among its n candidates: single tokens (unit token) or whole units (words, spans).
+                     span_u: torch.Tensor | None = None,
+                     rate: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Choose each row's budget of ``max(1, min(max_predictions, round(rate * n)))`` tokens
+    (``rate``: the schedule's now; unset: ``mask_prob``) among its n candidates: single
+    tokens (unit token) or whole units (words, spans).
 
     Tokens: uniformly at random without replacement (top-k of random scores). Units: taken in
     random order while they fit, so a unit is never split and the budget is never exceeded
@@ -204,7 +234,7 @@ def choose_positions(candidates: torch.Tensor, cfg: ObjectiveSettings,
     """
     B, T = candidates.shape
     P = slots(cfg, T)
-    k = chosen_count(candidates, cfg)  # (B,) the budget, in tokens
+    k = chosen_count(candidates, cfg, rate)  # (B,) the budget, in tokens
     if scores is None:
         scores = torch.rand(B, T, generator=rng, device=candidates.device)
     slot = torch.arange(P, device=candidates.device)[None, :]
@@ -229,12 +259,14 @@ def choose_positions(candidates: torch.Tensor, cfg: ObjectiveSettings,
 
 def choose(noise: Noise, input_ids: torch.Tensor, attention_mask: torch.Tensor,
            special: SpecialTokens, cfg: ObjectiveSettings,
-           word_starts: torch.Tensor | None = None) -> Noise:
-    """``noise`` (of these rows) with the positions chosen from it: the one choice a step
-    makes, which masking then reads (and the loss denominators count)."""
+           word_starts: torch.Tensor | None = None, rate: float | None = None) -> Noise:
+    """``noise`` (of these rows) with the positions chosen from it at ``rate`` (unset:
+    ``mask_prob``): the one choice a step makes, which masking then reads (and the loss
+    denominators count)."""
     cand = candidate_mask(input_ids, attention_mask, special)
     positions, weights = choose_positions(cand, cfg, scores=noise.scores,
-                                          word_starts=word_starts, span_u=noise.span_u)
+                                          word_starts=word_starts, span_u=noise.span_u,
+                                          rate=rate)
     return dataclasses.replace(noise, chosen=(positions, weights))
 
 
@@ -268,16 +300,18 @@ class Ranks(Protocol):
 
 
 def step_draws(batch: Batch, global_batch: int, vocab_size: int, special: SpecialTokens,
-               cfg: ObjectiveSettings, rng: torch.Generator, rt: Ranks) -> tuple[Norm, Noise]:
+               cfg: ObjectiveSettings, rng: torch.Generator, rt: Ranks,
+               rate: float | None = None) -> tuple[Norm, Noise]:
     """A step's loss denominators (summed over ranks) and this rank's rows of its random
     draws, drawn for the whole global batch (of which ``batch`` is this rank's rows), with
-    the positions chosen: the step's one choice, which the denominators count. What a
-    training or validation step draws before its micro-batches."""
+    the positions chosen at ``rate`` (a schedule's now; unset: ``mask_prob``): the step's
+    one choice, which the denominators count. What a training or validation step draws
+    before its micro-batches."""
     ids, mask = batch.input_ids, batch.attention_mask
     noise = Noise.draw(global_batch, ids.shape[1], vocab_size, cfg, rng, ids.device)
     first = rt.rank * len(ids)
     mine = choose(noise.rows(first, first + len(ids)), ids, mask, special, cfg,
-                  batch.word_starts)
+                  batch.word_starts, rate)
     chosen = mine.chosen[1].sum()  # type: ignore[index]
     counts = rt.all_sum(torch.stack([chosen, mask.sum()]).double())
     return Norm(chosen=counts[0].float(), tokens=counts[1].float()), mine

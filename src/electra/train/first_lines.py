@@ -32,6 +32,13 @@ def first_lines(trainer: Trainer, cfg: RunConfig, data: ShardDataset,
                 + (f", resuming at step {trainer.step}" if trainer.step else "")
                 + (f"; MFU against {peak / rt.world_size / 1e12:,.1f} TFLOP/s a device "
                    f"({source})" if peak else ""))
+    o = cfg.objective
+    if o.mask_prob_end is not None:
+        start, stop = cfg.mask_window()
+        trainer.say(f"electra: mask rate {o.mask_prob:.0%} -> {o.mask_prob_end:.0%} "
+                    f"({o.mask_shape}) over steps {start:,}-{stop:,}"
+                    + (" (the learning rate's decay)" if o.mask_over == "decay" else "")
+                    + f"; {slots_line(cfg, data.seq_len)}")
     if tc.shuffle == "blocks":
         streamed = [d.folder for mix in mixes.values() for d, _ in mix
                     if isinstance(d, StreamedShards)]
@@ -44,6 +51,13 @@ def first_lines(trainer: Trainer, cfg: RunConfig, data: ShardDataset,
         trainer.say("electra: data mix: " + describe(
             [[s for _, s in mix] for mix in mixes.values()], list(mixes)) + " of the rows"
             + " (each phase's held-out split: its first folder's)")
+
+
+def slots_line(cfg: RunConfig, seq_len: int) -> str:
+    """How many prediction slots a row has (sized for the schedule's highest rate)."""
+    from electra.objectives.masking import slots  # torch: the objectives'
+
+    return f"{slots(cfg.objective, seq_len)} prediction slots a row of {seq_len}"
 
 
 def step_levers(tc: TrainConfig, packed: bool) -> str:

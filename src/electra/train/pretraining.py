@@ -106,6 +106,13 @@ class Pretraining:
     phases: dict[int, Phase] = dataclasses.field(default_factory=dict)  # by row length
     current: int = 0  # the length of the last step's rows
 
+    @property
+    def scheduled_mask(self) -> bool:
+        """Whether the mask rate changes over the run (a schedule, or phases' own rates):
+        then each metrics line says the rate of its step."""
+        return self.cfg.objective.mask_prob_end is not None or any(
+            m for *_, m in parse_phases(self.cfg.train.phases))
+
     def mfu(self, tokens_per_s: float) -> dict[str, float]:
         """A metrics line's model FLOPs utilisation, over its real tokens (at the length of
         the last step's rows)."""
@@ -130,7 +137,8 @@ def train_step(trainer: Trainer, batch: dict[str, torch.Tensor], cfg: RunConfig,
     mine = Batch.of({k: v.to(rt.device, non_blocking=True) for k, v in batch.items()
                      if k != LAYOUTS}, full)
     norm, noise = step_draws(mine, rows * rt.world_size, cfg.model.vocab_size, special,
-                             cfg.objective, trainer.streams["masking"], rt)
+                             cfg.objective, trainer.streams["masking"], rt,
+                             cfg.mask_prob_at(trainer.step))
     stage = begin_step(trainer.model, obj_cfg, trainer.step)
     temperature = obj_cfg.temperature_at(trainer.step)
 
@@ -171,9 +179,10 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig,
 
     Scores the first ``eval_batches`` global batches of the split (in file order), each
     process its rows, pooled over processes: the numbers do not depend on the world size.
-    The masking and sampling seed is fixed, and replacements are sampled at the schedule's
-    final temperature, so every validation scores the same task on the same examples and
-    the numbers are comparable over the run.
+    The masking and sampling seed is fixed, and positions are chosen at the mask-rate
+    schedule's final rate and replacements sampled at the temperature schedule's final
+    temperature, so every validation scores the same task on the same examples and the
+    numbers are comparable over the run.
     """
     tc = cfg.train
     was_training = model.training
@@ -192,7 +201,7 @@ def validate(model: ElectraPretrainingModel, data: ShardDataset, cfg: RunConfig,
         host = data.batch(np.arange(first, first + per_rank))
         batch = Batch.of({k: v.to(rt.device) for k, v in host.items()})
         norm, noise = step_draws(batch, G, cfg.model.vocab_size, data.special,
-                                 cfg.objective, rng, rt)
+                                 cfg.objective, rng, rt, cfg.objective.final_mask_prob)
         hosts = host_layouts(host, micro) if tc.unpad else None
         hosts = None if hosts is None else [h.to(rt.device) for h in hosts]
         for j in range(0, per_rank, micro):
@@ -468,6 +477,8 @@ def fit(opt: PretrainOptions, p: Pretraining, rt: Runtime) -> None:
             record["batch_size"] = p.warm(p.loader.state_dict()["batches"] - 1)
         if tc.phases:  # the length phase the step trained at
             record["seq_len"] = p.current
+        if p.scheduled_mask:  # the step's mask rate
+            record["mask_rate"] = p.phases[p.current].cfg.mask_prob_at(trainer.step - 1)
         drawn = source_tokens(p.loader.state_dict())  # a mixture: real tokens by source
         if drawn:
             names = sorted(drawn)
