@@ -251,6 +251,9 @@ COMMANDS: dict[str, Command] = {
             arg("--init", metavar="RUN", help="start from these weights (a run folder, one "
                 "made by `electra import`, a transformers folder, or a hub id "
                 "org/name[@revision]); the model shape comes from it"),
+            arg("--generator", metavar="MASKED_LM", help="train against this masked LM, "
+                "frozen (objective fast_electra): a transformers *ForMaskedLM folder or hub "
+                "id, a run or its checkpoint, of the data's tokenizer"),
             _device(), _quiet(),
             arg("--stop-after", type=int, metavar="STEPS", help="stop after this many steps "
                 "with a checkpoint (for time-limited jobs; continue with --resume)"),
@@ -312,8 +315,10 @@ COMMANDS: dict[str, Command] = {
             arg("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                 help="override a base setting, e.g. --set train.batch_size=64"),
             arg("--objectives", default="electra,mlm,random", help=Later(
-                lambda: "objective kinds, comma-separated (default: electra,mlm,random): "
-                + ", ".join(_objectives()))),
+                lambda: "objective kinds, comma-separated (default: electra,mlm,random), "
+                "each KIND[:key=value...][:name=NAME] with objective settings of its own "
+                "(electra:mask_prob=0.3:mask_prob_end=0.15:name=electra-sched, "
+                "fast_electra:generator=RUN); kinds: " + ", ".join(_objectives()))),
             arg("--budget", required=True, help="training FLOPs per objective (e.g. 3e15), "
                 "a duration of this machine's compute (30m, 1h, 90s: measured once), or demo "
                 "(the tiny model, ~15 minutes in all on a laptop CPU)"),

@@ -17,6 +17,7 @@ from electra.cli import main
 from electra.config import ModelConfig
 from electra.data.tokenizer import SpecialTokens
 from electra.experiments import compare_plan, compare_spec
+from electra.model import Generator
 from electra.objectives.config import ObjectiveConfig
 from electra.objectives.flops import step_flops_per_sequence
 from electra.objectives.masking import Batch, Draws
@@ -43,14 +44,21 @@ HAND = {
     "random": 6 * (DISC + RTD_HEAD),
     "replace_mlm": 6 * (DISC + MLM_HEAD + GEN + GEN_HEAD),
     "all_tokens_mlm": 6 * (DISC + RTD_HEAD + T * (32 * 16 + 16 * 100) + GEN + GEN_HEAD),
+    # a frozen generator of the generator's shape: its forward only (2 FLOPs a MAC)
+    "fast_electra": 6 * (DISC + RTD_HEAD) + 2 * (GEN + GEN_HEAD),
 }
+FROZEN = CFG.generator_config()  # fast_electra's generator in these counts
+
+
+def objective_of(kind: str) -> ObjectiveConfig:
+    frozen = OBJECTIVES[kind].frozen_generator
+    return ObjectiveConfig(kind=kind, max_predictions=P, generator="x" if frozen else None)
 
 
 def test_flops_per_step_equal_hand_counts():
     assert DISC == 73_728 and HAND["electra"] == 625_920  # the arithmetic, written out
     for kind in KINDS:
-        objective = ObjectiveConfig(kind=kind, max_predictions=P)
-        assert step_flops_per_sequence(CFG, objective, T) == HAND[kind], kind
+        assert step_flops_per_sequence(CFG, objective_of(kind), T, FROZEN) == HAND[kind], kind
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -59,8 +67,10 @@ def test_flops_equal_torch_profiler_count_of_a_real_step(kind):
     as plain matrix products, which it counts)."""
     special = SpecialTokens(pad=0, unk=1, cls=2, sep=3, mask=4)
     torch.manual_seed(0)
-    objective = ObjectiveConfig(kind=kind, max_predictions=P)
+    objective = objective_of(kind)
     model = ElectraPretrainingModel(CFG, objective, special)
+    if model.method.frozen_generator:
+        model.attach_generator(Generator(FROZEN))
     B = 3
     ids = torch.randint(5, 100, (B, T))
     ids[:, 0], ids[:, -1] = 2, 3
@@ -68,7 +78,7 @@ def test_flops_equal_torch_profiler_count_of_a_real_step(kind):
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(Batch(ids, ones, torch.zeros_like(ids)),
               Draws(rng=torch.Generator().manual_seed(0))).loss.backward()
-    assert counter.get_total_flops() == B * step_flops_per_sequence(CFG, objective, T)
+    assert counter.get_total_flops() == B * step_flops_per_sequence(CFG, objective, T, FROZEN)
 
 
 def test_a_budget_buys_each_objective_the_steps_its_flops_imply():
@@ -97,6 +107,39 @@ def test_a_budget_buys_each_objective_the_steps_its_flops_imply():
     with pytest.raises(compare_spec.UserError, match="is too small"):
         compare_plan.make_plan(meta, raw, ["electra"], ("flops", 3 * 4 * HAND["electra"]),
                           [0.25, 1.0], [], [1], [])
+
+
+def test_variants_of_one_kind_run_under_their_names_at_their_own_cost(monkeypatch):
+    """--objectives KIND:key=value...:name=NAME: the same kind with and without a mask-rate
+    schedule, and fast_electra with its frozen generator (its forward in the step's FLOPs,
+    so it buys more steps than electra, whose generator also trains)."""
+    meta = {"vocab_size": 100, "pad_id": 0, "seq_len": T}
+    raw = {"model": {k: getattr(CFG, k) for k in ("embedding_size", "hidden_size",
+                                                   "num_layers", "num_heads",
+                                                   "intermediate_size",
+                                                   "max_position_embeddings",
+                                                   "generator_size")},
+           "objective": {"max_predictions": P},
+           "train": {"batch_size": 4, "max_steps": 100, "warmup_steps": 10}}
+    variants = compare_spec.parse_objectives(
+        "electra,electra:mask_prob=0.3:mask_prob_end=0.15:name=electra-sched,"
+        "fast_electra:generator=RUN:temperature=2:temperature_end=1:temperature_steps=10")
+    assert [v.name for v in variants] == ["electra", "electra-sched", "fast_electra"]
+    monkeypatch.setattr(compare_plan, "frozen_config",
+                        lambda c: FROZEN if c.objective.generator == "RUN" else None)
+    plan = compare_plan.make_plan(meta, raw, variants, ("flops", 5e8), [0.5, 1.0], [], [1], [])
+    sched = plan.objectives["electra-sched"].objective
+    assert (sched.kind, sched.mask_prob, sched.mask_prob_end) == ("electra", 0.3, 0.15)
+    assert plan.objectives["electra"].objective.mask_prob_end is None
+    assert plan.flops_per_step["fast_electra"] == 4 * HAND["fast_electra"]
+    assert plan.objectives["fast_electra"].train.max_steps > plan.objectives[
+        "electra"].train.max_steps
+    assert [m[0] for m in plan.models()][:2] == ["electra-50", "electra-100"]
+    for bad, said in (("electra,electra:mask_prob_end=0.1", "a kind that comes twice"),
+                      ("electra:kind=mlm", "drop kind="), ("nope", "unknown objective"),
+                      ("electra:name=../x", "a name becomes a folder name")):
+        with pytest.raises(compare_spec.UserError, match=said):
+            compare_spec.parse_objectives(bad)
 
 
 def test_budget_and_task_parsing():

@@ -65,8 +65,11 @@ def main(data: str | None, out: str, preset: str | None = None, config: str | No
          sets: list[str] | None = None, resume: bool = False, overwrite: bool = False,
          init: str | None = None, device: str = "auto", progress: bool = True,
          stop_after: int | None = None, dist_timeout: float = DEFAULT_TIMEOUT_S,
-         decay_from: str | None = None) -> None:
+         decay_from: str | None = None, generator: str | None = None) -> None:
     """`electra pretrain`: resolve the config, then pretrain in this command's runtime."""
+    if generator is not None:  # a frozen generator: objective fast_electra (then --set)
+        sets = ["objective.kind=fast_electra", f"objective.generator={generator}",
+                *(sets or [])]
     if decay_from is not None:
         if preset is not None or config is not None or init is not None:
             raise UserError(f"--decay-from {decay_from} takes the run's settings and weights "
@@ -101,7 +104,9 @@ def pretrain(opt: PretrainOptions, rt: Runtime | None = None) -> dict[str, Any]:
     check_cuda_graphs(opt.config.train.cuda_graphs, rt.device)
     inputs = [*local_inputs(("--data", s.path) for phase in parse_data(opt.data)
                             for s in phase),
-              ("--init", opt.init), ("--decay-from", opt.decay_from)]
+              ("--init", opt.init), ("--decay-from", opt.decay_from),
+              *([("--generator", g)] if (g := opt.config.objective.generator) and
+                Path(g).exists() else [])]
     with claim_out(opt.out, "run", "pretrain", overwrite=opt.overwrite, resume=opt.resume,
                    inputs=inputs, rt=rt) as claim:
         return _pretrain(opt, rt, claim)

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from electra.config import config_from_dict
+from electra.config import ModelConfig, config_from_dict
 from electra.errors import UserError
-from electra.experiments.compare_spec import RANDOM_INIT, Task
+from electra.experiments.compare_spec import RANDOM_INIT, Task, Variant
 from electra.experiments.demo import demo_config
 from electra.io.outputs import inside
 from electra.model.kernels import kernels_for
@@ -26,6 +26,7 @@ from electra.objectives.masking import Batch, Draws
 from electra.objectives.pretraining import ElectraPretrainingModel
 from electra.run_config import RunConfig
 from electra.runtime import autocast, resolve_device, synchronize
+from electra.saved.start import load_generator
 
 
 @dataclass
@@ -73,11 +74,13 @@ class Plan:
         return inside(out, "finetune", model, f"{task.name}-{digest}")
 
 def objective_config(base: RunConfig, kind: str, given: dict[str, Any] | None = None,
-                     budget_flops: float | None = None, seq_len: int = 128) -> RunConfig:
+                     budget_flops: float | None = None, seq_len: int = 128,
+                     generator: ModelConfig | None = None) -> RunConfig:
     """The base config with ``objective.kind`` = ``kind`` and, with a budget, the steps it
     buys (warmup scaled with them). The objective's other settings carry over; the [MASK]
     and random-token fractions are the kind's own (BERT's 0.8/0.1 for mlm) unless ``given``
-    sets them."""
+    sets them (``given``: the variant's own objective settings too). ``generator``: a frozen
+    generator's config (fast_electra: its forward is in the step's FLOPs)."""
     try:
         objective = config_from_dict(ObjectiveConfig,
                                      {**base.objective.to_dict(), "kind": kind,
@@ -89,7 +92,8 @@ def objective_config(base: RunConfig, kind: str, given: dict[str, Any] | None = 
                         f"({err})") from None
     if budget_flops is None:
         return cfg
-    per_step = step_flops_per_sequence(cfg.model, objective, seq_len) * cfg.train.batch_size
+    per_step = step_flops_per_sequence(cfg.model, objective, seq_len,
+                                       generator) * cfg.train.batch_size
     steps = int(budget_flops // per_step)
     warmup = round(base.train.warmup_steps * steps / base.train.max_steps)
     train = config_from_dict(type(base.train), {**base.train.to_dict(), "max_steps": max(
@@ -110,21 +114,27 @@ def _base_config(raw: dict[str, Any], budget_kind: str) -> RunConfig:
         raw = {s: {**demo[s], **raw.get(s, {})} for s in demo}
     return RunConfig.from_dict(raw)
 
-def make_plan(data_meta: dict[str, Any], raw: dict[str, Any], objectives: list[str],
-              budget: tuple[str, float], fractions: list[float], tasks: list[Task],
-              seeds: list[int], finetune_sets: list[str],
-              measure: Any = None) -> Plan:
+def make_plan(data_meta: dict[str, Any], raw: dict[str, Any],
+              objectives: list[Variant] | list[str], budget: tuple[str, float],
+              fractions: list[float], tasks: list[Task], seeds: list[int],
+              finetune_sets: list[str], measure: Any = None) -> Plan:
     """Resolve the configs and the steps each objective's budget buys. ``measure(cfg)``
-    (a duration budget): this machine's training FLOP/s on ``cfg``."""
+    (a duration budget): this machine's training FLOP/s on ``cfg``. ``objectives``: the
+    variants (or plain kinds), each run under its name."""
     base = _base_config(raw, budget[0])
     base = dataclasses.replace(base, model=base.model.replace(
         vocab_size=data_meta["vocab_size"], pad_token_id=data_meta["pad_id"]))
     T = data_meta["seq_len"]
     given = {k: raw.get("objective", {}).get(k) for k in ("mask_token_prob",
                                                           "random_token_prob")}
-    configs = {o: objective_config(base, o, given) for o in objectives}  # refused if unfit
-    flops = {o: step_flops_per_sequence(c.model, c.objective, T) * c.train.batch_size
-             for o, c in configs.items()}
+    variants = [v if isinstance(v, Variant) else Variant(v, v) for v in objectives]
+    objectives = [v.name for v in variants]
+    by_name = {v.name: v for v in variants}
+    configs = {v.name: objective_config(base, v.kind, {**given, **v.given})
+               for v in variants}  # refused if unfit
+    frozen = {o: frozen_config(c) for o, c in configs.items()}
+    flops = {o: step_flops_per_sequence(c.model, c.objective, T, frozen[o])
+             * c.train.batch_size for o, c in configs.items()}
     budget_flops = budget[1]
     if budget[0] == "seconds":
         rate = measure(configs[objectives[0]])
@@ -138,9 +148,19 @@ def make_plan(data_meta: dict[str, Any], raw: dict[str, Any], objectives: list[s
                         f"{worst} costs {flops[worst]:.3g} FLOPs (batch "
                         f"{base.train.batch_size} x {T} tokens), and the {min(fractions):g} "
                         f"fraction needs at least one; give at least {least:.3g}")
-    configs = {o: objective_config(base, o, given, budget_flops, T) for o in objectives}
+    configs = {o: objective_config(base, by_name[o].kind, {**given, **by_name[o].given},
+                                   budget_flops, T, frozen[o]) for o in objectives}
     return Plan(base, configs, fractions, budget_flops, flops, tasks, seeds,
                 list(finetune_sets))
+
+def frozen_config(cfg: RunConfig) -> ModelConfig | None:
+    """The config of ``cfg``'s frozen generator (objective fast_electra), read from its
+    folder; None for the objectives that train their own."""
+    if cfg.objective.generator is None:
+        return None
+    return load_generator(cfg.objective.generator, flag="--objectives fast_electra:"
+                          "generator").config
+
 
 def measure_rate(cfg: RunConfig, data: Any, device: str = "auto", steps: int = 4) -> float:
     """Training FLOP/s of ``cfg``'s objective here: the median of ``steps`` timed steps of
@@ -150,7 +170,10 @@ def measure_rate(cfg: RunConfig, data: Any, device: str = "auto", steps: int = 4
     dev = resolve_device(device)
     torch.manual_seed(cfg.train.seed)
     model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special,
-                                    kernels_for(dev)).to(dev)
+                                    kernels_for(dev))
+    if cfg.objective.generator is not None:
+        model.attach_generator(load_generator(cfg.objective.generator, data).module)
+    model = model.to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
     B = min(cfg.train.batch_size // cfg.train.grad_accum, len(data))
     batch = Batch.of({k: v.to(dev) for k, v in data.batch(np.arange(B)).items()})
@@ -165,5 +188,6 @@ def measure_rate(cfg: RunConfig, data: Any, device: str = "auto", steps: int = 4
         synchronize(dev)
         if i >= 2:
             times.append(time.perf_counter() - t0)
-    per_step = step_flops_per_sequence(cfg.model, cfg.objective, data.seq_len) * B
+    per_step = step_flops_per_sequence(cfg.model, cfg.objective, data.seq_len,
+                                       frozen_config(cfg)) * B
     return per_step / statistics.median(times)

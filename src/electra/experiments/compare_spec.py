@@ -168,13 +168,46 @@ def with_probes(tasks: list[Task], probe: str | None) -> list[Task]:
     return probes if probe == "only" else [*tasks, *probes]
 
 
-def parse_objectives(text: str) -> list[str]:
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [n for n in names if n not in OBJECTIVES]
-    if unknown or not names or len(set(names)) != len(names):
-        what = f"unknown objective {unknown[0]!r}" if unknown else "give distinct objectives"
-        raise UserError(f"--objectives {text}: {what}; valid: {', '.join(OBJECTIVES)}")
-    return names
+@dataclass(frozen=True)
+class Variant:
+    """One pretraining run of the comparison: an objective kind with its own objective
+    settings (``KIND[:key=value...][:name=NAME]``), named in the results by ``name``."""
+
+    name: str
+    kind: str
+    sets: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def given(self) -> dict[str, Any]:
+        return dict(self.sets)
+
+
+def parse_objectives(text: str) -> list[Variant]:
+    """``--objectives``: comma-separated ``KIND[:key=value...]``, each an objective kind
+    with objective settings of its own (``electra:mask_prob=0.3:mask_prob_end=0.15``,
+    ``fast_electra:generator=RUN``) and an optional ``name=NAME`` for its rows (else the
+    kind's; a kind that comes twice names each)."""
+    out: list[Variant] = []
+    for spec in [s.strip() for s in text.split(",") if s.strip()]:
+        kind, *items = spec.split(":")
+        if kind not in OBJECTIVES:
+            raise UserError(f"--objectives {text}: unknown objective {kind!r}; valid: "
+                            f"{', '.join(OBJECTIVES)}")
+        opts = dict(parse_set(i, "mask_prob=0.3") for i in items)
+        name = opts.pop("name", None)
+        if "kind" in opts:
+            raise UserError(f"--objectives {spec}: the kind is the item's first word; drop "
+                            f"kind=")
+        sets = tuple(sorted(opts.items()))
+        shown = kind if name is None else plain_name(str(name), f"--objectives {spec}: name")
+        out.append(Variant(shown, kind, sets))
+    names = [v.name for v in out]
+    if not out or len(set(names)) != len(names):
+        raise UserError(f"--objectives {text}: give distinct objectives (a kind that comes "
+                        f"twice names each: electra:mask_prob_end=0.15:name=electra-sched); "
+                        f"valid kinds: "
+                        f"{', '.join(OBJECTIVES)}")
+    return out
 
 def parse_fractions(text: str) -> list[float]:
     try:

@@ -117,7 +117,8 @@ class Objective:
     chosen tokens), ``main_mlm`` (a full-size MLM head on the discriminator's encoder),
     ``detects`` (the discriminator's RTD head trains; otherwise it is kept, frozen, for the
     exported format), ``mask_token_prob``/``random_token_prob`` (what unset config values
-    mean), ``two_stage`` (may train in the paper's two stages).
+    mean), ``two_stage`` (may train in the paper's two stages), ``frozen_generator`` (an
+    existing masked LM, ``objective.generator``, samples the replacements, frozen).
     """
 
     name: ClassVar[str]
@@ -128,6 +129,7 @@ class Objective:
     mask_token_prob: ClassVar[float] = 0.85
     random_token_prob: ClassVar[float] = 0.0
     two_stage: ClassVar[bool] = False
+    frozen_generator: ClassVar[bool] = False
 
     def forward(self, model: Any, step: Step) -> ElectraOutput:
         raise NotImplementedError
@@ -149,17 +151,18 @@ class Objective:
 def generate(model: Any, step: Step) -> tuple[Term, torch.Tensor]:
     """Steps 2-3: the generator's MLM loss on x_masked with its statistics (``gen_acc``,
     ``sampled_original_frac``) and, without gradient, one sample per chosen slot (B, P).
-    Frozen in stage 2."""
+    Frozen in stage 2, and where the generator is an existing one (``frozen_generator``)."""
     masked = step.masked
-    frozen = step.stage == 2
+    generator = model.sampler
+    frozen = step.stage == 2 or model.method.frozen_generator
     with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
-        gen_logits = model.generator(masked.input_ids, step.attends, step.token_type_ids,
+        gen_logits = generator(masked.input_ids, step.attends, step.token_type_ids,
                                      masked.positions, padded=True,
                                      sequence_ids=step.sequence_ids,
                                      layout=step.layout)  # (B, P, V padded)
         loss, probs, zmax, target_logit = mlm_loss(gen_logits, masked.targets, masked.weights,
                                                    step.chosen)
-    cfg, T, V = step.cfg, step.temperature, model.generator.config.vocab_size
+    cfg, T, V = step.cfg, step.temperature, generator.config.vocab_size
     with torch.no_grad():
         if cfg.sampling == "inverse_cdf" and T == 1.0:
             # The loss's exp(z - max z) is the sampler's too: no pass over the logits is new.

@@ -38,14 +38,17 @@ class ObjectiveConfig:
         "disc_weight": ">= 0", "temperature": "> 0", "temperature_end": "> 0",
         "temperature_steps": ">= 0", "sampling": ("inverse_cdf", "gumbel"),
         "sharing": SHARINGS, "unit": UNITS, "span_mean": ">= 1", "two_stage_steps": ">= 0",
-        "mask_prob_end": "(0, 1)", "mask_shape": MASK_SHAPES, "mask_over": MASK_WINDOWS}
+        "mask_prob_end": "(0, 1)", "mask_shape": MASK_SHAPES, "mask_over": MASK_WINDOWS,
+        "generator_precision": ("fp32", "bf16")}
     kind: str = "electra"
     """electra: generator + discriminator (the paper's method). mlm: BERT's masked LM on a
     discriminator-sized model (the BERT baseline). random: no generator, chosen positions get
     random tokens and the discriminator finds them. electra15: ELECTRA with the discriminator
     loss on the chosen positions only. replace_mlm: chosen positions get generator samples
     instead of [MASK] and the model predicts the originals there. all_tokens_mlm: replace_mlm
-    predicting every token, with a copy probability (the paper's All-Tokens MLM)."""
+    predicting every token, with a copy probability (the paper's All-Tokens MLM).
+    fast_electra: the discriminator learns from the samples of an existing masked LM
+    (objective.generator), frozen (Fast-ELECTRA)."""
     mask_prob: float = 0.15
     """Fraction of candidate tokens chosen per sequence (the budget, counted in tokens)."""
     mask_prob_end: float | None = None
@@ -90,6 +93,13 @@ class ObjectiveConfig:
     whole words (SpanBERT, geometric lengths); the budget is always counted in tokens."""
     span_mean: float = 3.0
     """unit span: mean span length in words."""
+    generator: str | None = None
+    """kind fast_electra: the frozen masked LM that samples the replacements, of the data's
+    vocabulary: a transformers *ForMaskedLM folder or hub id (org/name[@revision]), a run
+    (its generator), a run's generator/ folder or checkpoint (`pretrain --generator`)."""
+    generator_precision: str = "fp32"
+    """kind fast_electra: the frozen generator's weights in "fp32" or "bf16" (half the memory;
+    on a CPU without bf16 arithmetic, slower)."""
     two_stage_steps: int = 0
     """> 0: the paper's two-stage training: the generator alone for this many steps, then the
     discriminator, initialised from it, with the generator frozen (same size, no sharing)."""
@@ -129,6 +139,15 @@ class ObjectiveConfig:
         _check(method.generator or self.sharing == "embeddings",
                f"objective.sharing={self.sharing!r} is about the generator, and kind "
                f"{self.kind!r} has none; leave objective.sharing unset")
+        _check(method.frozen_generator == (self.generator is not None),
+               "objective.kind=fast_electra samples from a frozen masked LM: give it with "
+               "--generator PATH (or objective.generator)" if method.frozen_generator else
+               f"objective.generator={self.generator!r} is the frozen generator of kind "
+               f"fast_electra, not of {self.kind!r}; set objective.kind=fast_electra or "
+               f"remove objective.generator")
+        _check(self.generator_precision == "fp32" or method.frozen_generator,
+               f"objective.generator_precision is the frozen generator's (kind "
+               f"fast_electra), not {self.kind!r}'s; leave it unset")
         _check(self.two_stage_steps == 0 or method.two_stage,
                f"objective.two_stage_steps is the two-stage variant of kind 'electra', not of "
                f"{self.kind!r}")

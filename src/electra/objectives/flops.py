@@ -5,7 +5,9 @@ Counts matrix multiplies only, at 6 FLOPs per multiply-accumulate and parameter-
 and value products count 2·T·H multiply-accumulates per token and layer. A V-way MLM output
 layer counts the rows it is computed on: the P = masking.slots(objective, T) prediction slots of
 each sequence (every slot, used or not), or every token for All-Tokens MLM. Embedding lookups,
-LayerNorm, softmax and sampling are not counted (a few % of a step).
+LayerNorm, softmax and sampling are not counted (a few % of a step). A frozen generator
+(objective fast_electra) runs forward only: 2 FLOPs per multiply-accumulate of it, none of the
+backward's 4.
 
 The count equals torch's ``FlopCounterMode`` on a real step
 (``tests/experiments/test_compare.py``) when attention runs as plain matrix products.
@@ -25,14 +27,23 @@ if TYPE_CHECKING:
     from electra.objectives.config import ObjectiveConfig
 
 
-def step_flops_per_sequence(cfg: ModelConfig, objective: ObjectiveConfig, seq_len: int) -> int:
+def step_flops_per_sequence(cfg: ModelConfig, objective: ObjectiveConfig, seq_len: int,
+                            generator: ModelConfig | None = None) -> int:
     """Training FLOPs (forward and backward) of one sequence of ``seq_len`` tokens under
-    ``objective.kind``: what that objective runs (:func:`objective_macs`)."""
+    ``objective.kind``: what that objective runs (:func:`objective_macs`); ``generator``:
+    the frozen generator's config (objective fast_electra), its forward's FLOPs added."""
     if objective.two_stage_steps:
         raise ValueError("two-stage training changes its cost at the stage boundary; count "
                          "each stage's objective separately")
     P = slots(objective, seq_len)
-    return 6 * objective_macs(OBJECTIVES[objective.kind], cfg, seq_len, P)
+    method = OBJECTIVES[objective.kind]
+    flops = 6 * objective_macs(method, cfg, seq_len, P)
+    if method.frozen_generator:
+        if generator is None:
+            raise ValueError("objective fast_electra's cost includes its frozen generator's "
+                             "forward: pass generator=its config")
+        flops += 2 * (encoder_macs(generator, seq_len) + mlm_head_macs(generator, P))
+    return flops
 
 
 def objective_macs(method: Objective, cfg: ModelConfig, seq_len: int, predictions: int) -> int:

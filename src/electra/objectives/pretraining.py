@@ -14,6 +14,8 @@ explicit ``torch.Generator`` so that masking and sampling are reproducible and r
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -68,6 +70,36 @@ class ElectraPretrainingModel(nn.Module):
                 if name.startswith("head_"):
                     p.requires_grad_(False)
         self.register_buffer("unigram", torch.zeros(0), persistent=False)
+        # objective fast_electra: an existing masked LM, frozen, outside the module tree (no
+        # optimizer state, no checkpoint bytes, no DDP/FSDP wrapping); it moves with the model
+        self.__dict__["frozen"] = None
+
+    @property
+    def sampler(self) -> nn.Module:
+        """The masked LM whose samples replace the chosen tokens: the generator, or the
+        frozen one attached (objective fast_electra)."""
+        sampler = self.generator if self.generator is not None else self.__dict__["frozen"]
+        if sampler is None:
+            raise ValueError(f"objective {self.objective.kind!r} samples from a frozen "
+                             f"generator: attach one with attach_generator()")
+        return sampler
+
+    def attach_generator(self, generator: nn.Module) -> None:
+        """Objective fast_electra: sample from ``generator``, frozen (no gradient, eval mode,
+        kept out of the parameters, state dict and wrappers: a checkpoint holds none of it;
+        a resumed run attaches it again from objective.generator)."""
+        if not self.method.frozen_generator:
+            raise ValueError(f"objective {self.objective.kind!r} trains its own generator")
+        generator.requires_grad_(False)
+        generator.eval()
+        self.__dict__["frozen"] = generator
+
+    def _apply(self, fn: Any, recurse: bool = True) -> ElectraPretrainingModel:
+        # .to(device) and friends move the frozen generator too (not a child module)
+        frozen = self.__dict__.get("frozen")
+        if frozen is not None:
+            frozen._apply(fn, recurse)
+        return super()._apply(fn, recurse)
 
     def set_unigram(self, counts: torch.Tensor) -> None:
         """Token frequencies for objective random with replacement = "unigram"."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from electra.objectives.all_tokens_mlm import AllTokensMLM
 from electra.objectives.base import Objective
 from electra.objectives.electra import Electra, Electra15
+from electra.objectives.fast_electra import FastElectra
 from electra.objectives.mlm import MLM
 from electra.objectives.random_tokens import RandomTokens
 from electra.objectives.replace_mlm import ReplaceMLM
@@ -19,6 +20,7 @@ for _objective in (
     Electra15(),
     ReplaceMLM(),
     AllTokensMLM(),
+    FastElectra(),
 ):
     OBJECTIVES.add(_objective.name, _objective)
 

@@ -1,18 +1,28 @@
 """What ``pretrain --init FOLDER`` starts from: the discriminator and generator a run, an
 imported run, a run's checkpoint or a transformers folder holds (a generator built fresh where
-it holds none), checked against the run's settings, and the line that says what was taken."""
+it holds none), checked against the run's settings, and the line that says what was taken;
+and the frozen generator objective fast_electra samples from (``pretrain --generator``)."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
 
 from electra.config import ModelConfig
+from electra.data.tokenizer import load_tokenizer, tokenizer_checksum
 from electra.errors import UserError
 from electra.io.files import read_json
+from electra.model import Generator
 from electra.run_config import RunConfig
 from electra.saved.hf_format import generator_beside
 from electra.saved.models import open_model
+
+if TYPE_CHECKING:
+    from electra.data.loader import ShardDataset
+    from electra.model.kernels import Kernels
 
 
 def load_init(folder: str, run_model: ModelConfig
@@ -81,3 +91,55 @@ def lone_transformers_model(folder: Path) -> bool:
     return (isinstance(meta, dict) and "model_type" in meta
             and not any(a.endswith("ForMaskedLM") for a in meta.get("architectures") or [])
             and generator_beside(folder) is None)  # a released V3 generator
+
+
+class FrozenGenerator:
+    """The masked LM objective fast_electra samples from: the module (frozen, built with the
+    run's kernels), its config, where it came from and a checksum of its weights (what a
+    resumed run checks it reads the same one)."""
+
+    def __init__(self, module: Any, source: str, sha256: str) -> None:
+        self.module, self.source, self.sha256 = module, source, sha256
+
+    @property
+    def config(self) -> ModelConfig:
+        return cast(ModelConfig, self.module.config)
+
+    def line(self) -> str:
+        g = self.config
+        return (f"electra: frozen generator {self.source}: {g.body} body {g.num_layers} x "
+                f"{g.hidden_size}, {sum(p.numel() for p in self.module.parameters()) / 1e6:.1f}"
+                f"M parameters, forward only ({next(self.module.parameters()).dtype})"
+                .replace("torch.", ""))
+
+
+def load_generator(path: str, data: ShardDataset | None = None, kernels: Kernels | None = None,
+                   precision: str = "fp32", flag: str = "--generator") -> FrozenGenerator:
+    """The masked LM at ``path`` (a transformers *ForMaskedLM folder or hub id, a run, its
+    generator/ folder or a checkpoint), frozen, in ``precision``; refused in one line where
+    its tokenizer or vocabulary is not ``data``'s or its positions are fewer than its rows."""
+    opened = open_model(path, "generator", flag)
+    found = opened["generator"]
+    g = cast(ModelConfig, found.config)
+    if data is not None:
+        tok = load_tokenizer(opened.tokenizer)
+        if g.vocab_size != data.vocab_size or tok.get_vocab_size() != data.vocab_size:
+            raise UserError(f"{flag} {path}: the generator's vocabulary has {g.vocab_size} "
+                            f"tokens but --data {data.folder} was prepared with "
+                            f"{data.vocab_size}; a frozen generator must share the data's "
+                            f"tokenizer (prepare the data with {path}'s)")
+        data.check_tokenizer(tokenizer_checksum(tok), tok.get_vocab_size(), f"{flag} {path}")
+        if g.max_position_embeddings < data.seq_len:
+            raise UserError(f"{flag} {path}: the generator reads at most "
+                            f"{g.max_position_embeddings} positions but --data {data.folder} "
+                            f"has rows of {data.seq_len}; prepare shorter rows")
+    module = Generator(g, kernels=kernels)
+    module.load_state_dict(found.state_dict())
+    module.requires_grad_(False).eval()
+    if precision == "bf16":
+        module.to(torch.bfloat16)
+    digest = hashlib.sha256()
+    for name, tensor in sorted(found.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().contiguous().numpy().tobytes())
+    return FrozenGenerator(module, path, digest.hexdigest())

@@ -21,8 +21,10 @@ def first_lines(trainer: Trainer, cfg: RunConfig, data: ShardDataset,
     tc, datasets = cfg.train, {n: mix[0][0] for n, mix in mixes.items()}
     mixed = any(len(mix) > 1 for mix in mixes.values())
     m, g = cfg.model, cfg.model.generator_config()
-    trainer.say(f"electra: {m.body} body {m.num_layers} x {m.hidden_size} (generator "
-                f"{g.num_layers} x {g.hidden_size}; dropout {m.hidden_dropout:g}/"
+    gen = ("generator frozen" if cfg.objective.generator else
+           f"generator {g.num_layers} x {g.hidden_size}")
+    trainer.say(f"electra: {m.body} body {m.num_layers} x {m.hidden_size} ({gen}; dropout "
+                f"{m.hidden_dropout:g}/"
                 f"{m.attention_dropout:g}, layer-norm eps {m.layer_norm_eps:g}), "
                 f"{n_params / 1e6:.1f}M parameters, {len(data):,} examples of "
                 f"{data.seq_len} tokens, batch {tc.batch_size}"

@@ -52,7 +52,7 @@ from electra.runtime import (
     rows_without_padding,
     use_threads,
 )
-from electra.saved.start import init_line, load_init
+from electra.saved.start import FrozenGenerator, init_line, load_generator, load_init
 from electra.train.first_lines import first_lines
 from electra.train.optim import (
     BatchSizes,
@@ -238,12 +238,12 @@ def setup(opt: PretrainOptions, rt: Runtime,
         print(busy, file=sys.stderr, flush=True)
     data, val, init, cfg, loader, micro, datasets, warm, mixes = rt.agree(
         lambda: _inputs(opt, rt), "reading data and config")
-    run_config = {**cfg.to_dict(), "tokenizer_sha256": data.meta["tokenizer_sha256"],
-                  "data_vocab_size": data.vocab_size, "seq_len": data.seq_len}
-    mixed = any(len(mix) > 1 for mix in mixes.values())
-    if mixed:  # the mix (a run of one folder per phase keeps the config.json it had)
-        run_config["data_mix"] = [[{"name": s.name, "weight": s.weight} for _, s in mix]
-                                  for mix in mixes.values()]
+    kernels = rt.model_kernels(tc.unpad)
+    o = cfg.objective
+    frozen = rt.agree(lambda: load_generator(o.generator, data, kernels,
+                                             o.generator_precision, "objective.generator")
+                      if o.generator else None, "reading the frozen generator")
+    run_config = _run_config(cfg, data, mixes, frozen)
     rt.check_same({"config": run_config, "data": data.meta, "init": opt.init,
                    "resume": opt.resume, "electra": __version__, "torch": torch.__version__},
                   "the config or the data")
@@ -252,8 +252,9 @@ def setup(opt: PretrainOptions, rt: Runtime,
     resume_from = rt.on_main(lambda: run_folder(run_config, data), "preparing the run folder")
 
     torch.manual_seed(tc.seed)  # the same initial weights on every rank
-    kernels = rt.model_kernels(tc.unpad)
     model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special, kernels)
+    if frozen is not None:
+        model.attach_generator(frozen.module)
     if model.method.needs_unigram(cfg.objective):
         model.set_unigram(data.unigram_counts())
     if init is not None and resume_from is None:
@@ -266,27 +267,48 @@ def setup(opt: PretrainOptions, rt: Runtime,
         stateful={"loader": loader}, resume=resume_from,
         rebuild=lambda: ElectraPretrainingModel(cfg.model, cfg.objective, data.special,
                                                 kernels))
+    if frozen is not None and opt.progress:  # (the trainer moved it with the model)
+        trainer.say(frozen.line())
     if trainer.saved_world_size != rt.world_size:
         trainer.say(f"electra: resuming a {trainer.saved_world_size}-process run with "
                     f"{rt.world_size}: same step and data position; dropout streams restart, "
                     f"so not bitwise equal to an uninterrupted run")
     elif opt.resume and resume_from is None and opt.progress:
         trainer.say(f"no checkpoint in {opt.out}; starting a new run")
-    fpt, peak, source = _mfu_terms(cfg, data.seq_len, rt)
+    gen_cfg = None if frozen is None else frozen.config
+    fpt, peak, source = _mfu_terms(cfg, data.seq_len, rt, gen_cfg)
     if opt.progress:
         first_lines(trainer, cfg, data, mixes, n_params, rt, peak, source)
-    phases, current = _phases(opt, cfg, datasets, Phase(cfg, val, fpt), trainer.step, rt)
+    phases, current = _phases(opt, cfg, datasets, Phase(cfg, val, fpt), trainer.step, rt,
+                              gen_cfg)
     return Pretraining(data, val, cfg, micro, trainer, loader, probe, fpt, peak,
                        warm if tc.batch_warmup else None, phases, current)
 
 
+def _run_config(cfg: RunConfig, data: ShardDataset,
+                mixes: dict[int, list[tuple[ShardDataset, Share]]],
+                frozen: FrozenGenerator | None) -> dict[str, Any]:
+    """What the run folder's config.json holds (what a resumed run must match): the config,
+    the data's tokenizer and length, the mix, the frozen generator's checksum."""
+    run_config = {**cfg.to_dict(), "tokenizer_sha256": data.meta["tokenizer_sha256"],
+                  "data_vocab_size": data.vocab_size, "seq_len": data.seq_len}
+    if frozen is not None:  # a resumed run must sample from the same weights
+        run_config["generator_sha256"] = frozen.sha256
+    if any(len(mix) > 1 for mix in mixes.values()):
+        # the mix (a run of one folder per phase keeps the config.json it had)
+        run_config["data_mix"] = [[{"name": s.name, "weight": s.weight} for _, s in mix]
+                                  for mix in mixes.values()]
+    return run_config
+
+
 def _phases(opt: PretrainOptions, cfg: RunConfig, datasets: dict[int, ShardDataset],
-            first: Phase, step: int, rt: Runtime) -> tuple[dict[int, Phase], int]:
+            first: Phase, step: int, rt: Runtime, generator: ModelConfig | None = None
+            ) -> tuple[dict[int, Phase], int]:
     """Each length's :class:`Phase` (the first: the run's own), and the length of the phase
     ``step`` is in (a resumed run's)."""
     phases = {n: Phase(dataclasses.replace(cfg, objective=phase_objective(
         opt.config.objective, cfg.train.phases, n)), held_out(d),
-        _mfu_terms(cfg, n, rt)[0]) for n, d in list(datasets.items())[1:]}
+        _mfu_terms(cfg, n, rt, generator)[0]) for n, d in list(datasets.items())[1:]}
     phases = {next(iter(datasets)): first, **phases}
     starts = phase_starts([f for _, f, _ in parse_phases(cfg.train.phases)],
                           cfg.train.max_steps)
@@ -304,12 +326,14 @@ def phase_objective(objective: Any, phases: str, seq_len: int) -> Any:
     return dataclasses.replace(objective, max_predictions=slots(objective, seq_len))
 
 
-def _mfu_terms(cfg: RunConfig, seq_len: int, rt: Runtime) -> tuple[float, float, str]:
+def _mfu_terms(cfg: RunConfig, seq_len: int, rt: Runtime,
+               generator: ModelConfig | None = None) -> tuple[float, float, str]:
     """(training FLOPs a token, the peak FLOP/s of every process's device together, its
-    source); (0, 0, "") where the FLOPs are not one figure (two-stage training)."""
+    source); (0, 0, "") where the FLOPs are not one figure (two-stage training).
+    ``generator``: a frozen generator's config (its forward counted, nothing else)."""
     if cfg.objective.two_stage_steps:
         return 0.0, 0.0, ""
-    fpt = step_flops_per_sequence(cfg.model, cfg.objective, seq_len) / seq_len
+    fpt = step_flops_per_sequence(cfg.model, cfg.objective, seq_len, generator) / seq_len
     tc = cfg.train
     peak, source = (tc.peak_tflops * 1e12, "train.peak_tflops") if tc.peak_tflops else \
         peak_flops(rt.device, resolve_precision(rt.device, tc.precision))
