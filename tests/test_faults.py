@@ -459,9 +459,11 @@ CASES = [
      "model.generator_layers=1 makes the generator shallower"),
     # -- issue 44: optimizers --
     ("config", (*PRETRAIN, "--set", "train.optimizer=sgd"),
-     "train.optimizer must be one of adamw, stableadamw, lamb, got 'sgd'"),
+     "train.optimizer must be one of adamw, stableadamw, lamb, muon, got 'sgd'"),
     ("config", (*FINETUNE, "--set", "optimizer=adafactor"),
-     "optimizer must be one of adamw, stableadamw, lamb, got 'adafactor'"),
+     "optimizer must be one of adamw, stableadamw, lamb, muon, got 'adafactor'"),
+    ("config", (*PRETRAIN, "--set", "train.optimizer=Muon"),
+     "train.optimizer must be one of adamw, stableadamw, lamb, muon, got 'Muon'"),
     ("config", (*PRETRAIN, "--set", "objective.sampling=magic"), "objective.sampling must be"),
     ("config", (*PRETRAIN, "--set", "model.num_heads=3"), "not divisible by model.num_heads=3"),
     ("config", (*PRETRAIN, "--set", "model.hidden_dropout=1.5"), "model.hidden_dropout must be"),
@@ -469,7 +471,7 @@ CASES = [
     ("config", (*PRETRAIN, "--set", "nope=1"), "--set nope: no section has that key"),
     ("config", (*PRETRAIN, "--set", "objective.kind=bert"),
      "objective.kind must be one of electra, mlm, random, electra15, replace_mlm, "
-     "all_tokens_mlm, got 'bert'"),
+     "all_tokens_mlm, fast_electra, got 'bert'"),
     ("config", (*PRETRAIN, "--set", "objective.sharing=some"),
      "objective.sharing must be one of embeddings, none, all, gdes, got 'some'"),
     ("config", (*PRETRAIN, "--set", "objective.unit=sentence"),

@@ -313,7 +313,7 @@ def test_length_phases_switch_at_the_planned_step_and_resume_across_it(data, tmp
     assert not any((tmp_path / f"e{i}").exists() for i in (1, 2, 3))
 
 
-@pytest.mark.parametrize("name", ["stableadamw", "lamb"])
+@pytest.mark.parametrize("name", ["stableadamw", "lamb", "muon"])
 def test_each_optimizer_trains_its_own_way_and_resumes_bitwise(data, tmp_path, name):
     """train.optimizer: pytorch-optimizer's StableAdamW or LAMB steps the run (weights unlike
     AdamW's), and its state (moments, step counts in the groups) goes into the checkpoint:
@@ -330,6 +330,13 @@ def test_each_optimizer_trains_its_own_way_and_resumes_bitwise(data, tmp_path, n
     assert all(torch.equal(weights["a"][k], weights["b"][k]) for k in weights["a"])
     assert not all(torch.equal(weights["a"][k], weights["adamw"][k]) for k in weights["a"])
     saved = torch.load(tmp_path / "b/checkpoints/step-0000006/state.pt", weights_only=False)
+    if name == "muon":  # the blocks' matrices by Muon (a momentum buffer), the rest by AdamW
+        groups = saved["optimizer"]["param_groups"]
+        assert [g["muon"] for g in groups] == [True, False, False]
+        states = saved["optimizer"]["state"]
+        assert all(set(states[i]) == {"momentum_buffer"} for i in groups[0]["params"])
+        assert all("exp_avg" in states[i] for g in groups[1:] for i in g["params"])
+        return
     assert [g["step"] for g in saved["optimizer"]["param_groups"]] == [6, 6]
 
 

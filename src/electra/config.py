@@ -356,16 +356,17 @@ class ModelConfig:
 
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
-OPTIMIZERS = ("adamw", "stableadamw", "lamb")
+OPTIMIZERS = ("adamw", "stableadamw", "lamb", "muon")
 """torch's AdamW; StableAdamW (ModernBERT's: AdamW with update clipping) and LAMB
-(layer-wise trust ratios, for large batches) from pytorch-optimizer (electra.train.optim)."""
+(layer-wise trust ratios, for large batches) from pytorch-optimizer; torch's Muon on the
+blocks' matrices with AdamW on the rest (electra.train.optim)."""
 
 
 def check_optimizer(name: str, key: str) -> None:
     """An optimizer outside torch is installed (a one-line error naming the extra)."""
     import importlib.util  # light, and only for these two settings
 
-    if name != "adamw" and importlib.util.find_spec("pytorch_optimizer") is None:
+    if name in ("stableadamw", "lamb") and importlib.util.find_spec("pytorch_optimizer") is None:
         raise UserError(f"{key}={name}: needs pytorch-optimizer, which is not installed; "
                         f"pip install 'electra[optim]' (or pip install pytorch-optimizer), "
                         f"or use adamw")
@@ -452,9 +453,11 @@ class LoopConfig:
     """wsd: how the rate falls over the decay: linear, or 1-sqrt (1 - sqrt of the decay's
     fraction done: ModernBERT's, most of the drop at its start)."""
     optimizer: str = "adamw"
-    """adamw (torch's, fused) | stableadamw (ModernBERT's) | lamb (large batches); the two
-    need `pip install 'electra[optim]'`. adam_beta1, adam_beta2, adam_eps and weight_decay
-    apply to each (fine-tuning's layer-wise rates too)."""
+    """adamw (torch's, fused) | stableadamw (ModernBERT's) | lamb (large batches) | muon
+    (torch's Muon on the blocks' 2-d weights, AdamW on embeddings, heads, norms and biases;
+    Muon's update scaled to AdamW's RMS, so lr and weight_decay serve both); stableadamw and
+    lamb need `pip install 'electra[optim]'`. adam_beta1, adam_beta2, adam_eps and
+    weight_decay apply to each (fine-tuning's layer-wise rates too)."""
     weight_decay: float = 0.01
     """AdamW weight decay (none on LayerNorm weights and biases)."""
     adam_beta1: float = 0.9

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -73,6 +74,12 @@ def test_layerwise_learning_rates_follow_the_formula():
         assert rate[id(p)] == pytest.approx(expected), name
     assert layer_depth("encoder.layers.3.query.weight", L) == 4
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    # optimizer=muon: the same rates, each depth's block matrices in a Muon group of their own
+    split = layerwise_groups(model, lr, d, 0.01, muon=True)
+    assert {id(p): g["lr"] for g in split for p in g["params"]} == rate
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert {names[id(p)] for g in split if g["muon"] for p in g["params"]} == {
+        n for n, p in model.named_parameters() if n.startswith("encoder.layers.") and p.ndim == 2}
 
 
 def test_an_optimizer_state_of_three_qkv_parameters_resumes_on_the_fused_one():
@@ -133,3 +140,50 @@ def test_clip_grad_norm_is_torchs_bitwise(max_norm):
     norm = clip_grad_norm(ours, max_norm)
     assert torch.equal(norm, torch.nn.utils.clip_grad_norm_(theirs, max_norm))
     assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours, theirs, strict=True))
+
+
+def test_muon_takes_the_blocks_matrices_and_steps_as_torchs_two_optimizers():
+    """train.optimizer=muon: every 2-d weight in the encoders' blocks goes to Muon (with
+    weight decay), the embeddings, heads, norms and biases to AdamW; three steps of the one
+    optimizer equal torch's Muon (match_rms_adamw) and fused AdamW stepped side by side, and
+    its state dict reloads into a fresh one that continues identically."""
+    from electra.objectives.pretraining import ElectraPretrainingModel
+    from electra.train.optim import MuonAdamW, make_optimizer
+
+    torch.manual_seed(0)
+    m = ElectraPretrainingModel(small_model(vocab_size=50))
+    names = {id(p): n for n, p in m.named_parameters()}
+    muon, decay, _plain = param_groups(m, 0.01, muon=True)
+    assert muon["muon"] and muon["weight_decay"] == 0.01
+    assert {names[id(p)] for p in muon["params"]} == {
+        n for n, p in m.named_parameters() if p.ndim == 2 and ".layers." in n}
+    assert any("qkv.weight" in names[id(p)] for p in muon["params"])
+    assert {names[id(p)].split(".")[-2] for p in decay["params"]} >= {"word_embeddings",
+                                                                        "head_out"}
+    ref = ElectraPretrainingModel(small_model(vocab_size=50))
+    ref.load_state_dict(m.state_dict())
+    mine = make_optimizer("muon", param_groups(m, 0.01, muon=True), 1e-3, (0.9, 0.999), 1e-6)
+    rg = param_groups(ref, 0.01, muon=True)
+    theirs = [torch.optim.Muon(rg[:1], lr=1e-3, adjust_lr_fn="match_rms_adamw"),
+              torch.optim.AdamW(rg[1:], lr=1e-3, betas=(0.9, 0.999), eps=1e-6, fused=True)]
+
+    def step(model, opts, seed):
+        g = torch.Generator().manual_seed(seed)
+        for p in model.parameters():
+            p.grad = torch.randn(p.shape, generator=g)
+        for o in opts:
+            o.step()
+
+    for i in range(3):
+        step(m, [mine], i)
+        step(ref, theirs, i)
+    assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(),
+                                                 ref.state_dict().values(), strict=True))
+    again = ElectraPretrainingModel(small_model(vocab_size=50))
+    again.load_state_dict(m.state_dict())
+    fresh = MuonAdamW(param_groups(again, 0.01, muon=True), 1e-3, (0.9, 0.999), 1e-6)
+    fresh.load_state_dict(copy.deepcopy(mine.state_dict()))  # (not sharing its tensors)
+    step(m, [mine], 9)
+    step(again, [fresh], 9)
+    assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(),
+                                                 again.state_dict().values(), strict=True))

@@ -356,7 +356,8 @@ def setup(source: ModelSource, tok: Tokenizer, tasks: dict[str, TaskData],
     named = {"task": next(iter(tasks))} if single else {"tasks": list(tasks)}
     trainer = Trainer(
         trained, rt, settings,
-        lambda m: layerwise_groups(m, cfg.lr, cfg.layer_decay, cfg.weight_decay),  # type: ignore[arg-type]
+        lambda m: layerwise_groups(m, cfg.lr, cfg.layer_decay, cfg.weight_decay,  # type: ignore[arg-type]
+                                   cfg.optimizer == "muon"),
         out=folder, config={"finetune": cfg.to_dict(), **named, "seed": seed,
                             "model": source.name},
         streams=RandomStreams(rt, seed),  # dropout: each rank its own stream

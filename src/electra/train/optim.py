@@ -1,5 +1,5 @@
-"""The optimizer (AdamW, StableAdamW or LAMB) with BERT's parameter groups, layer-wise
-learning-rate decay, and the schedule.
+"""The optimizer (AdamW, StableAdamW, LAMB, or Muon with AdamW) with BERT's parameter groups,
+layer-wise learning-rate decay, and the schedule.
 
 Layer-wise decay (fine-tuning), applied as the ELECTRA paper describes (the original code's
 off-by-one gives the top layer decay²): the task head and the top layer train at the full
@@ -22,14 +22,27 @@ def no_decay(name: str, p: torch.Tensor) -> bool:
     return p.ndim < 2 or name.endswith(".bias")
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two groups: with and without weight decay; each shared tensor appears once."""
-    decay, plain = [], []
+def by_muon(name: str, p: torch.Tensor) -> bool:
+    """The matrices Muon steps (``train.optimizer=muon``): every 2-d weight inside the
+    encoders' blocks (attention's fused QKV and output, the feed-forward's), as Muon's
+    reference implementations split a model (Jordan et al. 2024; Moonshot's "Muon is
+    Scalable"); the embeddings, the heads and every 1-d tensor go to AdamW."""
+    return p.ndim == 2 and ".layers." in f".{name}"
+
+
+def param_groups(model: nn.Module, weight_decay: float,
+                 muon: bool = False) -> list[dict[str, Any]]:
+    """Two groups: with and without weight decay; each shared tensor appears once.
+    ``muon``: a third, first, of the matrices Muon steps (:func:`by_muon`, with decay)."""
+    decay, plain, matrices = [], [], []
     for name, p in model.named_parameters():  # named_parameters() skips shared duplicates
         if p.requires_grad:
-            (plain if no_decay(name, p) else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": plain, "weight_decay": 0.0}]
+            (matrices if muon and by_muon(name, p) else plain if no_decay(name, p)
+             else decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay, "muon": False},
+              {"params": plain, "weight_decay": 0.0, "muon": False}]
+    return [{"params": matrices, "weight_decay": weight_decay, "muon": True}, *groups] \
+        if muon else [{k: v for k, v in g.items() if k != "muon"} for g in groups]
 
 
 def layer_depth(name: str, num_layers: int) -> int:
@@ -42,19 +55,22 @@ def layer_depth(name: str, num_layers: int) -> int:
 
 
 def layerwise_groups(model: nn.Module, lr: float, decay: float,
-                     weight_decay: float) -> list[dict[str, Any]]:
+                     weight_decay: float, muon: bool = False) -> list[dict[str, Any]]:
     """One group per (depth, decay-or-not) of an encoder + head: lr * decay ** max(0, L - depth);
-    frozen parameters are left out."""
+    frozen parameters are left out. ``muon``: each depth's matrices Muon steps
+    (:func:`by_muon`) in a group of their own."""
     L = model.config.num_layers  # type: ignore[union-attr]
-    groups: dict[tuple[int, bool], dict[str, Any]] = {}
+    groups: dict[tuple[int, bool, bool], dict[str, Any]] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:  # frozen (a probe's encoder)
             continue
         depth = layer_depth(name, L)
         plain = no_decay(name, p)
-        g = groups.setdefault((depth, plain), {
+        matrix = muon and by_muon(name, p)
+        g = groups.setdefault((depth, plain, matrix), {
             "params": [], "lr": lr * decay ** max(0, L - depth),
-            "weight_decay": 0.0 if plain else weight_decay, "depth": depth})
+            "weight_decay": 0.0 if plain else weight_decay, "depth": depth,
+            **({"muon": matrix} if muon else {})})
         g["params"].append(p)
     return list(groups.values())
 
@@ -73,12 +89,72 @@ def make_optimizer(name: str, groups: list[dict[str, Any]], lr: float,
     whole state (moments, step counts) is in ``state_dict()``, as AdamW's."""
     if name == "adamw":
         return adamw(groups, lr, betas, eps)
+    if name == "muon":
+        return MuonAdamW(groups, lr, betas, eps)
     # pytorch-optimizer imports its ~100 optimizers at once (seconds): only when chosen
     from pytorch_optimizer import Lamb, StableAdamW
 
     if name == "stableadamw":  # fp32 weights: no Kahan summation to do
         return StableAdamW(groups, lr=lr, betas=betas, eps=eps, kahan_sum=False)
     return Lamb(groups, lr=lr, betas=betas, eps=eps)
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """torch's Muon on the groups marked ``"muon": True`` (:func:`by_muon`'s matrices), torch's
+    AdamW on the others, as one optimizer: one schedule (LambdaLR sets every group's rate),
+    one ``state_dict`` in torch's format (so checkpoints, resume and FSDP's sharded state
+    work as for AdamW).
+
+    Rate scaling: Muon's update is orthogonalized and scaled by Moonshot's
+    ``match_rms_adamw`` (``0.2 * sqrt(max(A, B))`` for an A x B matrix) so that its RMS
+    matches AdamW's and the run's ``lr`` and ``weight_decay`` serve both parts, as
+    "Muon is Scalable for LLM Training" (arXiv 2502.16982) recommends; momentum 0.95,
+    Nesterov, 5 Newton-Schulz steps (torch's defaults). Under FSDP2 a matrix is a sharded
+    DTensor and the Newton-Schulz products run on the whole matrix (DTensor's rules), so
+    every rank steps as one process would."""
+
+    def __init__(self, groups: list[dict[str, Any]], lr: float, betas: tuple[float, float],
+                 eps: float) -> None:
+        muon = [g for g in groups if g.get("muon")]
+        plain = [g for g in groups if not g.get("muon")]
+        # the parts keep their own group keys; this optimizer holds the same group dicts
+        self._muon = torch.optim.Muon(muon, lr=lr, adjust_lr_fn="match_rms_adamw") \
+            if muon else None
+        self._adamw = torch.optim.AdamW(plain, lr=lr, betas=betas, eps=eps, fused=True) \
+            if plain else None
+        super().__init__([*(self._muon.param_groups if self._muon else []),
+                          *(self._adamw.param_groups if self._adamw else [])], {"lr": lr})
+        self._share()
+
+    def _share(self) -> None:
+        """The parts read this optimizer's groups and state (one dict each, disjoint
+        parameters): what load_state_dict rebuilds, they see."""
+        parts = [p for p in (self._muon, self._adamw) if p is not None]
+        for part in parts:
+            part.state = self.state
+        if self._muon is not None:
+            self._muon.param_groups = [g for g in self.param_groups if g.get("muon")]
+        if self._adamw is not None:
+            self._adamw.param_groups = [g for g in self.param_groups if not g.get("muon")]
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        # the groups come built from the parts (their defaults filled): keep them as they are
+        self.param_groups.append(param_group)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._share()
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for part in (self._muon, self._adamw):
+            if part is not None:
+                part.step()
+        return loss
 
 
 def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:

@@ -355,7 +355,8 @@ def make_trainer(model: ElectraPretrainingModel, cfg: RunConfig, rt: Runtime,
     # Masking and sampling draw from one stream shared by all ranks (each takes its rows of
     # the global batch); dropout and Gumbel noise from streams of each rank's own.
     streams = RandomStreams(rt, tc.seed, shared={"masking": 1}, local={"gumbel": 2})
-    return Trainer(model, rt, settings, lambda m: param_groups(m, tc.weight_decay),
+    return Trainer(model, rt, settings,
+                   lambda m: param_groups(m, tc.weight_decay, tc.optimizer == "muon"),
                    streams=streams, **kw)
 
 
