@@ -34,7 +34,9 @@ def param_groups(model: nn.Module, weight_decay: float,
                  muon: bool = False) -> list[dict[str, Any]]:
     """Two groups: with and without weight decay; each shared tensor appears once.
     ``muon``: a third, first, of the matrices Muon steps (:func:`by_muon`, with decay)."""
-    decay, plain, matrices = [], [], []
+    decay: list[nn.Parameter] = []
+    plain: list[nn.Parameter] = []
+    matrices: list[nn.Parameter] = []
     for name, p in model.named_parameters():  # named_parameters() skips shared duplicates
         if p.requires_grad:
             (matrices if muon and by_muon(name, p) else plain if no_decay(name, p)

@@ -15,7 +15,7 @@ from torch import nn
 from electra.config import BODY_SETTINGS, ModelConfig
 from electra.errors import UserError
 from electra.model.bodies import bert, deberta, modernbert
-from electra.model.bodies.spec import Adapter, Body, Recipe
+from electra.model.bodies.spec import Adapter, Body, Recipe, published
 from electra.registry import Registry
 
 __all__ = ["BODIES", "Adapter", "Body", "Recipe", "adapter_of", "blocks", "body_of", "check",
@@ -79,8 +79,17 @@ def task_transform(cfg: ModelConfig) -> nn.Module | None:
     return None if make is None else make(cfg)
 
 
+_PUBLISHED: dict[str, dict[str, Recipe]] = {}  # each body's published/ files, read once
+
+
 def _recipes() -> dict[str, Recipe]:
-    return {name: r for b in BODIES.values() for name, r in b.recipes.items()}
+    out = {name: r for b in BODIES.values() for name, r in b.recipes.items()}
+    for b in BODIES.values():
+        if b.folder is not None and (b.folder / "published").is_dir():
+            if b.name not in _PUBLISHED:  # (read once its settings are registered)
+                _PUBLISHED[b.name] = published(b.folder / "published", b.name, b.defaults)
+            out.update(_PUBLISHED[b.name])
+    return out
 
 
 def preset_names() -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from electra.config import BodySettings, ModelConfig
+from electra.config import BodySettings, ModelConfig, config_from_dict
 from electra.errors import UserError
 
 State = dict[str, torch.Tensor]
@@ -24,11 +24,49 @@ State = dict[str, torch.Tensor]
 @dataclass(frozen=True)
 class Recipe:
     """A named preset: the model, and the objective's and the training loop's settings that
-    differ from their defaults (``--preset NAME``)."""
+    differ from their defaults (``--preset NAME``); a published one (a file in the body's
+    ``published/`` folder, :func:`published`) also says what it reproduces, from where, and
+    what a CPU run scales down."""
 
     model: ModelConfig
     train: dict[str, Any] = field(default_factory=dict)
     objective: dict[str, Any] = field(default_factory=dict)
+    file: Path | None = None  # a published recipe's file
+    about: dict[str, Any] = field(default_factory=dict)  # its [recipe] table
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    """A packaged recipe file (electra's own, so read as it is: no size guard needed)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    with path.open("rb") as f:
+        return tomllib.load(f)
+
+
+def published(folder: Path, body: str, defaults: dict[str, Any]) -> dict[str, Recipe]:
+    """The recipes of a body's ``published/`` folder: each TOML file a run as published
+    (``[model]``, ``[objective]``, ``[train]``, with ``[recipe]`` saying what it is, where each
+    number comes from and what a CPU run scales down) under its file's name, and, where
+    ``[recipe.twin]`` gives one, its replaced-token-detection twin as NAME-rtd (the same run
+    with the twin's changes: the objective, the generator's size)."""
+    out: dict[str, Recipe] = {}
+    for path in sorted(folder.glob("*.toml")):
+        raw = _toml(path)
+        about = dict(raw.get("recipe", {}))
+        twin = about.get("twin")
+        model_given = {**defaults, **raw.get("model", {}), "body": body}
+        model = config_from_dict(ModelConfig, model_given, f"{path} [model]")
+        train, objective = dict(raw.get("train", {})), dict(raw.get("objective", {}))
+        out[path.stem] = Recipe(model, train, objective, path, about)
+        if twin:
+            out[f"{path.stem}-rtd"] = Recipe(
+                config_from_dict(ModelConfig, {**model_given, **twin.get("model", {})},
+                                 f"{path} [recipe.twin.model]"),
+                {**train, **twin.get("train", {})}, {**objective, **twin.get("objective", {})},
+                path, about)
+    return out
 
 
 @dataclass(frozen=True)
@@ -80,8 +118,9 @@ class Body:
     docs, in its folder; read as ``cfg.KEY``), ``check(cfg)`` refuses values it cannot run (a
     UserError), ``check_exportable(cfg)`` what a pretraining run refuses before it starts
     because export would, ``defaults`` what a config switching to it brings (its published
-    dropout and LayerNorm epsilon), ``recipes`` its named presets, ``adapter`` its
-    transformers format (None: the folders work with electra's own commands only)."""
+    dropout and LayerNorm epsilon), ``recipes`` its named presets (and the files of
+    ``folder/published/``, :func:`published`), ``adapter`` its transformers format (None: the
+    folders work with electra's own commands only)."""
 
     name: str
     encoder: Callable[..., nn.Module]
@@ -99,6 +138,7 @@ class Body:
     defaults: dict[str, Any] = field(default_factory=dict)
     recipes: dict[str, Recipe] = field(default_factory=dict)
     adapter: Adapter | None = None
+    folder: Path | None = None  # its folder: published/ holds its recipes as files
 
 
 def as_wide_as_blocks(cfg: ModelConfig) -> None:
@@ -112,3 +152,23 @@ def as_wide_as_blocks(cfg: ModelConfig) -> None:
             f"as wide as its blocks (transformers' classes have no place for ELECTRA's "
             f"projection, so the model could not be exported); set "
             f"model.embedding_size={cfg.hidden_size}")
+
+
+def published_table(recipe: Recipe) -> str:
+    """A published recipe's settings as a markdown table: each setting, its value in the
+    file, and where the number comes from (``[recipe.from]``) or what a CPU run scaled down
+    from (``[recipe.scaled]``); what docs/reference/recipes.md shows (a test holds the page
+    to the files)."""
+    about = recipe.about
+    assert recipe.file is not None, "a published recipe (a file's)"
+    rows = ["| setting | value | from |", "|---|---|---|"]
+    values = {**{f"model.{k}": v for k, v in _toml(recipe.file).get("model", {}).items()},
+              **{f"objective.{k}": v for k, v in recipe.objective.items()},
+              **{f"train.{k}": v for k, v in recipe.train.items()}}
+    for key, value in values.items():
+        if key in about.get("scaled", {}):
+            where = f"scaled for a CPU (published: {about['scaled'][key]})"
+        else:
+            where = about.get("from", {}).get(key, "")
+        rows.append(f"| `{key}` | `{value!r}` | {where} |")
+    return "\n".join(rows)
