@@ -268,7 +268,7 @@ def raw_run_config(preset: str | None = None, config_file: str | None = None,
 
 # The top-level keys of a run's config.json (what electra pretrain writes there).
 RUN_FILE_KEYS = {"model", "objective", "train", "tokenizer_sha256", "data_vocab_size",
-                 "seq_len", "data_mix"}
+                 "seq_len", "data_mix", "generator_sha256"}
 
 
 def resumed_run_config(run: str | Path, sets: list[str] | None = None) -> RunConfig:

@@ -120,6 +120,10 @@ def test_a_frozen_generator_of_another_vocabulary_or_none_is_one_line(
     assert main(["pretrain", "--preset", "tiny", "--quiet", "--data", str(letters_data),
                  "--out", str(tmp_path / "ok"), "--generator", str(generator_run), "--set",
                  "train.max_steps=2", "--set", "train.batch_size=4", "--set",
-                 "objective.generator_precision=bf16"]) == 0  # its weights in bf16
+                 "train.log_every=1", "--set",
+                 "objective.generator_precision=bf16", "--stop-after", "1"]) == 0
+    assert main(["pretrain", "--quiet", "--data", str(letters_data), "--out",
+                 str(tmp_path / "ok"), "--resume"]) == 0  # from its own config.json
+    assert [r["step"] for r in iter_metrics(tmp_path / "ok")] == [1, 2]
     with pytest.raises(UserError, match="generator_precision"):
         ObjectiveConfig(generator_precision="bf16")
