@@ -1174,6 +1174,14 @@ CASES += [
     ("env", FINETUNE, "WORLD_SIZE='two': give a whole number", {"WORLD_SIZE": "two"}),
     ("env", ("prepare", "--input", P("c.txt"), "--tokenizer", P("tok")),
      "ELECTRA_PROGRESS_SECONDS='0'", {"ELECTRA_PROGRESS_SECONDS": "0"}),
+    # -- issue 71: push --
+    ("model", ("push", P("nope"), "--repo", "org/x"), "push {w}/nope: no such folder"),
+    ("config", ("push", P("run"), "--repo", "org/x@main"), "give the repository as org/name"),
+    ("config", ("push", P("run"), "--repo", "org/na..me"), "no hub id"),
+    ("model", ("push", P("ft/seed-1"), "--repo", "org/x", "--checkpoints"),
+     "holds no checkpoints (RUN/checkpoints/step-N); push without --checkpoints"),
+    ("env", ("push", P("run"), "--repo", "org/x"), "push: no hub token; set HF_TOKEN",
+     {"HF_TOKEN": "", "HF_HOME": "/nonexistent-electra-hf-home"}),
     # -- issue 69: mixture weights whose sum overflowed; hub ids the hub's rules reject --
     ("config", ("pretrain", "--config", P("tiny.toml"), "--data",
                 "{w}/data:1e308+{w}/packed:1e308", "--quiet"), "give a number from 1e-9 to 1e9"),
@@ -1216,7 +1224,7 @@ def resolve(args: tuple, world: Path, case: int) -> list[str]:
                    str(a).replace("{w}", str(world)))
     command = out[0] if out[0] != "tokenizer" else "tokenizer train"
     if "--out" not in out and command not in ("plot", "evaluate", "detect", "predict",
-                                              "demo") \
+                                              "demo", "push") \
             and "--verify" not in out:
         out += ["--out", str(world / f"out-{case}")]
     return out
@@ -1263,7 +1271,7 @@ def test_compile_where_torch_cannot_is_one_line_naming_the_fallback(world, capsy
 def test_the_matrix_covers_every_command_and_category():
     commands = {c[1][0] for c in CASES}
     assert commands >= {"tokenizer", "prepare", "pretrain", "finetune", "evaluate", "export",
-                        "import", "plot"}
+                        "import", "plot", "push"}
     assert len(CASES) >= 60
     assert {c[0] for c in CASES} == {"config", "device", "data", "model", "pickle", "task",
                                      "out", "loss", "env"}

@@ -51,6 +51,7 @@ _LAZY = {  # name -> (module, its attribute)
     "predict": ("electra.commands.predict", "predict"),
     "detect": ("electra.commands.detect", "detect"),
     "export": ("electra.saved.hf", "export_hf"),
+    "push": ("electra.saved.push", "push"),
     "import_": ("electra.saved.hf", "import_hf"),  # `import` is Python's keyword (PEP 8's _)
     "compare": ("electra.experiments.compare", "main"),
     "demo": ("electra.experiments.demo", "run_demo"),

@@ -385,6 +385,24 @@ COMMANDS: dict[str, Command] = {
                 "sentence_transformers.SentenceTransformer loads, the encoder with POOLING "
                 "(mean or cls) and normalisation, as electra.encode embeds (needs "
                 "sentence-transformers)"))),
+    "push": Command(
+        "push a model (and its checkpoints, tagged) to the Hugging Face Hub",
+        "electra.saved.push:push", (
+            arg("source", help="a pretraining run folder, RUN/checkpoints/step-N, or a "
+                "fine-tuned model (FT/seed-N): exported as `electra export` writes it, a run's "
+                "discriminator at the repository's root and its generator in generator/"),
+            arg("--repo", required=True, metavar="ORG/NAME", help="the hub repository "
+                "(HF_ENDPOINT's hub; the token from HF_TOKEN or `hf auth login`)"),
+            arg("--checkpoints", action="store_true", help="also each of the run's "
+                "checkpoints, one commit each, tagged step-N (decay-N inside a WSD decay), "
+                "before the final model"),
+            arg("--create", action="store_true", help="make the repository if it is missing"),
+            arg("--private", action="store_true", help="with --create: a private repository"),
+            arg("--sentence-transformers", metavar="POOLING", help="push the "
+                "sentence-transformers folder `electra export --sentence-transformers "
+                "POOLING` writes (an embedding model's own pooling without it)"),
+            _quiet()),
+        interrupted="(what reached the hub is kept)", continues=()),
     "import": Command(
         "read transformers folders into a run folder", "electra.saved.hf:import_hf", (
             arg("hf_dir", help="an ELECTRA, ModernBERT or DebertaV2 folder (config.json + "
