@@ -48,6 +48,12 @@ HAND = {
     "fast_electra": 6 * (DISC + RTD_HEAD) + 2 * (GEN + GEN_HEAD),
 }
 FROZEN = CFG.generator_config()  # fast_electra's generator in these counts
+META = {"vocab_size": 100, "pad_id": 0, "seq_len": T}  # the data a plan is made for
+RAW = {"model": {k: getattr(CFG, k) for k in ("embedding_size", "hidden_size", "num_layers",
+                                               "num_heads", "intermediate_size",
+                                               "max_position_embeddings", "generator_size")},
+       "objective": {"max_predictions": P},
+       "train": {"batch_size": 4, "max_steps": 100, "warmup_steps": 10}}  # a base config
 
 
 def objective_of(kind: str) -> ObjectiveConfig:
@@ -82,14 +88,7 @@ def test_flops_equal_torch_profiler_count_of_a_real_step(kind):
 
 
 def test_a_budget_buys_each_objective_the_steps_its_flops_imply():
-    meta = {"vocab_size": 100, "pad_id": 0, "seq_len": T}
-    raw = {"model": {k: getattr(CFG, k) for k in ("embedding_size", "hidden_size",
-                                                   "num_layers", "num_heads",
-                                                   "intermediate_size",
-                                                   "max_position_embeddings",
-                                                   "generator_size")},
-           "objective": {"max_predictions": P},
-           "train": {"batch_size": 4, "max_steps": 100, "warmup_steps": 10}}
+    meta, raw = META, RAW
     budget = 5e8
     plan = compare_plan.make_plan(meta, raw, ["electra", "mlm", "random"], ("flops", budget),
                              [0.25, 0.5, 1.0], [], [1], [])
@@ -113,14 +112,7 @@ def test_variants_of_one_kind_run_under_their_names_at_their_own_cost(monkeypatc
     """--objectives KIND:key=value...:name=NAME: the same kind with and without a mask-rate
     schedule, and fast_electra with its frozen generator (its forward in the step's FLOPs,
     so it buys more steps than electra, whose generator also trains)."""
-    meta = {"vocab_size": 100, "pad_id": 0, "seq_len": T}
-    raw = {"model": {k: getattr(CFG, k) for k in ("embedding_size", "hidden_size",
-                                                   "num_layers", "num_heads",
-                                                   "intermediate_size",
-                                                   "max_position_embeddings",
-                                                   "generator_size")},
-           "objective": {"max_predictions": P},
-           "train": {"batch_size": 4, "max_steps": 100, "warmup_steps": 10}}
+    meta, raw = META, RAW
     variants = compare_spec.parse_objectives(
         "electra,electra:mask_prob=0.3:mask_prob_end=0.15:name=electra-sched,"
         "fast_electra:generator=RUN:temperature=2:temperature_end=1:temperature_steps=10")

@@ -37,8 +37,8 @@ class Electra(Objective):
         corrupted, labels = corrupt_with(step, sampled)
         disc, disc_logits = detect(model, step, corrupted, labels, **self.scored_on(step))
         loss = step.cfg.disc_weight * disc.loss
-        if step.stage != 2:  # step 6: one joint update (stage 2: the generator is frozen)
-            loss = gen.loss + loss
+        if step.stage != 2 and not self.frozen_generator:
+            loss = gen.loss + loss  # step 6: one joint update (else the generator is frozen)
         return finish(step, loss, {"gen_loss": gen, "disc_loss": disc}, corrupted, labels,
                       disc_logits)
 

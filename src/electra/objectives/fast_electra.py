@@ -14,28 +14,15 @@ checkpoint), loaded by ``electra.saved.start.load_generator``.
 
 from __future__ import annotations
 
-from typing import Any
-
-from electra.objectives.base import (
-    ElectraOutput,
-    Objective,
-    Step,
-    corrupt_with,
-    detect,
-    finish,
-    generate,
-)
+from electra.objectives.electra import Electra
 
 
-class FastElectra(Objective):
+class FastElectra(Electra):
+    """ELECTRA's forward with the generator frozen (``generate`` runs it under no gradient
+    and the loss leaves its MLM term out): only the traits differ."""
+
     name = "fast_electra"
     summary = "ELECTRA with a frozen, pretrained generator (Fast-ELECTRA)"
     generator = False  # none trained: the frozen one is attached (objective.generator)
     frozen_generator = True
-
-    def forward(self, model: Any, step: Step) -> ElectraOutput:
-        gen, sampled = generate(model, step)  # frozen: under no_grad
-        corrupted, labels = corrupt_with(step, sampled)
-        disc, disc_logits = detect(model, step, corrupted, labels)
-        return finish(step, step.cfg.disc_weight * disc.loss,
-                      {"gen_loss": gen, "disc_loss": disc}, corrupted, labels, disc_logits)
+    two_stage = False
