@@ -51,7 +51,9 @@ fi
     --set train.warmup_steps=50
 
 # 4. The comparison (fast_electra's temperature falls 2 -> 1 over its ~571 steps).
-electra compare --data "$OUT/data" --preset small --budget "$BUDGET" --fractions 1 \
+#    A checkpoint every 50 steps: a session that ends mid-run loses at most that much.
+electra compare --data "$OUT/data" --preset small --set train.save_every=50 \
+    --budget "$BUDGET" --fractions 1 \
     --objectives "electra,electra:mask_prob=0.3:mask_prob_end=0.15:name=electra-30to15,mlm,fast_electra:generator=$OUT/generator-mlm:temperature=2:temperature_end=1:temperature_steps=571" \
     --tasks "sst2:max_train_examples=8000,mrpc,stsb,custom:name=qnli4k:train=$OUT/qnli/train.tsv:dev=$OUT/qnli/dev.tsv:text=question+sentence:label=label,sts,retrieval:data=$SHARED/squad/dev-v1.1.json" \
     --glue "$SHARED/glue" --seeds 1,2,3 --out "$OUT/compare"
