@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install torch==2.13.0 2>&1 | sed "/^WARNING: Location/d"
 	$(PIP) install -e '.[dev]' 2>&1 | sed "/^WARNING: Location/d"
-	$(PY) -c "import electra, torch, tokenizers, safetensors, transformers, sklearn, tensorboard, matplotlib, pyarrow, datasets, seqeval, mkdocs, mkdocstrings, material, xdist, hypothesis, pytest_randomly, mypy, mlflow, wandb, pytorch_optimizer, sentencepiece, s3fs, moto, ray, sentence_transformers"
+	$(PY) -c "import electra, torch, tokenizers, safetensors, transformers, sklearn, tensorboard, matplotlib, pyarrow, datasets, seqeval, mkdocs, mkdocstrings, material, xdist, hypothesis, pytest_randomly, mypy, mlflow, wandb, pytorch_optimizer, sentencepiece, s3fs, moto, ray, sentence_transformers, bm25s"
 	touch $@
 
 # ARGS: the demo's flags, e.g. make demo ARGS="--resume" or ARGS="--set train.threads=1"

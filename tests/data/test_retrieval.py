@@ -93,3 +93,36 @@ def test_the_measures_are_trec_evals_on_a_run_scored_by_hand():
                                  "recall@100": sum(recall) / 3}, abs=1e-12)
     # a query the run leaves out counts 0
     assert score_run(qrels, {"q1": run["q1"]})["mrr@10"] == pytest.approx(0.5 / 3)
+
+
+def test_bm25_ranks_as_the_library_scores_and_by_hand():
+    """BM25 (bm25s): every score our search returns is the library's own score of that
+    document (``get_scores``), in its order; a query's one rare word puts the one document
+    holding it first; k <= 0 and an empty corpus are one line each."""
+    bm25s = pytest.importorskip("bm25s")
+    import numpy as np
+
+    from electra.evaluation.bm25 import BM25
+
+    corpus = {"d1": "the river flows past the old mill", "d2": "a glacier carved the fjord",
+              "d3": "the mill grinds grain by the river", "d4": "grain prices rose in autumn"}
+    queries = {"q1": "fjord", "q2": "river mill", "q3": "grain"}
+    index = BM25(corpus)
+    run = index.search(queries, k=3)
+    own = bm25s.BM25()
+    own.index(bm25s.tokenize(list(corpus.values()), stopwords="en", show_progress=False),
+              show_progress=False)
+    for q, text in queries.items():
+        tokens = bm25s.tokenize([text], stopwords="en", return_ids=False,
+                                show_progress=False)[0]
+        expected = own.get_scores(tokens)
+        for d, s in run[q].items():
+            assert s == pytest.approx(float(expected[list(corpus).index(d)]), rel=1e-6)
+        assert list(run[q]) == sorted(run[q], key=lambda d: -run[q][d])
+        assert len(run[q]) == int(np.count_nonzero(expected > 0)) or len(run[q]) == 3
+    assert list(run["q1"]) == ["d2"]  # only d2 holds "fjord"
+    assert set(run["q2"]) == {"d1", "d3"} and set(run["q3"]) == {"d3", "d4"}
+    with pytest.raises(UserError, match="k=0; give how many"):
+        index.search(queries, k=0)
+    with pytest.raises(UserError, match="the corpus is empty"):
+        BM25({})

@@ -352,6 +352,9 @@ def test_embedding_scores_stand_beside_the_fine_tunes(own_compare, capsys, tmp_p
         assert m["average"]["seeds"] == m["tasks"]["sent"]["seeds"]  # outside the average
     table = (out / "results.md").read_text()
     assert "retrieval (ndcg@10)" in table and "retrieval: each model's embeddings" in table
+    bm25 = electra.retrieval(out / "models" / "random-init", beir)["bm25"]["ndcg@10"]
+    assert results["baselines"] == {"bm25": {"retrieval": bm25}}  # BM25 beside the models
+    assert f"BM25 on retrieval (bm25s, no model): {100 * bm25:.1f}." in table
     assert "retrieval needs data=PATH" in _error(capsys, [*args[:tasks], "retrieval",
                                                           *args[tasks + 1:]])
 

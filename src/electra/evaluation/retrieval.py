@@ -1,7 +1,8 @@
 """Dense retrieval: every query of a retrieval set against its whole corpus by the cosine of
 their embeddings (``data``: a BEIR folder and its ``split``, or a SQuAD file's questions
 against its paragraphs: :mod:`electra.data.retrieval`), scored as trec_eval scores a run:
-nDCG@10 (the primary metric), MRR@10, Recall@100."""
+nDCG@10 (the primary metric), MRR@10, Recall@100; BM25's scores on the same set beside them
+(:mod:`electra.evaluation.bm25`), the baseline a model's embeddings are read against."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from electra.data.retrieval import RetrievalSet, read_retrieval
 from electra.errors import UserError
 from electra.evaluation.base import Evaluator
+from electra.evaluation.bm25 import BM25
 from electra.evaluation.encoder import Encoder
 from electra.io import remote
 from electra.io.progress import reporting
@@ -37,6 +39,8 @@ class Retrieval(Evaluator):
                             f"SQuAD .json (e.g. retrieval:data=squad/dev-v1.1.json)")
         return cls(data=str(opts["data"]), split=str(opts.get("split", "test")))
 
+    _bm25: dict[str, float] | None = None
+
     def _set(self) -> RetrievalSet:
         return read_retrieval(remote.local(str(self.data), "--data"), self.split or "test")
 
@@ -57,7 +61,16 @@ class Retrieval(Evaluator):
             queries = enc.encode([found.queries[q] for q in query_ids], batch_size,
                                  prompt_name=enc.prompt_for("query"))
         scores = score_run(found.qrels, ranked(queries, docs, query_ids, doc_ids))
-        return {**scores, "queries": len(query_ids), "documents": len(doc_ids)}
+        return {**scores, "queries": len(query_ids), "documents": len(doc_ids),
+                "bm25": self.baseline()}
+
+    def baseline(self) -> dict[str, float]:
+        """BM25's scores on the same set (the lexical baseline beside every model's; made
+        once an evaluation)."""
+        if self._bm25 is None:
+            found = self._set()
+            self._bm25 = score_run(found.qrels, BM25(found.corpus).search(found.queries))
+        return self._bm25
 
     def printed(self, result: dict[str, Any]) -> dict[str, Any]:
         return {"retrieval": result}

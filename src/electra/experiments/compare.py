@@ -218,8 +218,10 @@ def _zero_shot(plan: Plan, out: Path, name: str, objective: str | None, task: Ta
     if rt.is_main:
         print(f"compare: scoring {name}'s embeddings on {task.name}", flush=True)
         ev = task.evaluation()
-        score = ev.primary(ev(model))
-        result = {"seeds": {"-": {"dev": {task.metric: score}}}, "zero_shot": True}
+        found = ev(model)
+        result = {"seeds": {"-": {"dev": {task.metric: ev.primary(found)}}}, "zero_shot": True}
+        if "bm25" in found:  # retrieval: BM25's score on the same set, the lexical baseline
+            result["bm25"] = found["bm25"][task.metric]
         folder.mkdir(parents=True, exist_ok=True)
         write_json(folder / "results.json", result)
     return result

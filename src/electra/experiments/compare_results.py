@@ -43,7 +43,10 @@ def summarize(plan: Plan, scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
                        "steps": (plan.ends(objective)[plan.fractions.index(fraction)]
                                  if objective else 0),
                        "tasks": per_task, "average": _spread(seeds) if seeds else None})
+    bm25 = {t.name: scores[name][t.name]["bm25"] for name in scores for t in plan.tasks
+            if "bm25" in scores[name].get(t.name, {})}  # the same for every model
     return {"budget_flops": plan.budget_flops, "seeds": plan.seeds,
+            **({"baselines": {"bm25": bm25}} if bm25 else {}),
             "metrics": {t.name: t.metric for t in plan.tasks},
             "steps": {o: c.train.max_steps for o, c in plan.objectives.items()},
             "flops_per_step": plan.flops_per_step, "models": models}
@@ -79,6 +82,8 @@ def table(plan: Plan, results: dict[str, Any]) -> str:
                                         if avg else ".")
             + (f" {', '.join(zero)}: each model's embeddings as they are (mean pooling, no "
                f"fine-tuning), one score x100." if zero else "")
+            + "".join(f" BM25 on {t} (bm25s, no model): {100 * v:.1f}." for t, v in
+                      results.get("baselines", {}).get("bm25", {}).items())
             + ("\n! a seed predicted one class everywhere or its training loss never fell: "
                "see finetune/MODEL/TASK/results.md" if warned else ""))
 
