@@ -1186,6 +1186,7 @@ CASES += [
     ("model", ("push", P("nope"), "--repo", "org/x"), "push {w}/nope: no such folder"),
     ("config", ("push", P("run"), "--repo", "org/x@main"), "give the repository as org/name"),
     ("config", ("push", P("run"), "--repo", "org/na..me"), "no hub id"),
+    ("config", ("push", P("run"), "--repo", "org/x", "--private"), "add --create"),
     ("model", ("push", P("ft/seed-1"), "--repo", "org/x", "--checkpoints"),
      "holds no checkpoints (RUN/checkpoints/step-N); push without --checkpoints"),
     ("env", ("push", P("run"), "--repo", "org/x"), "push: no hub token; set HF_TOKEN",

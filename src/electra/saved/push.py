@@ -50,6 +50,9 @@ def push(source: str, repo: str, checkpoints: bool = False, create: bool = False
         raise UserError(f"--repo {repo}: give the repository as org/name (no @revision: "
                         f"checkpoints are tagged step-N)")
     check_repo_id(repo, repo, "--repo")
+    if private and not create:
+        raise UserError("--private makes the repository --create creates private; add "
+                        "--create (an existing repository keeps its own visibility)")
     steps = _checkpoints(src) if checkpoints else []
     if checkpoints and not steps:
         raise UserError(f"push {source} --checkpoints: {src} holds no checkpoints "
