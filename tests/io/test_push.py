@@ -131,3 +131,26 @@ def test_the_refusals_are_one_line_each(hub, run, tmp_path, capsys, monkeypatch)
     assert "no such folder" in cli_error(capsys, "push", str(other), "--repo", "org/x")
     assert "give the repository as org/name" in cli_error(capsys, "push", str(run),
                                                           "--repo", "org/x@main")
+
+
+def test_an_embedding_model_goes_as_its_sentence_transformers_folder(hub, run, tmp_path):
+    """A fine-tuned embedding model's push is the folder `electra export` writes for it,
+    sentence-transformers' layout at the repository's root (modules.json, the pooling's
+    config, the encoder's weights), byte for byte."""
+    import json
+
+    rows = [{"query": f"{a} {b}", "positive": f"{b} {a}"} for a in "abcdef" for b in "xy"]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["finetune", "--model", str(run), "--task", "embedding", "--train",
+                 str(tmp_path / "p.jsonl"), "--dev", str(tmp_path / "p.jsonl"), "--out",
+                 str(tmp_path / "ft"), "--quiet", "--set", "epochs=1", "--set",
+                 "precision=fp32"]) == 0
+    assert push(tmp_path / "ft/seed-1", "--repo", "org/emb", "--create") == 0
+    assert main(["export", str(tmp_path / "ft/seed-1"), "--out", str(tmp_path / "st")]) == 0
+    repo = hub.repos["org/emb"]
+    pushed = repo.commits[repo.branches["main"]]
+    local = {p.relative_to(tmp_path / "st").as_posix(): p.read_bytes()
+             for p in (tmp_path / "st").rglob("*") if p.is_file()}
+    assert "modules.json" in local and any(n.endswith("Pooling/config.json") for n in local)
+    assert {n: pushed[n] for n in local if n != "README.md"} == {
+        n: b for n, b in local.items() if n != "README.md"}
