@@ -122,6 +122,8 @@ def test_bm25_ranks_as_the_library_scores_and_by_hand():
         assert len(run[q]) == int(np.count_nonzero(expected > 0)) or len(run[q]) == 3
     assert list(run["q1"]) == ["d2"]  # only d2 holds "fjord"
     assert set(run["q2"]) == {"d1", "d3"} and set(run["q3"]) == {"d3", "d4"}
+    # words of one letter are no BM25 terms: a corpus of them ranks nothing, without error
+    assert BM25({"d1": "a a", "d2": "b"}).search({"q": "a"}) == {"q": {}}
     with pytest.raises(UserError, match="k=0; give how many"):
         index.search(queries, k=0)
     with pytest.raises(UserError, match="the corpus is empty"):

@@ -28,9 +28,12 @@ class BM25:
             raise UserError("BM25: the corpus is empty; give documents to rank")
         bm25s = _bm25s()
         self.doc_ids = list(corpus)
-        self.index = bm25s.BM25()
-        self.index.index(bm25s.tokenize([corpus[d] for d in self.doc_ids], stopwords="en",
-                                        show_progress=False), show_progress=False)
+        tokens = bm25s.tokenize([corpus[d] for d in self.doc_ids], stopwords="en",
+                                show_progress=False)
+        self.index = None  # no document holds a word: every query scores 0 everywhere
+        if tokens.vocab:
+            self.index = bm25s.BM25()
+            self.index.index(tokens, show_progress=False)
 
     def search(self, queries: dict[str, str], k: int = 100) -> dict[str, dict[str, float]]:
         """Each query's ``k`` best documents by BM25 (fewer where fewer score above 0)."""
@@ -38,6 +41,8 @@ class BM25:
             raise UserError(f"BM25: k={k}; give how many documents to keep, k >= 1")
         bm25s = _bm25s()
         query_ids = list(queries)
+        if self.index is None:
+            return {q: {} for q in query_ids}
         tokens = bm25s.tokenize([queries[q] for q in query_ids], stopwords="en",
                                 show_progress=False)
         found, scores = self.index.retrieve(tokens, k=min(k, len(self.doc_ids)),
