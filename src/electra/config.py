@@ -420,6 +420,13 @@ def parse_phases(value: str, key: str = "train.phases"
     return tuple(out)
 
 
+def decay_start(max_steps: int, decay_steps: int = 0, decay_fraction: float = 0.1) -> int:
+    """The step where a wsd schedule's decay begins: the last ``decay_steps`` of
+    ``max_steps``, else its last ``decay_fraction`` (the schedule, a mask-rate schedule over
+    the decay, a decay branch and push's decay-N tags read it alike)."""
+    return max_steps - (decay_steps or round(decay_fraction * max_steps))
+
+
 LOOP_RANGES: dict[str, str | tuple[str, ...]] = {
     "batch_size": ">= 1", "grad_accum": ">= 1", "schedule": ("linear", "cosine", "wsd"),
     "decay_fraction": "(0, 1]", "decay_steps": ">= 0", "decay_shape": ("linear", "1-sqrt"),

@@ -20,6 +20,7 @@ from electra.config import (
     closest,
     config_from_dict,
     config_keys,
+    decay_start,
     did_you_mean,
     name_in,
     parse_phases,
@@ -99,8 +100,7 @@ class RunConfig:
         the whole run, or the learning rate's decay (wsd's last steps)."""
         t = self.train
         if self.objective.mask_over == "decay":
-            return t.max_steps - (t.decay_steps or round(t.decay_fraction * t.max_steps)), \
-                t.max_steps
+            return decay_start(t.max_steps, t.decay_steps, t.decay_fraction), t.max_steps
         return 0, t.max_steps
 
     def mask_prob_at(self, step: int) -> float:

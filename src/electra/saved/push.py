@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from electra.config import decay_start
 from electra.errors import UserError
 from electra.io.checkpoint import latest_checkpoint
 from electra.io.files import maybe_json
@@ -183,9 +184,8 @@ def _checkpoints(run: Path) -> list[tuple[int, Path, str]]:
     train = cfg.get("train", {}) if isinstance(cfg, dict) else {}
     decay_from = None
     if train.get("schedule") == "wsd" and isinstance(train.get("max_steps"), int):
-        decay = train.get("decay_steps") or round(train.get("decay_fraction", 0.1)
-                                                  * train["max_steps"])
-        decay_from = train["max_steps"] - decay
+        decay_from = decay_start(train["max_steps"], train.get("decay_steps") or 0,
+                                 train.get("decay_fraction", 0.1))
     out = []
     for path in sorted(folder.glob("step-*")):
         if not (path / "manifest.json").is_file():

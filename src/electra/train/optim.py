@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from electra.config import decay_start
+
 
 def no_decay(name: str, p: torch.Tensor) -> bool:
     """Biases and LayerNorm weights (every 1-d tensor) take no weight decay."""
@@ -188,8 +190,8 @@ def schedule(name: str, warmup_steps: int, max_steps: int, decay_fraction: float
     (``decay_shape="1-sqrt"``, ModernBERT's), ``done`` the decay's fraction behind."""
     if name == "linear":
         return warmup_linear(warmup_steps, max_steps)
-    decay_from = (max_steps - (decay_steps or round(decay_fraction * max_steps))
-                  if name == "wsd" else warmup_steps)
+    decay_from = (decay_start(max_steps, decay_steps, decay_fraction) if name == "wsd"
+                  else warmup_steps)
 
     def f(step: int) -> float:
         if step < warmup_steps:
