@@ -220,6 +220,22 @@ def world(tmp_path_factory) -> Iterator[Path]:
     (w / "beir_twice/corpus.jsonl").write_text('{"_id": "d1", "text": "a"}\n' * 2)
     (w / "beir_twice/queries.jsonl").write_text('{"_id": "q1", "text": "a"}\n')
     (w / "beir_twice/qrels/test.tsv").write_text("q\td\ts\nq1\td1\t1\n")
+    # issue 72: reranking files (groups; scored pairs; a positive without negatives) and a
+    # BEIR folder whose qrels name a document the corpus lacks
+    (w / "groups.jsonl").write_text("".join(
+        f'{{"query": "{a}", "positive": "{a} b", "negative_1": "c d"}}\n' for a in "abcd"))
+    (w / "pairs.tsv").write_text("query\tdocument\tlabel\n" + "".join(
+        f"{a}\t{a} b\t{3 * (k % 2)}\n" for k, a in enumerate("abcd")))
+    (w / "lonely.jsonl").write_text('{"query": "a", "positive": "a b"}\n')
+    (w / "beir_lost/qrels").mkdir(parents=True)
+    (w / "beir_lost/corpus.jsonl").write_text('{"_id": "d1", "text": "a"}\n')
+    (w / "beir_lost/queries.jsonl").write_text('{"_id": "q1", "text": "a"}\n')
+    (w / "beir_lost/qrels/test.tsv").write_text("q\td\ts\nq1\td9\t1\n")
+    (w / "beir_ok/qrels").mkdir(parents=True)
+    (w / "beir_ok/corpus.jsonl").write_text('{"_id": "d1", "text": "a b"}\n'
+                                            '{"_id": "d2", "text": "a c"}\n')
+    (w / "beir_ok/queries.jsonl").write_text('{"_id": "q1", "text": "a"}\n')
+    (w / "beir_ok/qrels/test.tsv").write_text("q\td\ts\nq1\td1\t1\n")
     holder = hold_lock(w / "locked")  # another process writing --out locked
     yield w
     holder.kill()
@@ -1223,6 +1239,48 @@ CASES += [
     ("task", (*TAGGING, "--min-score", "1"), "--min-score: --task tagging does not read it"),
     ("data", ("evaluate", "--model", P("run"), "--task", "retrieval", "--data",
               P("beir_twice")), "corpus.jsonl:2: document 'd1' is given twice"),
+]
+
+RERANK = ("finetune", "--random-init", "tiny", "--tokenizer", P("tok"), "--task", "rerank",
+          "--dev", P("groups.jsonl"), "--quiet")
+
+CASES += [
+    # -- issue 72: rerankers: their losses, files, and two-stage evaluation --
+    ("config", (*RERANK, "--train", P("groups.jsonl"), "--set", "rerank_loss=pairwise"),
+     "rerank_loss must be one of auto, listwise, bce, mse, got 'pairwise'"),
+    ("task", (*RERANK, "--train", P("pairs.tsv"), "--set", "rerank_loss=listwise"),
+     "rerank_loss=listwise ranks a query's positive above its negatives, and the training "
+     "file holds scored pairs"),
+    ("task", (*RERANK, "--train", P("pairs.tsv"), "--set", "rerank_loss=bce"),
+     "rerank_loss=bce reads each pair's target as a probability, and the training file has 3"),
+    ("task", (*RERANK, "--train", P("groups.jsonl"), "--set", "rerank_loss=mse"),
+     "rerank_loss=mse learns a teacher's scores, and the training groups have none"),
+    ("task", (*RERANK, "--train", P("lonely.jsonl")),
+     "lonely.jsonl: row 1 has a positive and no negative"),
+    ("task", (*RERANK, "--train", P("groups.jsonl"), "--label-column", "x"),
+     "--label-column x: {w}/groups.jsonl is read as groups"),
+    ("config", ("evaluate", "--model", P("ft", "seed-1"), "--task", "rerank", "--data",
+                P("beir_twice"), "--top-k", "0"), "--top-k 0: give how many of the first "
+     "stage's documents to rerank, k >= 1"),
+    ("config", ("evaluate", "--model", P("run"), "--task", "sts", "--dev", P("dev.csv"),
+                "--first-stage", "bm25"), "--first-stage: --task sts does not read it "
+     "(--task rerank does); drop it"),
+    ("config", ("evaluate", "--model", P("ft", "seed-1"), "--task", "custom", "--dev",
+                P("dev.csv"), "--top-k", "5"), "--top-k: --task custom does not read it"),
+    ("model", ("evaluate", "--model", P("ft", "seed-1"), "--task", "rerank", "--data",
+               P("beir_lost"), "--split", "test"), "was fine-tuned on"),
+    ("data", ("evaluate", "--model", P("run"), "--task", "retrieval", "--data",
+              P("beir_lost")), "qrels/test.tsv:2: document 'd9' is not in corpus.jsonl"),
+    ("config", ("mine", "--data", P("beir_ok"), "--out", P("m.jsonl"), "--negatives", "0"),
+     "--negatives 0: give how many negatives a query to write, 1 or more"),
+    ("config", ("mine", "--data", P("beir_ok"), "--out", P("m.jsonl"), "--max-ratio", "2"),
+     "--max-ratio 2: give a number in (0, 1]"),
+    ("config", ("mine", "--data", P("beir_ok"), "--out", P("m.jsonl"), "--negatives", "1",
+                "--margin", "5"), "no query has 1 negative(s) that pass the controls"),
+    ("data", ("mine", "--data", P("beir_lost"), "--out", P("m.jsonl")),
+     "qrels/test.tsv:2: document 'd9' is not in corpus.jsonl"),
+    ("out", ("mine", "--data", P("beir_ok"), "--out", P("dev.csv")),
+     "exists and was not written by electra mine"),
 ]
 
 

@@ -18,6 +18,8 @@ raised as :class:`UserError`), and the parts to build models from.
     electra.encode(model, texts)                         sentence embeddings (N, H)
     electra.sts(model, data="glue/STS-B")                STS-B Spearman, zero-shot
     electra.retrieval(model, data="dev-v1.1.json")       nDCG@10, MRR@10, Recall@100
+    electra.rerank(model, data="dev-v1.1.json")          BM25's top 100 reordered, both scored
+    electra.mine(data=..., out="groups.jsonl")           hard negatives, by BM25 or a model
 
 Importing the package is cheap (no torch): the names below load on first use, so the CLI
 and data-preparation workers start fast.
@@ -59,6 +61,8 @@ _LAZY = {  # name -> (module, its attribute)
     "encode": ("electra.evaluation.encoder", "encode"),
     "sts": ("electra.evaluation.sts", "sts"),
     "retrieval": ("electra.evaluation.retrieval", "retrieval"),
+    "rerank": ("electra.evaluation.rerank", "rerank"),
+    "mine": ("electra.commands.mine", "mine"),
     "Encoder": ("electra.evaluation.encoder", "Encoder"),
 }
 __all__ = sorted(_LAZY)

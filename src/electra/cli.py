@@ -360,7 +360,44 @@ COMMANDS: dict[str, Command] = {
                 "are cut at the model's own length (a sentence-transformers folder's "
                 "max_seq_length, a fine-tuned model's max_length, else its positions) and a "
                 "sentence-transformers folder's prompts are used (retrieval: query, document)"),
+            arg("--first-stage", metavar="bm25|MODEL", help="rerank with --data: what finds "
+                "each query's documents to rerank, bm25 (default) or any model's embeddings "
+                "(as --task retrieval reads it)"),
+            arg("--top-k", type=int, metavar="K", help="rerank with --data: how many of the "
+                "first stage's documents a query to rerank (default: 100)"),
             _precision(), _device(), _quiet())),
+    "mine": Command(
+        "mine hard negatives for (query, positive) pairs from a corpus, by BM25 or a model",
+        "electra.commands.mine:mine", (
+            arg("--data", required=True, help="a BEIR folder or a SQuAD .json (each query "
+                "with each relevant document, mined from its corpus), or a pairs file "
+                "(query,positive: CSV, TSV, JSONL, Parquet)"),
+            arg("--out", required=True, help="the .jsonl file to write"),
+            arg("--corpus", help="pairs: the documents to mine from, a JSONL {_id, text} or a "
+                "text file of one document a line, streamed (default: the pairs' positives)"),
+            arg("--by", default="bm25", metavar="bm25|MODEL", help="what ranks the corpus: "
+                "bm25 (default) or any model's embeddings (a run, a fine-tuned embedding "
+                "model, a transformers or sentence-transformers folder)"),
+            arg("--negatives", type=int, default=7, help="negatives a query (default: 7)"),
+            arg("--skip-top", type=int, default=0, metavar="N", help="leave out each query's "
+                "first N candidates (likely unlabelled positives; default: 0)"),
+            arg("--range", type=int, default=100, metavar="N", help="the candidates a query, "
+                "after --skip-top (default: 100)"),
+            arg("--margin", type=float, metavar="X", help="keep negatives scoring at most the "
+                "positive's score minus X"),
+            arg("--max-ratio", type=float, metavar="R", help="keep negatives scoring at most "
+                "R times the positive's (e.g. 0.95)"),
+            arg("--sample", default="top", choices=["top", "random"], help="the best "
+                "candidates that pass (top, default) or a seeded random choice of them"),
+            arg("--format", default="groups", choices=["groups", "triplets", "pairs"],
+                help="groups: query,positive,negative_1,... (default; --task rerank and "
+                "embedding read it); triplets: a row a negative; pairs: query,document,label"),
+            arg("--split", default="test", help="a BEIR folder's qrels/SPLIT.tsv (default: "
+                "test)"),
+            arg("--text-columns", help="a pairs file's QUERY,POSITIVE columns"),
+            arg("--seed", type=int, default=0, help="--sample random's seed (default: 0)"),
+            arg("--batch-size", type=int, default=32, help="texts a batch (--by MODEL)"),
+            _device(), _quiet())),
     "predict": Command(
         "apply a fine-tuned model to an unlabelled file (one JSON line per input)",
         "electra.commands.predict:main", (

@@ -88,7 +88,10 @@ def _classifier(model: str | None) -> None:
 
 def evaluate(model: str | None = None, task: str | None = None, dev: str | None = None,
              **_: Any) -> None:
-    if task in catalog.load()["evaluations"]:  # any model: a run, a transformers folder, ...
+    known = catalog.load()
+    # an evaluation of embeddings reads any model: a run, a transformers folder, ...; one
+    # that is also a fine-tuning family's (rerank) reads that family's fine-tuned models
+    if task in known["evaluations"] and task not in known["families"]:
         _model(model)
     else:
         _classifier(model)

@@ -216,6 +216,7 @@ def load_tasks(names: list[str], data: str | None, train: str | None, dev: str |
 def evaluate(model: str, task: str, data: str | None = None, dev: str | None = None,
              split: str = "dev", text_columns: str | None = None, precision: str | None = None,
              pooling: str | None = None, device: str = "auto", progress: bool = True,
+             first_stage: str | None = None, top_k: int | None = None,
              **reading: Any) -> dict[str, Any]:
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s); a
     collapsed model (nearly one class) is flagged as fine-tuning flags it. The text columns
@@ -225,15 +226,21 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     embeddings (``pooling``; fp32 unless ``precision``) instead. ``device``: where the model
     runs (auto: CUDA when present)."""
     resolve_device(device)  # before any file is read
-    if task in EVALUATORS:
+    scored_alone = dev is not None and data is None and head_for_task(task).name == task
+    if task in EVALUATORS and not scored_alone:  # (rerank --dev: the reranker alone)
         if pooling is not None and pooling not in POOLINGS:  # before any file is read
             raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
         ev = evaluator(task, data=data, dev=dev, split=split, text_columns=text_columns,
-                       label_column=reading.get("label_column"))
+                       label_column=reading.get("label_column"), first_stage=first_stage,
+                       top_k=top_k)
         res = ev.printed(ev(model, pooling, precision=precision or "fp32", device=device,
                             progress=progress))
         print(json.dumps(res))
         return res
+    for flag, value in (("--first-stage", first_stage), ("--top-k", top_k)):
+        if value is not None:
+            raise UserError(f"{flag}: --task {task} does not read it (--task rerank with "
+                            f"--data does); drop it")
     check_reading([task], reading)
     data, dev = local_paths(data, "--data"), local_paths(dev, "--dev")
     classifier, meta = load_classifier(model)

@@ -12,6 +12,7 @@ import abc
 from pathlib import Path
 from typing import Any, ClassVar
 
+from electra.errors import UserError
 from electra.registry import Registry
 
 
@@ -24,12 +25,19 @@ class Evaluator(abc.ABC):
     primary_metric: ClassVar[str] = ""  # what a comparison's table shows
     help: ClassVar[str] = ""  # how `evaluate --help` lists it
     spec_keys: ClassVar[frozenset[str]] = frozenset()  # compare --tasks NAME:KEY=VALUE keys
+    options: ClassVar[frozenset[str]] = frozenset()  # its own flags (rerank's --top-k)
 
     def __init__(self, data: str | Path | None = None, dev: str | Path | None = None,
                  split: str | None = None, text_columns: str | None = None,
-                 label_column: str | None = None) -> None:
+                 label_column: str | None = None, **given: Any) -> None:
         self.data, self.dev, self.split = data, dev, split
         self.text_columns, self.label_column = text_columns, label_column
+        unread = sorted(k for k, v in given.items() if v is not None and k not in self.options)
+        if unread:
+            readers = sorted(e.name for e in EVALUATORS.values() if unread[0] in e.options)
+            raise UserError(f"--{unread[0].replace('_', '-')}: --task {self.name} does not "
+                            f"read it (--task {', '.join(readers) or 'none'} does); drop it")
+        self.given = given  # its own flags, by name
 
     def check(self) -> None:
         """Refuse, before any file is read, what this evaluation does not take."""

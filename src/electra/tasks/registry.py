@@ -22,6 +22,7 @@ from electra.tasks.base import HEADS, Head, TaskData
 from electra.tasks.choice.head import Choice
 from electra.tasks.embedding.head import Embedding
 from electra.tasks.qa.head import QA
+from electra.tasks.rerank.head import Rerank
 from electra.tasks.sequence.head import Sequence
 from electra.tasks.superglue.head import SuperGLUE
 from electra.tasks.tagging.head import Tagging
@@ -64,6 +65,7 @@ for _head in (
     SuperGLUE(),
     Choice(),
     Embedding(),
+    Rerank(),
 ):
     register(_head)
 

@@ -58,15 +58,16 @@ def columns_of(path: Path, header: list[str], given: str | None) -> list[str]:
 
 
 def read_pairs(path: str | Path, text_columns: str | None = None,
-               score_column: str | None = None, min_score: float | None = None) -> list[Pair]:
+               score_column: str | None = None, min_score: float | None = None,
+               documents_needed: int = 2) -> list[Pair]:
     """Every row of a pairs or triplets file (a short row, an empty text, rows of another
     width: one line naming the row). The columns are every row's together (a JSONL row may
     lack one: then it is refused, never read as a pair). A score or label column (or a text
     column) the file has beside those read is refused unless ``text_columns`` names them
     (:func:`electra.data.examples.check_unread`); with ``min_score``, the rows whose score
     (``score_column``, default score, else label) is below it are left out, and a note says
-    how many. A file whose rows hold fewer than two different documents is refused: InfoNCE's
-    negatives are the other rows' documents."""
+    how many. A file whose rows hold fewer than ``documents_needed`` different documents is
+    refused (two by default: InfoNCE's negatives are the other rows' documents)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such file")
@@ -109,7 +110,7 @@ def read_pairs(path: str | Path, text_columns: str | None = None,
     left = (f"{below:,} of {len(records):,} pairs scored below --min-score {min_score:g} "
             f"are left out") if below else ""
     documents = {t for p in out for t in p.texts()[1:]}
-    if len(documents) < 2:
+    if len(documents) < documents_needed:
         raise UserError(f"{path}: {len(out)} row(s) with {len(documents)} different "
                         f"document(s){f' ({left})' if left else ''}; InfoNCE's negatives are "
                         f"the other rows' documents, so it needs at least two different ones")
