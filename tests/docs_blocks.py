@@ -47,7 +47,8 @@ CHAINS = {
                "how-to/cluster.md", "how-to/hardware.md", "how-to/tracking.md"],
     "finetuning": ["tutorials/glue.md", "tutorials/custom.md", "tutorials/squad.md",
                    "tutorials/tagging.md", "tutorials/superglue.md", "tutorials/multitask.md",
-                   "tutorials/compare.md", "tutorials/detect.md", "tutorials/embeddings.md"],
+                   "tutorials/compare.md", "tutorials/detect.md", "tutorials/embeddings.md",
+                   "tutorials/rerankers.md"],
 }
 # Where the chains after the first start: every block of the pretraining tutorial, then the
 # block of the continuing one that writes the CSV task (page, index of the block or None;

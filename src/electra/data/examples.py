@@ -132,6 +132,21 @@ def read_custom(path: str | Path, text_columns: list[str], label_column: str | N
     return out
 
 
+def named_records(path: str | Path) -> list[dict[str, Any]]:
+    """A file's rows as :func:`_records` reads them, refused in one line where the file is
+    missing or empty, or its first row is no object with named fields (a pairs, groups or
+    triplets file's reading)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    records = _records(path)
+    if not records:
+        raise UserError(f"{path}: no rows")
+    if not isinstance(records[0], dict):
+        raise UserError(f"{path}: row 1 is not an object with named fields")
+    return records
+
+
 def _records(path: Path) -> list[Any]:
     """The rows of a CSV/TSV (dicts by header), the objects of a JSONL file, or the records
     of a Parquet file."""

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from electra.data.examples import ROLE_COLUMNS, Example, _records, check_unread, encode, header_of
+from electra.data.examples import (
+    ROLE_COLUMNS,
+    Example,
+    check_unread,
+    encode,
+    header_of,
+    named_records,
+)
 from electra.errors import UserError
 
 if TYPE_CHECKING:
@@ -69,13 +76,7 @@ def read_pairs(path: str | Path, text_columns: str | None = None,
     how many. A file whose rows hold fewer than ``documents_needed`` different documents is
     refused (two by default: InfoNCE's negatives are the other rows' documents)."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
-    records = _records(path)
-    if not records:
-        raise UserError(f"{path}: no rows")
-    if not isinstance(records[0], dict):
-        raise UserError(f"{path}: row 1 is not an object with named fields")
+    records = named_records(path)
     header = header_of(records)
     cols = columns_of(path, header, text_columns)
     missing = [c for c in cols if c not in header]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from electra.data.examples import _records, check_unread, header_of
+from electra.data.examples import check_unread, header_of, named_records
 from electra.data.tokenizer import special_names
 from electra.errors import UserError
 
@@ -70,13 +70,7 @@ def read_groups(path: str | Path, text_columns: str | None = None,
     a text, a score that is not a number, rows with different numbers of negatives: one line
     naming the row."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
-    records = _records(path)
-    if not records:
-        raise UserError(f"{path}: no rows")
-    if not isinstance(records[0], dict):
-        raise UserError(f"{path}: row 1 is not an object with named fields")
+    records = named_records(path)
     cols, score, teacher = _layout(path, header_of(records), text_columns, label_column)
     out = [_group(path, n, row, cols, score, teacher) for n, row in enumerate(records, 1)]
     if score is None:
