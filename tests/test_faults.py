@@ -1271,6 +1271,8 @@ CASES += [
                P("beir_lost"), "--split", "test"), "was fine-tuned on"),
     ("data", ("evaluate", "--model", P("run"), "--task", "retrieval", "--data",
               P("beir_lost")), "qrels/test.tsv:2: document 'd9' is not in corpus.jsonl"),
+    ("task", (*COMPARE, "--tasks", "rerank:data={w}/beir_ok"),
+     "--tasks rerank: scores a model fine-tuned for it"),
     ("config", ("mine", "--data", P("beir_ok"), "--out", P("m.jsonl"), "--negatives", "0"),
      "--negatives 0: give how many negatives a query to write, 1 or more"),
     ("config", ("mine", "--data", P("beir_ok"), "--out", P("m.jsonl"), "--max-ratio", "2"),

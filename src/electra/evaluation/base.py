@@ -26,6 +26,7 @@ class Evaluator(abc.ABC):
     help: ClassVar[str] = ""  # how `evaluate --help` lists it
     spec_keys: ClassVar[frozenset[str]] = frozenset()  # compare --tasks NAME:KEY=VALUE keys
     options: ClassVar[frozenset[str]] = frozenset()  # its own flags (rerank's --top-k)
+    any_model: ClassVar[bool] = True  # False: it scores a model fine-tuned for it (rerank)
 
     def __init__(self, data: str | Path | None = None, dev: str | Path | None = None,
                  split: str | None = None, text_columns: str | None = None,

@@ -53,6 +53,7 @@ class Rerank(Retrieval):
     spec_keys: ClassVar[frozenset[str]] = frozenset({"data", "split", "first_stage",
                                                      "top_k"})
     options: ClassVar[frozenset[str]] = frozenset({"first_stage", "top_k"})
+    any_model = False  # a reranker from `finetune --task rerank`
 
     def check(self) -> None:
         if not self.data or self.dev:

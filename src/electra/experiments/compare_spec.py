@@ -95,13 +95,19 @@ def parse_tasks(text: str, glue: str | None) -> list[Task]:
     for spec in [s.strip() for s in text.split(",") if s.strip()]:
         head, *items = spec.split(":")
         key = head.lower().replace("-", "")
+        zero_shot = [n for n, e in EVALUATORS.items() if e.any_model]
+        if key in EVALUATORS and not EVALUATORS[key].any_model:
+            raise UserError(f"--tasks {head}: scores a model fine-tuned for it (`electra "
+                            f"finetune --task {key}`), and a comparison scores each "
+                            f"pretrained model as it is; valid evaluations: "
+                            f"{', '.join(zero_shot)}")
         if key in EVALUATORS:
             tasks.append(_zero_shot(key, spec, items, glue))
             continue
         if key not in GLUE and key != "custom":
             raise UserError(f"--tasks {head}: unknown task; valid tasks: {', '.join(GLUE)}, "
                             f"custom:name=N:train=FILE:dev=FILE, or an evaluation of "
-                            f"embeddings: {', '.join(EVALUATORS)}")
+                            f"embeddings: {', '.join(zero_shot)}")
         opts = dict(parse_set(i, "max_train_examples=10000") for i in items)
         own = {k: opts.pop(k) for k in ("name", "train", "dev", "text", "label", "regression")
                if k in opts}
