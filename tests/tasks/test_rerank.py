@@ -12,7 +12,8 @@ import random
 import numpy as np
 import pytest
 import torch
-from helpers import cli_error
+from helpers import cli_error, ctrl_c_in_step
+from safetensors.torch import load_file
 
 import electra
 from electra.cli import main
@@ -136,12 +137,14 @@ def _beir(folder, rows: list[dict], queries: dict[str, str] | None = None) -> No
         f"q{n}\t{docs[r['positive']]}\t1\n" for n, r in enumerate(rows)))
 
 
-def test_a_reranker_learns_exports_as_a_cross_encoder_and_reranks_a_first_stage(data, capsys):
+def test_a_reranker_learns_exports_as_a_cross_encoder_and_reranks_a_first_stage(data, capsys,
+                                                                                 monkeypatch):
     """The dev MRR@10 rises from an untrained model's (lr ~0: chance, about 0.35 over 8
-    documents) to above 0.8; the export loads as sentence-transformers' CrossEncoder whose
-    scores equal `electra predict`'s (sigmoid of the logit); `evaluate --task rerank` on a
-    BEIR folder reports BM25's and the reranked lists' scores, and reranks an embedding
-    model's first stage; the dev file scores the reranker alone."""
+    documents) to above 0.8, and Ctrl-C then --resume ends with the same weights; the
+    export loads as sentence-transformers' CrossEncoder whose scores equal `electra
+    predict`'s (sigmoid of the logit); `evaluate --task rerank` on a BEIR folder reports
+    BM25's and the reranked lists' scores, and reranks an embedding model's first stage;
+    the dev file scores the reranker alone."""
     args = ["finetune", "--random-init", "tiny", "--tokenizer", str(data / "tok"), "--task",
             "rerank", "--train", str(data / "train.jsonl"), "--dev", str(data / "dev.jsonl"),
             "--quiet", "--set", "precision=fp32", "--set", "batch_size=16", "--set",
@@ -153,6 +156,15 @@ def test_a_reranker_learns_exports_as_a_cross_encoder_and_reranks_a_first_stage(
     before = json.loads((data / "untrained/results.json").read_text())["median"]["dev"]
     after = json.loads((data / "a/results.json").read_text())["median"]["dev"]
     assert before["mrr@10"] < 0.5 and after["mrr@10"] > 0.8, (before, after)
+    # Ctrl-C mid-run, then --resume: the weights of the run that was never stopped
+    with monkeypatch.context() as m:
+        ctrl_c_in_step(m, 30)
+        assert main([*args, "--set", "epochs=3", "--set", "lr=1e-3", "--out",
+                     str(data / "b")]) == 130
+    assert main([*args, "--set", "epochs=3", "--set", "lr=1e-3", "--out", str(data / "b"),
+                 "--resume"]) == 0
+    wa, wb = (load_file(data / f"{r}/seed-1/model.safetensors") for r in "ab")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     model = data / "a/seed-1"
     assert json.loads((model / "config.json").read_text())["head"] == "rerank"
     capsys.readouterr()
