@@ -212,7 +212,7 @@ def test_a_column_a_custom_task_would_leave_unread_is_refused_unless_named(tmp_p
     assert "pairs.csv: column 'text_b' would not be read (this task reads 'text', " \
            "'label'); name the columns to read: --text-columns A or A,B and --label-column " \
            "L" in err
-    words = "--label-column: --task sst2 does not read it (--task custom, embedding do)"
+    words = "--label-column: --task sst2 does not read it (--task custom, embedding, rerank do)"
     assert words in cli_error(
         capsys, "finetune", "--random-init", "tiny", "--tokenizer", tmp_path, "--task",
         "sst2", "--data", tmp_path, "--label-column", "x", "--out", tmp_path / "o")

@@ -95,19 +95,13 @@ def parse_tasks(text: str, glue: str | None) -> list[Task]:
     for spec in [s.strip() for s in text.split(",") if s.strip()]:
         head, *items = spec.split(":")
         key = head.lower().replace("-", "")
-        zero_shot = [n for n, e in EVALUATORS.items() if e.any_model]
-        if key in EVALUATORS and not EVALUATORS[key].any_model:
-            raise UserError(f"--tasks {head}: scores a model fine-tuned for it (`electra "
-                            f"finetune --task {key}`), and a comparison scores each "
-                            f"pretrained model as it is; valid evaluations: "
-                            f"{', '.join(zero_shot)}")
         if key in EVALUATORS:
             tasks.append(_zero_shot(key, spec, items, glue))
             continue
         if key not in GLUE and key != "custom":
             raise UserError(f"--tasks {head}: unknown task; valid tasks: {', '.join(GLUE)}, "
                             f"custom:name=N:train=FILE:dev=FILE, or an evaluation of "
-                            f"embeddings: {', '.join(zero_shot)}")
+                            f"embeddings: {', '.join(_any_model())}")
         opts = dict(parse_set(i, "max_train_examples=10000") for i in items)
         own = {k: opts.pop(k) for k in ("name", "train", "dev", "text", "label", "regression")
                if k in opts}
@@ -145,9 +139,20 @@ def parse_tasks(text: str, glue: str | None) -> list[Task]:
                         f"sst2,mrpc,stsb,rte")
     return tasks
 
+def _any_model() -> list[str]:
+    """The evaluations that score any model as it is (a comparison's zero-shot tasks)."""
+    return [n for n, e in EVALUATORS.items() if e.any_model]
+
+
 def _zero_shot(key: str, spec: str, items: list[str], glue: str | None) -> Task:
     """An evaluation's ``NAME[:key=value...]``: the model's embeddings scored as they are
-    (``Task.folder``: the evaluation's data; ``dev``: its split)."""
+    (``Task.folder``: the evaluation's data; ``dev``: its split). One that scores a model
+    fine-tuned for it (rerank) is refused: a comparison scores each model as it is."""
+    if not EVALUATORS[key].any_model:
+        raise UserError(f"--tasks {spec.split(':')[0]}: scores a model fine-tuned for it "
+                        f"(`electra finetune --task {key}`), and a comparison scores each "
+                        f"pretrained model as it is; valid evaluations: "
+                        f"{', '.join(_any_model())}")
     opts = dict(parse_set(i, "data=squad/dev-v1.1.json") for i in items)
     allowed = EVALUATORS[key].spec_keys
     extra = sorted(set(opts) - allowed)
