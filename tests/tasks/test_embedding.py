@@ -248,6 +248,35 @@ def test_no_column_of_a_pairs_file_is_dropped_silently(data, capsys):
     assert len(every) == 4
 
 
+def test_a_retrieval_set_as_dev_picks_the_epoch_by_ndcg_and_reaches_the_card(data, capsys):
+    """--dev a BEIR folder: each epoch scores the model's retrieval of the folder's whole
+    corpus (nDCG@10, MRR@10, Recall@100, what `evaluate --task retrieval` reports of the
+    kept model), nDCG@10 picks the epoch, and the model card lists the three."""
+    rows = [json.loads(x) for x in (data / "dev.jsonl").read_text().splitlines()]
+    beir = data / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": f"d{i}", "text": r["positive"]}) + "\n" for i, r in enumerate(rows)))
+    (beir / "queries.jsonl").write_text("".join(
+        json.dumps({"_id": f"q{i}", "text": r["query"]}) + "\n" for i, r in enumerate(rows)))
+    (beir / "qrels/dev.tsv").write_text("q\td\ts\n" + "".join(f"q{i}\td{i}\t1\n"
+                                                             for i in range(len(rows))))
+    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(data / "tok"),
+                 "--task", "embedding", "--train", str(data / "train.jsonl"), "--dev",
+                 str(beir), "--quiet", "--set", "precision=fp32", "--set", "batch_size=16",
+                 "--set", "max_length=16", "--set", "epochs=2", "--set", "lr=1e-3",
+                 "--set", "select=best", "--out", str(data / "r")]) == 0
+    result = json.loads((data / "r/seed-1/result.json").read_text())
+    dev = result["dev"]["dev"]
+    assert list(dev) == ["ndcg@10", "mrr@10", "recall@100"] and dev["ndcg@10"] > 0.3
+    assert result["select"] == "best" and dev["ndcg@10"] == max(
+        e["dev"]["dev"]["ndcg@10"] for e in result["evaluations"])
+    scored = electra.retrieval(data / "r/seed-1", beir, split="dev")
+    assert dev == pytest.approx({k: scored[k] for k in dev}, abs=1e-6)
+    card = (data / "r/seed-1/README.md").read_text()
+    assert all(f'type: "{m}"' in card for m in dev)
+
+
 def test_embedding_trains_beside_another_task(data, monkeypatch):
     """Multi-task (--task embedding,custom): one encoder; the embedding task's learned
     temperature (its loss object's) is kept in the checkpoints, not its folder, which embeds

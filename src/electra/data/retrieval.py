@@ -20,10 +20,13 @@ import csv
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from electra.errors import UserError
 from electra.io.files import jsonl, read_json, read_text
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -142,3 +145,51 @@ def squad_retrieval(path: Path) -> RetrievalSet:
     if not corpus or not queries:
         raise UserError(f"--data {path}: no paragraphs with questions")
     return RetrievalSet(corpus, queries, qrels)
+
+
+def score_run(qrels: dict[str, dict[str, int]],
+              run: dict[str, dict[str, float]]) -> dict[str, float]:
+    """What `electra evaluate --task retrieval` reports, the mean over ``qrels``' queries of
+    each as trec_eval computes it (pytrec_eval; ties broken by document id, as trec_eval
+    does): ``ndcg@10``, nDCG over the first 10 documents; ``mrr@10``, the reciprocal rank of
+    the first relevant one within 10 (0 past it); ``recall@100``, the share of relevant
+    documents in the first 100. ``run``: query id -> {document id: score}, at least its
+    first 100 documents."""
+    try:
+        import pytrec_eval
+    except ImportError:
+        raise UserError("--task retrieval scores with pytrec_eval: pip install "
+                        "'electra[retrieval]' (or pip install pytrec-eval-terrier)") from None
+    top10 = {q: dict(sorted(docs.items(), key=lambda kv: (-kv[1], _desc(kv[0])))[:10])
+             for q, docs in run.items()}
+    full = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100"}).evaluate(run)
+    first = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
+    n = len(qrels)  # a query the run left out scores 0
+    return {"ndcg@10": sum(v["ndcg_cut_10"] for v in full.values()) / n,
+            "mrr@10": sum(v["recip_rank"] for v in first.values()) / n,
+            "recall@100": sum(v["recall_100"] for v in full.values()) / n}
+
+
+class _desc(str):
+    """A document id ordered as trec_eval breaks ties: descending."""
+
+    def __lt__(self, other: str) -> bool:  # type: ignore[override]
+        return str.__gt__(self, other)
+
+
+def ranked(queries: np.ndarray, docs: np.ndarray, query_ids: list[str],
+           doc_ids: list[str], k: int = 100, chunk: int = 1024) -> dict[str, dict[str, float]]:
+    """Each query's ``k`` most similar documents by the dot product of their embeddings
+    (the cosine, normalised), as pytrec_eval's run: query id -> {document id: score}."""
+    import torch  # (only when ranking: the readers stay light)
+
+    D = torch.from_numpy(docs)
+    k = min(k, len(doc_ids))
+    run: dict[str, dict[str, float]] = {}
+    for start in range(0, len(query_ids), chunk):
+        sims = torch.from_numpy(queries[start:start + chunk]) @ D.T
+        scores, index = sims.topk(k, dim=1)
+        for r, (s_row, i_row) in enumerate(zip(scores.tolist(), index.tolist(), strict=True)):
+            run[query_ids[start + r]] = {doc_ids[i]: s for i, s in zip(i_row, s_row,
+                                                                       strict=True)}
+    return run

@@ -14,7 +14,10 @@ the micro-batch are gathered (with their gradients), so N processes see the nega
 does; under gradient accumulation the negatives are a micro-batch's.
 
 Dev: every dev query against the dev set's documents (its positives and negatives, each
-once): MRR@10, Recall@1 and Recall@10 of its own positive. `electra evaluate --task
+once): MRR@10, Recall@1 and Recall@10 of its own positive; or a retrieval set as ``--dev``
+(a BEIR folder, its only or ``dev`` qrels; a SQuAD file), each query against its whole
+corpus, scored as `evaluate --task retrieval` scores it (nDCG@10, which picks the epoch
+kept, MRR@10, Recall@100; the model card lists them). `electra evaluate --task
 sts|retrieval` scores the model on STS pairs or a BEIR retrieval set; `electra export`
 writes it as a sentence-transformers folder (the encoder, its pooling, its normaliser).
 """
@@ -32,6 +35,7 @@ from torch import nn
 
 from electra.config import FamilySettings, FinetuneConfig, ModelConfig
 from electra.data.examples import _records
+from electra.data.retrieval import RetrievalSet, ranked, read_retrieval, score_run
 from electra.errors import UserError
 from electra.io.files import read_text
 from electra.model import EncoderWithHead, encoder_for, init_weights
@@ -42,6 +46,8 @@ from electra.tasks.embedding.loss import InfoNCE
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer  # (the types only: the readers stay light)
+
+RETRIEVAL_METRICS = ("ndcg@10", "mrr@10", "recall@100")  # a retrieval set as --dev
 
 
 def pool(h: torch.Tensor, mask: torch.Tensor, cls: bool, normalize: bool) -> torch.Tensor:
@@ -173,6 +179,10 @@ class Embedding(Head):
         columns = None if text_columns in (None, "text") else text_columns
         rows = (read_pairs(train, columns, label_column, min_score) if train and split is None
                 else [])
+        if Path(dev).is_dir() or Path(dev).suffix == ".json":  # a retrieval set
+            found = read_retrieval(dev, "dev" if split in (None, "dev") else split)
+            return TaskData(task, rows, {"dev": [found]}, RETRIEVAL_METRICS, False, {},
+                            head=self)
         return TaskData(task, rows, {"dev": read_pairs(dev, columns, label_column, min_score)},
                         ("mrr@10", "recall@1", "recall@10"), False, {}, head=self)
 
@@ -215,7 +225,15 @@ class Embedding(Head):
 
     def predict(self, model: nn.Module, tok: Tokenizer, examples: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> tuple[Any, Any]:
-        """Each dev query's rank of its positive among the dev documents (each once)."""
+        """Each dev query's rank of its positive among the dev documents (each once); on a
+        retrieval set (a BEIR folder or a SQuAD file as ``--dev``), each query's 100 nearest
+        documents of its whole corpus and the set's judgements."""
+        if examples and isinstance(examples[0], RetrievalSet):
+            found = examples[0]
+            q_ids, d_ids = list(found.queries), list(found.corpus)
+            q = self.embeddings(model, tok, [found.queries[i] for i in q_ids], cfg)
+            d = self.embeddings(model, tok, [found.corpus[i] for i in d_ids], cfg)
+            return ranked(q, d, q_ids, d_ids), found.qrels
         docs: dict[str, int] = {}
         for p in examples:
             for t in p.texts()[1:]:
@@ -225,6 +243,8 @@ class Embedding(Head):
         return ranks(q, d, [docs[p.positive] for p in examples]), None
 
     def score(self, data: TaskData, preds: Any, labels: Any) -> dict[str, float]:
+        if isinstance(preds, dict):  # a retrieval set's run and judgements
+            return score_run(labels, preds)
         r = np.asarray(preds)
         return {"mrr@10": float(np.where(r <= 10, 1.0 / r, 0.0).mean()),
                 "recall@1": float((r <= 1).mean()), "recall@10": float((r <= 10).mean())}
