@@ -277,6 +277,36 @@ def test_a_retrieval_set_as_dev_picks_the_epoch_by_ndcg_and_reaches_the_card(dat
     assert all(f'type: "{m}"' in card for m in dev)
 
 
+def test_prompts_go_before_queries_and_documents_and_into_the_export(data, monkeypatch):
+    """query_prompt and document_prompt go before every query and document in training
+    (the encoded rows hold them), in `electra.Encoder` of the model (its prompts by
+    sentence-transformers' names) and in the sentence-transformers export, whose encode
+    with each prompt name equals ours within 1e-5."""
+    from electra.tasks.embedding.data import Pair, encode_pairs
+    tok = train_tokenizer([str(data / "c.txt")], 200, data / "tok2")
+    rows = encode_pairs(tok, [Pair("ba be", "ka ke", "mo mu")], 16, "bi ", "bo ")
+    ids = {tok.id_to_token(i) for i in rows["input_ids"][0, 0].tolist()}
+    assert {"bi", "ba", "be"} <= ids and "bo" not in ids
+    assert tok.id_to_token(int(rows["input_ids"][0, 2, 1])) == "bo"  # [CLS] bo mo mu
+    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(data / "tok"),
+                 "--task", "embedding", "--train", str(data / "train.jsonl"), "--dev",
+                 str(data / "dev.jsonl"), "--quiet", "--set", "precision=fp32", "--set",
+                 "batch_size=16", "--set", "max_length=16", "--set", "epochs=1", "--set",
+                 "query_prompt=bi", "--set", "document_prompt=bo", "--out",
+                 str(data / "p")]) == 0
+    enc = electra.Encoder(data / "p/seed-1")
+    assert enc.prompts == {"query": "bi ", "document": "bo "}
+    texts = ["ba be", "ka ke ki"]
+    assert not np.allclose(enc.encode(texts, prompt_name="query"), enc.encode(texts))
+    st = pytest.importorskip("sentence_transformers")
+    assert main(["export", str(data / "p/seed-1"), "--out", str(data / "p-st")]) == 0
+    theirs = st.SentenceTransformer(str(data / "p-st"), device="cpu")
+    assert theirs.prompts == {"query": "bi ", "document": "bo "}
+    for name in ("query", "document"):
+        np.testing.assert_allclose(theirs.encode(texts, prompt_name=name),
+                                   enc.encode(texts, prompt_name=name), atol=1e-5)
+
+
 def test_embedding_trains_beside_another_task(data, monkeypatch):
     """Multi-task (--task embedding,custom): one encoder; the embedding task's learned
     temperature (its loss object's) is kept in the checkpoints, not its folder, which embeds

@@ -64,7 +64,8 @@ class Encoder:
         trained = (st.max_length if st else trained_length(opened.meta) if tuned else None)
         self.max_length = min(max_length or trained or limit, limit)
         self.pooling, self.normalize, self.precision = pooling, normalize, precision
-        self.prompts = dict(st.prompts) if st else {}
+        self.prompts = (dict(st.prompts) if st else  # a fine-tuned model's own
+                        head_of(opened.meta).prompts(opened.meta) if tuned else {})
         self.default_prompt = st.default_prompt if st else None
         self.lowercase = bool(st and st.lowercase)
 

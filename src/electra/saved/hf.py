@@ -212,9 +212,11 @@ def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: st
                 width = (getattr(first, "get_embedding_dimension", None)  # 6.x's name
                          or first.get_word_embedding_dimension)()
                 pool = models.Pooling(width, pooling_mode=pooling)
+                prompts = (head_of(opened.meta).prompts(opened.meta)
+                           if part == "classifier" else {})  # a fine-tuned model's own
                 SentenceTransformer(modules=[first, pool, *([models.Normalize()] if normalize
                                                               else [])],
-                                    device="cpu").save(str(tmp))
+                                    device="cpu", prompts=prompts).save(str(tmp))
         finally:
             shutil.rmtree(encoder_dir, ignore_errors=True)
     print(f"wrote {out} (sentence-transformers: the encoder, {pooling} pooling"

@@ -208,6 +208,12 @@ class Exporter:
         output is not a text's embedding)."""
         return None
 
+    def prompts(self, meta: dict[str, Any]) -> dict[str, str]:
+        """An embedding model's prompts by sentence-transformers' names (query, document):
+        what `electra.encode`'s retrieval puts before each text, and the export's
+        ``prompts``; none by default."""
+        return {}
+
     def export_note(self, meta: dict[str, Any]) -> str | None:
         """What the transformers export cannot do that this head does (said by `export`)."""
         return None

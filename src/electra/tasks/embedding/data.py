@@ -147,10 +147,13 @@ def encode_texts(tok: Tokenizer, texts: list[str], max_length: int) -> dict[str,
     return encode(tok, [Example(t, None, None) for t in texts], max_length, None, False)
 
 
-def encode_pairs(tok: Tokenizer, pairs: list[Pair], max_length: int) -> dict[str, torch.Tensor]:
-    """(rows, texts, T) ids, masks and zero segments, each text encoded alone, and zero
-    ``labels`` (each row's positive is its own: the loss reads the rows' order)."""
+def encode_pairs(tok: Tokenizer, pairs: list[Pair], max_length: int, query_prompt: str = "",
+                 document_prompt: str = "") -> dict[str, torch.Tensor]:
+    """(rows, texts, T) ids, masks and zero segments, each text encoded alone (its prompt
+    before it: the query's, the documents'), and zero ``labels`` (each row's positive is its
+    own: the loss reads the rows' order)."""
     k = len(pairs[0].texts()) if pairs else 2
-    flat = encode_texts(tok, [t for p in pairs for t in p.texts()], max_length)
+    flat = encode_texts(tok, [(document_prompt if i else query_prompt) + t for p in pairs
+                              for i, t in enumerate(p.texts())], max_length)
     return {**{key: v.view(len(pairs), k, v.shape[-1]) for key, v in flat.items()},
             "labels": torch.zeros(len(pairs), dtype=torch.long)}

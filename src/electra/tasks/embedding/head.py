@@ -145,6 +145,19 @@ class EmbeddingSettings(FamilySettings):
     """Learn the temperature with the model (CLIP's log-scale), from temperature."""
     normalize: bool = True
     """L2-normalised embeddings, compared by cosine; off: by dot product."""
+    query_prompt: str = ""
+    """Text put before every query, then a space (e.g. query:), in training, evaluation and
+    the sentence-transformers export's prompts ("query")."""
+    document_prompt: str = ""
+    """Text put before every document, then a space (e.g. passage:; the export's prompt
+    "document")."""
+
+    def prompts(self) -> dict[str, str]:
+        """The prompts given, by sentence-transformers' names (query, document), each ending
+        with a space (`--set` strips the value's own; sentence-transformers joins a prompt
+        and its text as they are)."""
+        return {k: v if v.endswith(" ") else v + " " for k, v in (
+            ("query", self.query_prompt), ("document", self.document_prompt)) if v}
 
 
 class Embedding(Head):
@@ -210,7 +223,9 @@ class Embedding(Head):
 
     def encode(self, tok: Tokenizer, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:
-        return encode_pairs(tok, examples, cfg.max_length or 128)
+        prompts = self.settings(cfg).prompts()
+        return encode_pairs(tok, examples, cfg.max_length or 128, prompts.get("query", ""),
+                            prompts.get("document", ""))
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor,
              data: TaskData) -> torch.Tensor:
@@ -218,10 +233,12 @@ class Embedding(Head):
         return InfoNCE.loss(logits)
 
     def embeddings(self, model: nn.Module, tok: Tokenizer, texts: list[str],
-                   cfg: FinetuneConfig) -> np.ndarray:
-        """(N, H) embeddings of ``texts``, batched by length as evaluation does."""
-        return logits(model, encode_texts(tok, texts, cfg.max_length or 128),
-                      cfg.precision).numpy()
+                   cfg: FinetuneConfig, role: str = "") -> np.ndarray:
+        """(N, H) embeddings of ``texts``, batched by length as evaluation does; ``role``
+        (query, document): its prompt before each text."""
+        prompt = self.settings(cfg).prompts().get(role, "")
+        return logits(model, encode_texts(tok, [prompt + t for t in texts],
+                                          cfg.max_length or 128), cfg.precision).numpy()
 
     def predict(self, model: nn.Module, tok: Tokenizer, examples: list[Any], data: TaskData,
                 cfg: FinetuneConfig) -> tuple[Any, Any]:
@@ -231,15 +248,15 @@ class Embedding(Head):
         if examples and isinstance(examples[0], RetrievalSet):
             found = examples[0]
             q_ids, d_ids = list(found.queries), list(found.corpus)
-            q = self.embeddings(model, tok, [found.queries[i] for i in q_ids], cfg)
-            d = self.embeddings(model, tok, [found.corpus[i] for i in d_ids], cfg)
+            q = self.embeddings(model, tok, [found.queries[i] for i in q_ids], cfg, "query")
+            d = self.embeddings(model, tok, [found.corpus[i] for i in d_ids], cfg, "document")
             return ranked(q, d, q_ids, d_ids), found.qrels
         docs: dict[str, int] = {}
         for p in examples:
             for t in p.texts()[1:]:
                 docs.setdefault(t, len(docs))
-        q = self.embeddings(model, tok, [p.query for p in examples], cfg)
-        d = self.embeddings(model, tok, list(docs), cfg)
+        q = self.embeddings(model, tok, [p.query for p in examples], cfg, "query")
+        d = self.embeddings(model, tok, list(docs), cfg, "document")
         return ranks(q, d, [docs[p.positive] for p in examples]), None
 
     def score(self, data: TaskData, preds: Any, labels: Any) -> dict[str, float]:
@@ -253,6 +270,9 @@ class Embedding(Head):
                 cfg: FinetuneConfig) -> list[dict[str, Any]]:
         out = self.embeddings(model, tok, list(items), cfg)
         return [{"embedding": [round(float(x), 6) for x in v]} for v in out]
+
+    def prompts(self, meta: dict[str, Any]) -> dict[str, str]:
+        return EmbeddingSettings.of(meta.get("finetune") or {}).prompts()
 
     def sentence_embedding(self, meta: dict[str, Any]) -> tuple[str, bool] | None:
         s = EmbeddingSettings.of(meta.get("finetune") or {})
