@@ -360,6 +360,10 @@ COMMANDS: dict[str, Command] = {
                 "are cut at the model's own length (a sentence-transformers folder's "
                 "max_seq_length, a fine-tuned model's max_length, else its positions) and a "
                 "sentence-transformers folder's prompts are used (retrieval: query, document)"),
+            arg("--layer", type=int, metavar="N", help="sts, retrieval: embed with block N's "
+                "states (1 the first, -1 the last: the default; -2 the one below it)"),
+            arg("--generator", action="store_true", help="sts, retrieval: embed with a run's "
+                "generator instead of its discriminator"),
             arg("--first-stage", metavar="bm25|MODEL", help="rerank with --data: what finds "
                 "each query's documents to rerank, bm25 (default) or any model's embeddings "
                 "(as --task retrieval reads it)"),
@@ -421,7 +425,12 @@ COMMANDS: dict[str, Command] = {
             arg("--sentence-transformers", metavar="POOLING", help="instead: one folder "
                 "sentence_transformers.SentenceTransformer loads, the encoder with POOLING "
                 "(mean or cls) and normalisation, as electra.encode embeds (needs "
-                "sentence-transformers)"))),
+                "sentence-transformers)"),
+            arg("--layer", type=int, metavar="N", help="with --sentence-transformers: the "
+                "encoder cut after block N (1 the first, -1 the last), so it embeds with that "
+                "block's states"),
+            arg("--generator", action="store_true", help="with --sentence-transformers: a "
+                "run's generator as the encoder"))),
     "push": Command(
         "push a model (and its checkpoints, tagged) to the Hugging Face Hub",
         "electra.saved.push:push", (

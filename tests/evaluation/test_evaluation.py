@@ -51,6 +51,64 @@ def test_embeddings_equal_transformers_pooled_alike(tmp_path):
         electra.encode(run, "one text")
 
 
+def test_a_layers_states_and_the_generator_embed_as_transformers_and_their_exports_do(
+        tmp_path, capsys):
+    """--layer N pools block N's states: transformers' hidden_states[N] of the exported
+    discriminator pooled alike (within 1e-5, fp32); -1 is the default, the last; the
+    generator's encoder embeds as transformers' ElectraModel of the exported generator; a
+    sentence-transformers export with --layer or --generator embeds as we do; bad layers and
+    misplaced flags are one line."""
+    from electra.cli import main
+    from electra.data.tokenizer import load_tokenizer
+
+    run, _ = make_run(tmp_path, "tiny")
+    electra.export(run, tmp_path / "hf")
+    tok = load_tokenizer(run / "discriminator")
+    encs = [tok.encode(t) for t in TEXTS]
+    T = max(len(e.ids) for e in encs)
+    ids, mask = torch.zeros(len(encs), T, dtype=torch.long), torch.zeros(len(encs), T)
+    for r, e in enumerate(encs):
+        ids[r, :len(e.ids)], mask[r, :len(e.ids)] = torch.tensor(e.ids), 1
+
+    def pooled(h: torch.Tensor) -> np.ndarray:
+        m = mask[..., None]
+        return torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=-1).numpy()
+
+    with torch.no_grad():
+        disc = transformers.ElectraModel.from_pretrained(tmp_path / "hf/discriminator")
+        states = disc.eval()(input_ids=ids, attention_mask=mask.long(),
+                             output_hidden_states=True).hidden_states
+        gen = transformers.ElectraModel.from_pretrained(tmp_path / "hf/generator")
+        g_last = gen.eval()(input_ids=ids, attention_mask=mask.long()).last_hidden_state
+    for layer in (1, 2, -2):
+        np.testing.assert_allclose(electra.encode(run, TEXTS, layer=layer),
+                                   pooled(states[layer if layer > 0 else 4 + 1 + layer]),
+                                   atol=1e-5)
+    assert np.array_equal(electra.encode(run, TEXTS, layer=-1), electra.encode(run, TEXTS))
+    np.testing.assert_allclose(electra.encode(run, TEXTS, generator=True), pooled(g_last),
+                               atol=1e-5)
+    st = pytest.importorskip("sentence_transformers")
+    for name, flags, kw in (("l2", ["--layer", "2"], {"layer": 2}),
+                            ("gen", ["--generator"], {"generator": True})):
+        assert main(["export", str(run), "--out", str(tmp_path / name),
+                     "--sentence-transformers", "mean", *flags]) == 0
+        np.testing.assert_allclose(
+            st.SentenceTransformer(str(tmp_path / name), device="cpu").encode(TEXTS),
+            electra.encode(run, TEXTS, **kw), atol=1e-5)
+    for args, words in (
+            (["evaluate", "--model", run, "--task", "sts", "--dev", tmp_path / "x.csv",
+              "--layer", "5"], "--layer 5: "),
+            (["export", run, "--out", tmp_path / "y", "--layer", "2"],
+             "--layer: chooses the encoder of a sentence-transformers export"),
+            (["evaluate", "--model", run, "--task", "custom", "--dev", tmp_path / "x.csv",
+              "--generator"], "--generator: --task custom does not read it")):
+        (tmp_path / "x.csv").write_text("sentence1,sentence2,label\na b,a c,1\nb c,c d,2\n")
+        assert main([str(a) for a in args]) == 2
+        assert words in capsys.readouterr().err
+    with pytest.raises(UserError, match=r"--layer 0: .* has 4 blocks; give 1 to 4"):
+        electra.encode(run, TEXTS, layer=0)
+
+
 def test_sts_is_the_spearman_of_the_cosines(tmp_path):
     glue = shared_data("glue/STS-B")
     folder = tmp_path / "STS-B"

@@ -217,6 +217,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
              split: str = "dev", text_columns: str | None = None, precision: str | None = None,
              pooling: str | None = None, device: str = "auto", progress: bool = True,
              first_stage: str | None = None, top_k: int | None = None,
+             layer: int | None = None, generator: bool = False,
              **reading: Any) -> dict[str, Any]:
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s); a
     collapsed model (nearly one class) is flagged as fine-tuning flags it. The text columns
@@ -232,15 +233,18 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
             raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
         ev = evaluator(task, data=data, dev=dev, split=split, text_columns=text_columns,
                        label_column=reading.get("label_column"), first_stage=first_stage,
-                       top_k=top_k)
+                       top_k=top_k, layer=layer, generator=generator or None)
         res = ev.printed(ev(model, pooling, precision=precision or "fp32", device=device,
                             progress=progress))
         print(json.dumps(res))
         return res
-    for flag, value in (("--first-stage", first_stage), ("--top-k", top_k)):
+    for flag, value, who in (("--first-stage", first_stage, "rerank with --data"),
+                             ("--top-k", top_k, "rerank with --data"),
+                             ("--layer", layer, "sts, retrieval"),
+                             ("--generator", generator or None, "sts, retrieval")):
         if value is not None:
-            raise UserError(f"{flag}: --task {task} does not read it (--task rerank with "
-                            f"--data does); drop it")
+            raise UserError(f"{flag}: --task {task} does not read it (--task {who} "
+                            f"do{'es' if ',' not in who else ''}); drop it")
     check_reading([task], reading)
     data, dev = local_paths(data, "--data"), local_paths(dev, "--dev")
     classifier, meta = load_classifier(model)

@@ -44,6 +44,12 @@ class Evaluator(abc.ABC):
         """Refuse, before any file is read, what this evaluation does not take."""
         return None
 
+    def encoding(self) -> dict[str, Any]:
+        """Which states embed a text, as given (``layer``: a block's; ``generator``: the
+        generator's encoder): :class:`electra.evaluation.encoder.Encoder`'s keywords."""
+        return {k: v for k, v in self.given.items()
+                if k in ("layer", "generator") and v is not None and v is not False}
+
     @classmethod
     def from_spec(cls, opts: dict[str, str], glue: str | None, spec: str) -> Evaluator:
         """The evaluator of `compare --tasks NAME[:key=value...]` (``opts``: its keys, checked

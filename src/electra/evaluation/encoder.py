@@ -24,7 +24,13 @@ from electra.io import hub
 from electra.io.progress import reporting
 from electra.runtime import placed
 from electra.saved.hf import POOLINGS, sentence_transformers_folder
-from electra.saved.models import encoder_part, fine_tuned, open_model, trained_length
+from electra.saved.models import (
+    encoder_part,
+    fine_tuned,
+    open_model,
+    trained_length,
+    truncate,
+)
 from electra.tasks.base import head_of, logits
 from electra.tasks.embedding.data import encode_texts
 from electra.tasks.embedding.head import Pooled
@@ -42,7 +48,8 @@ class Encoder:
 
     def __init__(self, model: str | Path, pooling: str | None = None,
                  normalize: bool | None = None, max_length: int | None = None,
-                 precision: str = "fp32", device: str = "auto") -> None:
+                 precision: str = "fp32", device: str = "auto", layer: int | None = None,
+                 generator: bool = False) -> None:
         if pooling is not None and pooling not in POOLINGS:
             raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
         model = hub.resolve(model, "--model")  # a hub id's folder, read before opening it
@@ -50,7 +57,14 @@ class Encoder:
         if st is not None:  # its transformers folder and its own settings
             model = st.transformer
         part = encoder_part(model)  # a fine-tuned model's, or a run's discriminator
+        if generator:
+            if part == "classifier":
+                raise UserError(f"--generator: {model} is a fine-tuned model, with no "
+                                f"generator; give a pretraining run (or its checkpoint)")
+            part = "generator"
         opened = open_model(model, part)
+        if layer is not None:
+            truncate(opened[part], layer, str(model))
         tuned = fine_tuned(model)
         own = head_of(opened.meta).sentence_embedding(opened.meta) if tuned else (
             (st.pooling, st.normalize) if st else None)
@@ -105,7 +119,10 @@ class Encoder:
 
 
 def encode(model: str | Path, texts: list[str], pooling: str | None = None,
-           normalize: bool | None = None, batch_size: int = 32, device: str = "auto"
-           ) -> np.ndarray:
-    """The embeddings of ``texts`` (the Python API's ``electra.encode``)."""
-    return Encoder(model, pooling, normalize, device=device).encode(texts, batch_size)
+           normalize: bool | None = None, batch_size: int = 32, device: str = "auto",
+           layer: int | None = None, generator: bool = False) -> np.ndarray:
+    """The embeddings of ``texts`` (the Python API's ``electra.encode``): ``layer`` N pools
+    the states of block N (negative: from the top); ``generator``: a run's generator's
+    encoder instead of its discriminator's."""
+    return Encoder(model, pooling, normalize, device=device, layer=layer,
+                   generator=generator).encode(texts, batch_size)

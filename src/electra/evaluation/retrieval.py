@@ -23,6 +23,7 @@ class Retrieval(Evaluator):
     primary_metric = "ndcg@10"
     help = "retrieval: any model's embeddings on a BEIR folder or a SQuAD .json as --data"
     spec_keys: ClassVar[frozenset[str]] = frozenset({"data", "split"})
+    options: ClassVar[frozenset[str]] = frozenset({"layer", "generator"})
 
     def check(self) -> None:
         if not self.data or self.dev:
@@ -49,7 +50,7 @@ class Retrieval(Evaluator):
                  progress: bool = False) -> dict[str, Any]:
         """nDCG@10, MRR@10, Recall@100, and how many queries and documents."""
         found = self._set()
-        enc = Encoder(model, pooling, precision=precision, device=device)
+        enc = Encoder(model, pooling, precision=precision, device=device, **self.encoding())
         doc_ids, query_ids = list(found.corpus), list(found.queries)
         with reporting(len(doc_ids) + len(query_ids), "retrieval: encoding the corpus and "
                        "the queries", "text", progress):

@@ -25,6 +25,7 @@ class Sts(Evaluator):
     help = ("sts: any model's sentence embeddings (a run, a transformers folder, a hub id), on "
             "GLUE's STS-B folder or a --dev file of scored pairs")
     spec_keys: ClassVar[frozenset[str]] = frozenset()
+    options: ClassVar[frozenset[str]] = frozenset({"layer", "generator"})
 
     def check(self) -> None:
         if bool(self.data) == bool(self.dev):
@@ -64,7 +65,7 @@ class Sts(Evaluator):
 
         task, where = self._task()
         enc = Encoder(model, pooling, normalize=True, precision=precision,  # cosines
-                      device=device)
+                      device=device, **self.encoding())
         out = {}
         for name, rows in task.dev.items():
             pairs = [r for r in rows if r.label is not None and r.text_b is not None]

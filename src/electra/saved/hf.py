@@ -57,7 +57,7 @@ from electra.saved.hf_format import (
     need_transformers,
     read_hf_folder,
 )
-from electra.saved.models import open_model, trained_length
+from electra.saved.models import open_model, trained_length, truncate
 from electra.tasks.base import head_of
 
 if TYPE_CHECKING:
@@ -116,7 +116,8 @@ def _card(folder: Path, part: str, meta: dict[str, Any] | None = None) -> dict[s
 
 
 def export_hf(source: str | Path, out: str | Path, overwrite: bool = False,
-              sentence_transformers: str | None = None) -> Path:
+              sentence_transformers: str | None = None, layer: int | None = None,
+              generator: bool = False) -> Path:
     """Write transformers folders for a run's (or checkpoint's) discriminator and generator,
     or one ``ElectraForSequenceClassification`` folder for a fine-tuned model; with
     ``sentence_transformers`` (a pooling: mean or cls), one folder
@@ -124,9 +125,7 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False,
     normalisation (what ``electra.encode`` computes)."""
     need_transformers()
     src, out = Path(source), Path(out)
-    if sentence_transformers is not None and sentence_transformers not in ("mean", "cls"):
-        raise UserError(f"--sentence-transformers {sentence_transformers}: give the pooling, "
-                        f"mean or cls")
+    _check_flags(sentence_transformers, layer, generator)
     with claim_out(out, "export", "export", overwrite=overwrite,
                    inputs=[("the source", src)]) as claim:
         opened = open_model(src, flag="export")
@@ -142,7 +141,8 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False,
         if sentence_transformers is not None or own is not None:
             pooling, normalize = (sentence_transformers or own[0],  # type: ignore[index]
                                   own[1] if own else True)
-            return _export_sentence_transformers(src, out, opened, pooling, claim, normalize)
+            return _export_sentence_transformers(src, out, opened, pooling, claim, normalize,
+                                                 layer, generator)
         if "classifier" in opened.parts:
             model, meta = opened["classifier"], opened.meta
             head = head_of(meta)
@@ -176,8 +176,22 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False,
     return out
 
 
+def _check_flags(sentence_transformers: str | None, layer: int | None,
+                 generator: bool) -> None:
+    """Refuse a pooling export does not write, and an encoder's choice without the
+    sentence-transformers export it shapes."""
+    if sentence_transformers is not None and sentence_transformers not in ("mean", "cls"):
+        raise UserError(f"--sentence-transformers {sentence_transformers}: give the pooling, "
+                        f"mean or cls")
+    if (layer is not None or generator) and sentence_transformers is None:
+        raise UserError(f"{'--layer' if layer is not None else '--generator'}: chooses the "
+                        f"encoder of a sentence-transformers export; add "
+                        f"--sentence-transformers mean (or cls)")
+
+
 def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: str,
-                                  claim: Any, normalize: bool = True) -> Path:
+                                  claim: Any, normalize: bool = True,
+                                  layer: int | None = None, generator: bool = False) -> Path:
     """OUT as sentence-transformers saves a model: the encoder (transformers' folder of the
     discriminator, or of a fine-tuned model's encoder), the pooling, a normaliser (where
     the embeddings are normalised); built and saved by sentence-transformers itself."""
@@ -191,11 +205,18 @@ def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: st
     except ImportError:
         from sentence_transformers import models  # type: ignore[no-redef]
     part = "classifier" if "classifier" in opened.parts else "discriminator"
+    if generator:
+        if "generator" not in opened.parts:
+            raise UserError(f"--generator: {src} holds no generator; give a pretraining run "
+                            f"(or its checkpoint)")
+        part = "generator"
     module = opened[part]
-    if part == "classifier":  # its encoder, as a discriminator's (the head left out)
+    if part != "discriminator":  # its encoder, as a discriminator's (the head left out)
         disc = Discriminator(module.config)
         disc.encoder.load_state_dict(module.encoder.state_dict())
         module = disc
+    if layer is not None:  # the evaluation's cut: the export embeds as it does
+        truncate(module, layer, str(src))
     why = export_of(module.config).why_not(module.config, "discriminator")
     if why:
         raise UserError(f"export {src}: {why}")

@@ -13,6 +13,7 @@ the folder and the flag it came from.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,3 +121,16 @@ def encoder_part(path: str | Path) -> str:
 def fine_tuned(path: str | Path) -> bool:
     """Whether ``path`` is a fine-tuned model's folder (its encoder part: the classifier)."""
     return encoder_part(path) == "classifier"
+
+
+def truncate(module: Any, layer: int, where: str) -> None:
+    """``module``'s encoder cut after its block ``layer`` (1 the first; -1 the last, -2 the
+    one below it): what the states of that block give, as a model of that many blocks
+    (``config.num_layers``) computes them, and its export does."""
+    n = len(module.encoder.layers)
+    keep = layer if layer > 0 else n + 1 + layer
+    if layer == 0 or not 1 <= keep <= n:
+        raise UserError(f"--layer {layer}: {where}'s encoder has {n} blocks; give 1 to {n} "
+                        f"(or -1 the last to -{n})")
+    module.encoder.layers = module.encoder.layers[:keep]
+    module.config = dataclasses.replace(module.config, num_layers=keep)
