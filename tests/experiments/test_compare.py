@@ -363,3 +363,51 @@ def _error(capsys, argv: list[str]) -> str:
     capsys.readouterr()
     assert main(argv) == 2
     return capsys.readouterr().err
+
+
+def test_a_comparison_continues_from_its_small_files_alone(own_compare, capsys, tmp_path):
+    """Each objective is pretrained and then fine-tuned before the next (the control after
+    the first); one whose fine-tunes all have results.json is not pretrained again, so a
+    comparison carried to a new machine as its small files (no weights, no pretraining runs)
+    goes on where it stopped: here mlm-100's fine-tune is missing, so mlm is pretrained
+    again from the start, to the same model and the same scores; random init's takes its
+    shape from electra-100's config alone."""
+    out, args = own_compare
+    before = json.loads((out / "results.json").read_text())
+    small = tmp_path / "small"
+    for f in out.rglob("*"):
+        rel = f.relative_to(out)
+        keep = (rel.name in ("compare.json", ".electra.json") and len(rel.parts) == 1) or (
+            rel.parts[0] == "finetune" and rel.name == "results.json"
+            and rel.parts[1] not in ("mlm-100", "random-init")) or (
+            rel.parts[0] == "models" and f.is_file() and rel.name != "model.safetensors")
+        if keep:
+            (small / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, small / rel)
+    at = args.index("--out") + 1
+    capsys.readouterr()
+    assert main([*args[:at], str(small), *args[at + 1:]]) == 0
+    said = capsys.readouterr().out
+    assert "pretraining electra" not in said and "fine-tuning electra" not in said
+    assert "pretraining mlm to 50%" in said and "fine-tuning mlm-100" in said
+    assert "fine-tuning mlm-50" not in said and "fine-tuning random-init" in said
+    assert json.loads((small / "results.json").read_text()) == before
+    for m in ("mlm-50", "mlm-100"):  # pretrained again, bitwise
+        weights = f"models/{m}/discriminator/model.safetensors"
+        assert (small / weights).read_bytes() == (out / weights).read_bytes()
+
+
+def test_each_objective_is_fine_tuned_before_the_next_is_pretrained(own_compare, capsys):
+    out, args = own_compare
+    for gone in ("finetune", "models", "pretrain", "results.json"):
+        shutil.rmtree(out / gone) if (out / gone).is_dir() else (out / gone).unlink()
+    capsys.readouterr()
+    assert main(args) == 0
+    said = [line.split(" to ")[0].split(" on ")[0]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("compare: ")
+            and ("pretraining" in line or "fine-tuning" in line)]
+    assert said == ["compare: pretraining electra", "compare: pretraining electra",
+                    "compare: fine-tuning electra-50", "compare: fine-tuning electra-100",
+                    "compare: fine-tuning random-init", "compare: pretraining mlm",
+                    "compare: pretraining mlm", "compare: fine-tuning mlm-50",
+                    "compare: fine-tuning mlm-100"]

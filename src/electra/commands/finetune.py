@@ -99,8 +99,12 @@ def model_source(model: str | None = None, random_init: str | None = None,
     if tokenizer:
         tokenizer = hub.resolve(tokenizer, "--tokenizer")
     if random_init:
-        if Path(random_init).is_dir():  # a model folder's shape (and tokenizer), fresh weights
-            folder = folders.resolve(random_init, "discriminator", "--random-init")
+        if Path(random_init).is_dir():  # a model folder's shape (and tokenizer), fresh
+            folder = Path(random_init)  # weights: its config alone is read
+            if (folder / "discriminator" / "config.json").is_file():
+                folder = folder / "discriminator"
+            if not (folder / "config.json").is_file():
+                folders.resolve(random_init, "discriminator", "--random-init")  # says why
             cfg, _ = folders.read_config(folder, "discriminator", "--random-init")
             return ModelSource(None, cfg, folder, "random-init")
         if not tokenizer:

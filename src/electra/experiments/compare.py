@@ -15,8 +15,12 @@ init, is fine-tuned on each task with each seed (the paper's recipe, ``electra f
     DIR/results.json, results.md    per seed, medians, the table with the average
     DIR/compare.png                 score against pretraining FLOPs
 
-Running the same command again continues: finished parts are read back, an interrupted
-pretraining or fine-tune continues from its last checkpoint. Other tasks, seeds or
+Each objective is pretrained and its models fine-tuned before the next (random init after
+the first). Running the same command again continues: finished parts are read back, an
+interrupted pretraining or fine-tune continues from its last checkpoint, and an objective
+whose every fine-tune has its results.json is not pretrained again, so a long comparison can
+move to another machine with only its small files (compare.json, the .electra.json marks,
+each model folder's config and tokenizer, the fine-tunes' results.json). Other tasks, seeds or
 fine-tuning settings in the same DIR reuse its pretrained models; other pretraining
 settings (objectives, budget, fractions, base config) are refused.
 """
@@ -41,6 +45,7 @@ from electra.experiments.compare_results import plot, summarize, table
 from electra.experiments.compare_spec import (
     DEFAULT_TASKS,
     DEMO_TASKS,
+    RANDOM_INIT,
     Task,
     parse_budget,
     parse_fractions,
@@ -119,10 +124,19 @@ def run_compare(plan: Plan, data: str, claim: Claim, rt: Any, progress: bool = T
     --out (rank 0). ``loaded``: the tasks' data, read already (else read when first needed)."""
     out = claim.path
     rt.on_main(lambda: _claim(claim, plan, budget_text), "checking --out")
+    loaded = dict(loaded or {})
+    scores: dict[str, dict[str, Any]] = {}
     with grouped(out):  # trackers (train.log_to, log_to): one store and group in DIR
-        for objective in plan.objectives:
-            _pretrain_objective(plan, objective, data, out, rt, progress)
-        scores = _finetune_all(plan, data, out, rt, progress, dict(loaded or {}))
+        for objective in plan.objectives:  # each objective pretrained, then its models
+            mine = [m[0] for m in plan.models() if m[1] == objective]  # fine-tuned
+            if not all(_finished(plan, out, name) for name in mine):
+                _pretrain_objective(plan, objective, data, out, rt, progress)
+            if RANDOM_INIT not in scores and _shape(plan, out, needed=False):
+                mine.append(RANDOM_INIT)  # the control as soon as it has a shape
+            for name in mine:
+                scores[name] = _finetune_model(plan, name, out, rt, progress, loaded)
+        if RANDOM_INIT not in scores:
+            _shape(plan, out)  # says why
     if not rt.is_main:
         rt.barrier()
         return None
@@ -207,13 +221,12 @@ def _zero_shot(plan: Plan, out: Path, name: str, objective: str | None, task: Ta
     shaped as a fine-tune's (one entry, no seed: nothing random). Random init: the first
     objective's shape with weights drawn from seed 0."""
     model = out / "models" / name
-    if objective is None and not (model / "discriminator/config.json").is_file():
-        shape = out / "models" / f"{next(iter(plan.objectives))}-100" / "discriminator"
-        source = model_source(random_init=str(shape))
+    if objective is None and not (model / "discriminator/model.safetensors").is_file():
+        source = model_source(random_init=str(_shape(plan, out)))
         torch.manual_seed(0)
         if rt.is_main:
             folders.save(Discriminator(source.config), "discriminator",
-                         model / "discriminator", load_tokenizer(shape))
+                         model / "discriminator", load_tokenizer(source.tokenizer))
     result: dict[str, Any] = {}
     if rt.is_main:
         print(f"compare: scoring {name}'s embeddings on {task.name}", flush=True)
@@ -227,35 +240,50 @@ def _zero_shot(plan: Plan, out: Path, name: str, objective: str | None, task: Ta
     return result
 
 
-def _finetune_all(plan: Plan, data: str, out: Path, rt: Any, progress: bool,
-                  loaded: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Fine-tune every model on every task (finished ones read back); their results.json.
-    ``loaded``: task name -> its data, added to when a task is first read."""
-    scores: dict[str, dict[str, Any]] = {}
-    for name, objective, _, _ in plan.models():
-        scores[name] = {}
-        for task in plan.tasks:
-            folder = plan.finetune_folder(out, name, task)
-            if (folder / "results.json").is_file():
-                scores[name][task.name] = read_json(folder / "results.json")
-                continue
-            if task.zero_shot:
-                scores[name][task.name] = _zero_shot(plan, out, name, objective, task, folder,
-                                                     rt)
-                continue
-            if task.name not in loaded:
-                loaded[task.name] = load_task(task.task, **task.reading)
-            if objective is None:
-                first = next(iter(plan.objectives))
-                shape = out / "models" / f"{first}-100"
-                source = model_source(random_init=str(shape))
-            else:
-                source = model_source(str(out / "models" / name))
-            if rt.is_main:
-                print(f"compare: fine-tuning {name} on {task.name}, seeds "
-                      f"{','.join(map(str, plan.seeds))}", flush=True)
-            cfg = load_finetune_config([*plan.finetune_sets, *task.sets])
-            result = run_finetune(source, dataclasses.replace(loaded[task.name]), folder, cfg,
-                                  plan.seeds, rt, resume=True, progress=progress)
-            scores[name][task.name] = result
+def _finished(plan: Plan, out: Path, name: str) -> bool:
+    """Whether every task of model ``name`` has its results.json: its objective is not
+    pretrained again (its models and pretraining run may be gone)."""
+    return all((plan.finetune_folder(out, name, t) / "results.json").is_file()
+               for t in plan.tasks)
+
+
+def _finetune_model(plan: Plan, name: str, out: Path, rt: Any, progress: bool,
+                    loaded: dict[str, Any]) -> dict[str, Any]:
+    """Fine-tune model ``name`` on every task (finished ones read back); task name -> its
+    results.json. ``loaded``: task name -> its data, added to when a task is first read."""
+    objective = next(o for n, o, *_ in plan.models() if n == name)
+    scores: dict[str, Any] = {}
+    for task in plan.tasks:
+        folder = plan.finetune_folder(out, name, task)
+        if (folder / "results.json").is_file():
+            scores[task.name] = read_json(folder / "results.json")
+            continue
+        if task.zero_shot:
+            scores[task.name] = _zero_shot(plan, out, name, objective, task, folder, rt)
+            continue
+        if task.name not in loaded:
+            loaded[task.name] = load_task(task.task, **task.reading)
+        source = model_source(random_init=str(_shape(plan, out))) if objective is None \
+            else model_source(str(out / "models" / name))
+        if rt.is_main:
+            print(f"compare: fine-tuning {name} on {task.name}, seeds "
+                  f"{','.join(map(str, plan.seeds))}", flush=True)
+        cfg = load_finetune_config([*plan.finetune_sets, *task.sets])
+        scores[task.name] = run_finetune(source, dataclasses.replace(loaded[task.name]),
+                                         folder, cfg, plan.seeds, rt, resume=True,
+                                         progress=progress)
     return scores
+
+
+def _shape(plan: Plan, out: Path, needed: bool = True) -> Path | None:
+    """Random init's shape and tokenizer: the first kept model's folder (every objective
+    pretrains the same shape); its config is enough, the weights may be gone."""
+    for name, objective, *_ in plan.models():
+        folder = out / "models" / name / "discriminator"
+        if objective is not None and (folder / "config.json").is_file():
+            return folder
+    if not needed:
+        return None
+    raise UserError(f"{out}/models holds no pretrained model's config.json to give random "
+                    f"init its shape; pretrain one objective again (remove its finetune/ "
+                    f"folders) or start a new --out")
