@@ -357,3 +357,59 @@ def test_a_checkpoint_from_before_the_loss_object_resumes():
     del state["losses.e.log_scale"]
     several.load_state_dict(state)  # strict
     assert float(several.losses.e.log_scale.detach()) == 3.0
+
+
+def _cached_and_reference(dropout: float, learn: bool, accum: int):
+    """One step's gradients by the cached loss over ``accum`` micro-batches of 8 rows (query,
+    positive, negative), and by a reference: the same micro-batches embedded with their
+    graphs in the same order (the same dropout draws), the loss over all of them at once."""
+    from electra.runtime import Runtime
+    from electra.tasks.embedding.cache import CachedStep
+    from electra.train.multitask import WithLosses
+
+    torch.manual_seed(0)
+    cfg = tiny_config(hidden_dropout=dropout, attention_dropout=dropout)
+    ids = torch.randint(5, 100, (8, 3, 10))
+    mask = torch.ones_like(ids)
+    mask[1, 2, 6:], mask[5, 0, 3:] = 0, 0
+    rows = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    micro = 8 // accum
+
+    def chunk(j):
+        return {k: v[j * micro:(j + 1) * micro] for k, v in rows.items()}
+
+    grads, losses, states = [], [], []
+    for cached in (True, False):
+        torch.manual_seed(1)
+        model = WithLosses(EmbeddingModel(cfg), {"t": InfoNCE(0.1, learn)}, True).train()
+        torch.manual_seed(2)
+        if cached:
+            step = CachedStep(chunk, accum, 8, model.criteria["t"], Runtime(), {})
+            loss = torch.zeros((), dtype=torch.float64)
+            for j in range(accum):
+                part, _ = step(model, j)
+                part.backward()
+                loss += part.detach().double()
+        else:
+            e = torch.cat([model(*chunk(j).values(), embed=True) for j in range(accum)])
+            loss = InfoNCE.loss(model.criteria["t"](e)) / 8
+            loss.backward()
+        states.append(torch.get_rng_state())
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+        losses.append(float(loss.detach()))
+    return grads, losses, states
+
+
+@pytest.mark.parametrize(("dropout", "learn", "accum"),
+                         [(0.0, False, 4), (0.1, True, 4), (0.1, False, 2), (0.0, True, 1)])
+def test_the_cached_loss_has_the_whole_batchs_gradients(dropout, learn, accum):
+    """GradCache: every micro-batch's documents the negatives of every query, the gradients
+    (encoder's and a learned temperature's) the whole batch's loss's within 1e-5 (fp32),
+    dropout drawing the same masks in both passes, and the random state left as one pass
+    over the batch leaves it; the step's loss is the whole loss."""
+    (cached, whole), (l_cached, l_whole), (s_cached, s_whole) = _cached_and_reference(
+        dropout, learn, accum)
+    assert set(cached) == set(whole) and ("log_scale" in whole) == learn
+    for name in whole:
+        torch.testing.assert_close(cached[name], whole[name], atol=1e-5, rtol=1e-5, msg=name)
+    assert l_cached == pytest.approx(l_whole, abs=1e-6) and torch.equal(s_cached, s_whole)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -149,6 +150,14 @@ class Learner(abc.ABC):
              data: TaskData) -> torch.Tensor:
         """The summed loss of a micro-batch (fp32)."""
         raise NotImplementedError
+
+    def micro_steps(self, cfg: FinetuneConfig, rows: Callable[[int], dict[str, torch.Tensor]],
+                    n: int, denom: int, criterion: nn.Module | None, rt: Any,
+                    which: dict[str, str]) -> Callable[..., Any] | None:
+        """The head's own micro-steps for one optimizer step over ``n`` micro-batches
+        ``rows(j)`` (the embedding family's cached loss, whose negatives span them all);
+        None by default: each micro-batch's :meth:`loss`, over ``denom``."""
+        return None
 
     def denominator(self, labels: torch.Tensor, index: torch.Tensor, batch_size: int) -> int:
         """What a step's loss is averaged over (``index``: the global batch's rows of the

@@ -447,6 +447,7 @@ def fit(state: Fit, tok: Tokenizer, tasks: dict[str, TaskData],
     steps)."""
     trainer, sampler, rt = state.trainer, state.sampler, state.trainer.rt
     per_rank, micro = cfg.batch_size // rt.world_size, state.micro
+    criteria = getattr(trainer.model, "criteria", {})  # the tasks' loss objects
     with trainer.running(total=state.total):
         if trainer.log_due:  # Ctrl-C came while this step's line was being computed
             validate(state, tok, tasks, cfgs)
@@ -466,7 +467,11 @@ def fit(state: Fit, tok: Tokenizer, tasks: dict[str, TaskData],
                                     rows["token_type_ids"], **which)
                 return data.head.loss(logits, rows["labels"], data) / denom, {}
 
-            if trainer.train_step(micro_step, train["attention_mask"][index].sum()) is None:
+            own = data.head.micro_steps(
+                cfgs[task], lambda j, b=mine: micro_rows(b, j, micro, rt.device),
+                cfg.grad_accum, denom, criteria.get(task), rt, which)
+            if trainer.train_step(own or micro_step,
+                                  train["attention_mask"][index].sum()) is None:
                 continue  # a non-finite loss: the step was skipped
             for selection in state.selections.of.values():
                 selection.stepped()

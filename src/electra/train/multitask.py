@@ -86,11 +86,14 @@ class WithLosses(nn.Module):
         return self.inner[0]
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, task: str = "") -> torch.Tensor:
+                token_type_ids: torch.Tensor | None = None, task: str = "",
+                embed: bool = False) -> torch.Tensor:
+        """The loss object's input from the model's output (``embed``: the output itself,
+        for a head's own micro-steps, ``electra.tasks.embedding.cache``)."""
         which = {"task": task} if task else {}
         out = self.inner[0](input_ids, attention_mask, token_type_ids, **which)
         loss = self.criteria.get(task) if task else next(iter(self.criteria.values()))
-        return out if loss is None else loss(out)
+        return out if loss is None or embed else loss(out)
 
     def view(self, task: str) -> nn.Module:
         return self.inner[0].view(task)  # type: ignore[operator]

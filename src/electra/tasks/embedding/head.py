@@ -24,6 +24,7 @@ writes it as a sentence-transformers folder (the encoder, its pooling, its norma
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -41,6 +42,7 @@ from electra.io.files import read_text
 from electra.model import EncoderWithHead, encoder_for, init_weights
 from electra.model.kernels import Kernels
 from electra.tasks.base import Head, TaskData, logits
+from electra.tasks.embedding.cache import CachedStep
 from electra.tasks.embedding.data import encode_pairs, encode_texts, read_pairs
 from electra.tasks.embedding.loss import InfoNCE
 
@@ -145,6 +147,10 @@ class EmbeddingSettings(FamilySettings):
     """Learn the temperature with the model (CLIP's log-scale), from temperature."""
     normalize: bool = True
     """L2-normalised embeddings, compared by cosine; off: by dot product."""
+    cached: bool = False
+    """The cached loss (GradCache): every micro-batch's and every rank's documents the
+    negatives of every query, at the memory of one micro-batch (batch_size / grad_accum
+    rows), for one more forward pass; off, each micro-batch has its own negatives."""
     query_prompt: str = ""
     """Text put before every query, then a space (e.g. query:), in training, evaluation and
     the sentence-transformers export's prompts ("query")."""
@@ -231,6 +237,14 @@ class Embedding(Head):
              data: TaskData) -> torch.Tensor:
         """Summed InfoNCE of the loss object's logits (:meth:`InfoNCE.loss`)."""
         return InfoNCE.loss(logits)
+
+    def micro_steps(self, cfg: FinetuneConfig, rows: Callable[[int], dict[str, torch.Tensor]],
+                    n: int, denom: int, criterion: nn.Module | None, rt: Any,
+                    which: dict[str, str]) -> Callable[..., Any] | None:
+        """With ``cached``, the whole batch's loss (:class:`CachedStep`)."""
+        if not self.settings(cfg).cached or criterion is None:
+            return None
+        return CachedStep(rows, n, denom, criterion, rt, which)
 
     def embeddings(self, model: nn.Module, tok: Tokenizer, texts: list[str],
                    cfg: FinetuneConfig, role: str = "") -> np.ndarray:
