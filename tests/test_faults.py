@@ -1292,6 +1292,27 @@ CASES += [
      "qrels/test.tsv:2: document 'd9' is not in corpus.jsonl"),
     ("out", ("mine", "--data", P("beir_ok"), "--out", P("dev.csv")),
      "exists and was not written by electra mine"),
+    # -- issue 72: Matryoshka dimensions and --truncate-dim --
+    ("config", (*EMBED, "--set", "matryoshka_dims=abc"),
+     "matryoshka_dims='abc': give positive whole numbers separated by commas"),
+    ("config", (*EMBED, "--set", "matryoshka_dims=64,0"), "matryoshka_dims='64,0'"),
+    ("config", (*EMBED, "--text-columns", "sentence1,sentence2", "--set",
+                "matryoshka_dims=100000"),
+     "matryoshka_dims=100000: 100000 is not below the model's"),
+    ("config", (*FINETUNE, "--set", "matryoshka_dims=16"),
+     "--set matryoshka_dims: a setting of the embedding task family"),
+    ("config", ("evaluate", "--model", P("run"), "--task", "retrieval", "--data",
+                P("beir_ok"), "--split", "test", "--truncate-dim", "100000"),
+     "truncate_dim=100000: the model's embeddings have"),
+    ("config", ("evaluate", "--model", P("ft", "seed-1"), "--task", "custom", "--dev",
+                P("dev.csv"), "--truncate-dim", "8"), "--truncate-dim: --task custom does "
+     "not read it"),
+    ("config", ("export", P("run"), "--out", P("st8"), "--truncate-dim", "8"),
+     "--truncate-dim 8: cuts the embeddings of a sentence-transformers export"),
+    ("config", ("export", P("run"), "--out", P("st0"), "--sentence-transformers", "mean",
+                "--truncate-dim", "0"), "--truncate-dim 0: give a positive number"),
+    ("config", ("export", P("run"), "--out", P("stw"), "--sentence-transformers", "mean",
+                "--truncate-dim", "100000"), "--truncate-dim 100000: its embeddings have"),
 ]
 
 

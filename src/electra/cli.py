@@ -364,6 +364,9 @@ COMMANDS: dict[str, Command] = {
                 "states (1 the first, -1 the last: the default; -2 the one below it)"),
             arg("--generator", action="store_true", help="sts, retrieval: embed with a run's "
                 "generator instead of its discriminator"),
+            arg("--truncate-dim", type=int, metavar="D", help="sts, retrieval: each "
+                "embedding's first D dimensions, renormalised (a Matryoshka model's; "
+                "default: a sentence-transformers folder's own truncate_dim, else all)"),
             arg("--first-stage", metavar="bm25|MODEL", help="rerank with --data: what finds "
                 "each query's documents to rerank, bm25 (default) or any model's embeddings "
                 "(as --task retrieval reads it)"),
@@ -430,7 +433,10 @@ COMMANDS: dict[str, Command] = {
                 "encoder cut after block N (1 the first, -1 the last), so it embeds with that "
                 "block's states"),
             arg("--generator", action="store_true", help="with --sentence-transformers: a "
-                "run's generator as the encoder"))),
+                "run's generator as the encoder"),
+            arg("--truncate-dim", type=int, metavar="D", help="with --sentence-transformers "
+                "(or an embedding model): its embeddings cut to their first D dimensions "
+                "(sentence-transformers' truncate_dim; a Matryoshka model's)"))),
     "push": Command(
         "push a model (and its checkpoints, tagged) to the Hugging Face Hub",
         "electra.saved.push:push", (

@@ -413,3 +413,58 @@ def test_the_cached_loss_has_the_whole_batchs_gradients(dropout, learn, accum):
     for name in whole:
         torch.testing.assert_close(cached[name], whole[name], atol=1e-5, rtol=1e-5, msg=name)
     assert l_cached == pytest.approx(l_whole, abs=1e-6) and torch.equal(s_cached, s_whole)
+
+
+def test_matryoshka_adds_each_prefixs_infonce_to_the_whole_embeddings():
+    """matryoshka_dims: the loss is the whole embeddings' InfoNCE plus, for each d, the
+    InfoNCE of each embedding's first d dimensions renormalised (weight 1 each,
+    sentence-transformers' MatryoshkaLoss); off, the logits are the one InfoNCE's."""
+    torch.manual_seed(0)
+    e = torch.nn.functional.normalize(torch.randn(4, 3, 8), dim=-1)
+    plain = InfoNCE(0.1)
+    whole = InfoNCE.loss(plain(e))
+    by_hand = whole + sum(InfoNCE.loss(plain(torch.nn.functional.normalize(e[..., :d], dim=-1)))
+                          for d in (4, 2))
+    nested = InfoNCE(0.1, dims=(4, 2))
+    assert nested(e).shape == (3, 4, 8) and plain(e).shape == (4, 8)
+    torch.testing.assert_close(InfoNCE.loss(nested(e)), by_hand, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(nested(e)[0], plain(e))
+    from electra.tasks.embedding.head import EmbeddingSettings
+    assert EmbeddingSettings(matryoshka_dims="16, 64,16").dims() == (64, 16)
+
+
+def test_a_matryoshka_model_is_scored_and_exported_at_a_smaller_dimension(data, capsys):
+    """Fine-tuned with matryoshka_dims, a model embeds at its first D dimensions
+    (electra.encode / evaluate --truncate-dim: renormalised); its sentence-transformers
+    export with --truncate-dim keeps D as the folder's truncate_dim, which
+    sentence-transformers and electra both embed with (equal within 1e-5, normalised)."""
+    assert main(["finetune", "--random-init", "tiny", "--tokenizer", str(data / "tok"),
+                 "--task", "embedding", "--train", str(data / "train.jsonl"), "--dev",
+                 str(data / "dev.jsonl"), "--quiet", "--set", "precision=fp32", "--set",
+                 "batch_size=16", "--set", "max_length=16", "--set", "epochs=1", "--set",
+                 "matryoshka_dims=32,16", "--out", str(data / "m")]) == 0
+    texts = ["ba be", "ka ke ki", "mo"]
+    full = electra.encode(data / "m/seed-1", texts)
+    cut = electra.encode(data / "m/seed-1", texts, truncate_dim=16)
+    expect = full[:, :16] / np.linalg.norm(full[:, :16], axis=1, keepdims=True)
+    np.testing.assert_allclose(cut, expect, atol=1e-6)
+    pairs = [("ba be", "ka ke"), ("mo", "mo mu"), ("ki", "ba be bi"), ("ke ko", "ke")]
+    (data / "sts.csv").write_text("sentence1,sentence2,label\n" + "".join(
+        f"{a},{b},{i}\n" for i, (a, b) in enumerate(pairs)))
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(data / "m/seed-1"), "--task", "sts", "--dev",
+                 str(data / "sts.csv"), "--truncate-dim", "16"]) == 0
+    rho = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["dev"]["spearman"]
+    a, b = (electra.encode(data / "m/seed-1", [p[k] for p in pairs], truncate_dim=16)
+            for k in (0, 1))
+    from scipy.stats import spearmanr
+    assert rho == pytest.approx(spearmanr((a * b).sum(1), range(4)).statistic)
+    st = pytest.importorskip("sentence_transformers")
+    assert main(["export", str(data / "m/seed-1"), "--out", str(data / "m-st"),
+                 "--truncate-dim", "16"]) == 0
+    theirs = st.SentenceTransformer(str(data / "m-st"), device="cpu")
+    assert theirs.truncate_dim == 16
+    got = theirs.encode(texts)
+    np.testing.assert_allclose(got / np.linalg.norm(got, axis=1, keepdims=True), cut,
+                               atol=1e-5)
+    np.testing.assert_allclose(electra.encode(data / "m-st", texts), cut, atol=1e-5)

@@ -222,7 +222,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
              pooling: str | None = None, device: str = "auto", progress: bool = True,
              first_stage: str | None = None, top_k: int | None = None,
              layer: int | None = None, generator: bool = False,
-             **reading: Any) -> dict[str, Any]:
+             truncate_dim: int | None = None, **reading: Any) -> dict[str, Any]:
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s); a
     collapsed model (nearly one class) is flagged as fine-tuning flags it. The text columns
     are the model's own (saved when it was fine-tuned) unless --text-columns names others;
@@ -237,7 +237,8 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
             raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
         ev = evaluator(task, data=data, dev=dev, split=split, text_columns=text_columns,
                        label_column=reading.get("label_column"), first_stage=first_stage,
-                       top_k=top_k, layer=layer, generator=generator or None)
+                       top_k=top_k, layer=layer, generator=generator or None,
+                       truncate_dim=truncate_dim)
         res = ev.printed(ev(model, pooling, precision=precision or "fp32", device=device,
                             progress=progress))
         print(json.dumps(res))
@@ -245,7 +246,8 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     for flag, value, who in (("--first-stage", first_stage, "rerank with --data"),
                              ("--top-k", top_k, "rerank with --data"),
                              ("--layer", layer, "sts, retrieval"),
-                             ("--generator", generator or None, "sts, retrieval")):
+                             ("--generator", generator or None, "sts, retrieval"),
+                             ("--truncate-dim", truncate_dim, "sts, retrieval")):
         if value is not None:
             raise UserError(f"{flag}: --task {task} does not read it (--task {who} "
                             f"do{'es' if ',' not in who else ''}); drop it")

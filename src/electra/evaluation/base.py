@@ -46,9 +46,11 @@ class Evaluator(abc.ABC):
 
     def encoding(self) -> dict[str, Any]:
         """Which states embed a text, as given (``layer``: a block's; ``generator``: the
-        generator's encoder): :class:`electra.evaluation.encoder.Encoder`'s keywords."""
-        return {k: v for k, v in self.given.items()
-                if k in ("layer", "generator") and v is not None and v is not False}
+        generator's encoder; ``truncate_dim``: the first D dimensions):
+        :class:`electra.evaluation.encoder.Encoder`'s keywords."""
+        return {k: v for k, v in self.given.items() if k in ("layer", "generator",
+                                                             "truncate_dim")
+                and v is not None and v is not False}
 
     @classmethod
     def from_spec(cls, opts: dict[str, str], glue: str | None, spec: str) -> Evaluator:

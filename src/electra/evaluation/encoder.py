@@ -2,6 +2,7 @@
 
     electra.encode(MODEL, ["a sentence", ...])        -> (N, H) float32, L2-normalised
     Encoder(MODEL).encode(sentences, batch_size=32)   the object MTEB's runner takes
+    electra.encode(MODEL, texts, truncate_dim=64)     a Matryoshka model's first 64 dimensions
 
 The encoder is the model's discriminator's (or a fine-tuned model's) as `electra detect` and
 `finetune --model` open it: a run, one of its parts or checkpoints, a transformers folder, a
@@ -49,7 +50,7 @@ class Encoder:
     def __init__(self, model: str | Path, pooling: str | None = None,
                  normalize: bool | None = None, max_length: int | None = None,
                  precision: str = "fp32", device: str = "auto", layer: int | None = None,
-                 generator: bool = False) -> None:
+                 generator: bool = False, truncate_dim: int | None = None) -> None:
         if pooling is not None and pooling not in POOLINGS:
             raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
         model = hub.resolve(model, "--model")  # a hub id's folder, read before opening it
@@ -82,6 +83,8 @@ class Encoder:
                         head_of(opened.meta).prompts(opened.meta) if tuned else {})
         self.default_prompt = st.default_prompt if st else None
         self.lowercase = bool(st and st.lowercase)
+        width = int(self.module.config.hidden_size)  # type: ignore[union-attr, arg-type]
+        self.truncate_dim = _dims(truncate_dim or (st.truncate_dim if st else None), width)
 
     def encode(self, sentences: list[str], batch_size: int = 32,
                prompt_name: str | None = None, prompt: str | None = None,
@@ -101,15 +104,19 @@ class Encoder:
                                 f"{', '.join(map(repr, self.prompts)) or 'none'}")
             prompt = self.prompts[name]
         if not len(sentences):
-            return np.zeros((0, self.module.config.hidden_size),  # type: ignore[union-attr]
-                            dtype=np.float32)
+            return np.zeros((0, self.truncate_dim), dtype=np.float32)
         texts = [(prompt or "") + s for s in sentences]
         if self.lowercase:
             texts = [t.lower() for t in texts]
         batch = encode_texts(self.tok, texts, self.max_length)
         with (reporting(len(texts), "encoding", "text") if show_progress_bar
               else contextlib.nullcontext()):
-            return logits(self.model, batch, self.precision, batch_size).numpy()
+            v = logits(self.model, batch, self.precision, batch_size)
+        if v.shape[1] > self.truncate_dim:  # Matryoshka: the first D, renormalised
+            v = v[:, :self.truncate_dim]
+            if self.normalize:
+                v = v / v.norm(dim=1, keepdim=True).clamp(min=1e-12)
+        return v.numpy()
 
     def prompt_for(self, *names: str) -> str | None:
         """The first of ``names`` the model has a prompt for (retrieval's queries: query;
@@ -120,9 +127,22 @@ class Encoder:
 
 def encode(model: str | Path, texts: list[str], pooling: str | None = None,
            normalize: bool | None = None, batch_size: int = 32, device: str = "auto",
-           layer: int | None = None, generator: bool = False) -> np.ndarray:
+           layer: int | None = None, generator: bool = False,
+           truncate_dim: int | None = None) -> np.ndarray:
     """The embeddings of ``texts`` (the Python API's ``electra.encode``): ``layer`` N pools
     the states of block N (negative: from the top); ``generator``: a run's generator's
-    encoder instead of its discriminator's."""
+    encoder instead of its discriminator's; ``truncate_dim`` D: each embedding's first D
+    dimensions (renormalised), a Matryoshka model's smaller embedding."""
     return Encoder(model, pooling, normalize, device=device, layer=layer,
-                   generator=generator).encode(texts, batch_size)
+                   generator=generator, truncate_dim=truncate_dim).encode(texts, batch_size)
+
+
+def _dims(given: int | None, width: int) -> int:
+    """The dimensions an Encoder keeps: ``given`` (checked against the model's ``width``),
+    else all."""
+    if given is None:
+        return width
+    if not 0 < given <= width:
+        raise UserError(f"truncate_dim={given}: the model's embeddings have {width} "
+                        f"dimensions; give 1-{width}")
+    return given

@@ -23,7 +23,7 @@ class Retrieval(Evaluator):
     primary_metric = "ndcg@10"
     help = "retrieval: any model's embeddings on a BEIR folder or a SQuAD .json as --data"
     spec_keys: ClassVar[frozenset[str]] = frozenset({"data", "split"})
-    options: ClassVar[frozenset[str]] = frozenset({"layer", "generator"})
+    options: ClassVar[frozenset[str]] = frozenset({"layer", "generator", "truncate_dim"})
 
     def check(self) -> None:
         if not self.data or self.dev:

@@ -25,7 +25,7 @@ class Sts(Evaluator):
     help = ("sts: any model's sentence embeddings (a run, a transformers folder, a hub id), on "
             "GLUE's STS-B folder or a --dev file of scored pairs")
     spec_keys: ClassVar[frozenset[str]] = frozenset()
-    options: ClassVar[frozenset[str]] = frozenset({"layer", "generator"})
+    options: ClassVar[frozenset[str]] = frozenset({"layer", "generator", "truncate_dim"})
 
     def check(self) -> None:
         if bool(self.data) == bool(self.dev):

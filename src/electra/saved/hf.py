@@ -117,32 +117,31 @@ def _card(folder: Path, part: str, meta: dict[str, Any] | None = None) -> dict[s
 
 def export_hf(source: str | Path, out: str | Path, overwrite: bool = False,
               sentence_transformers: str | None = None, layer: int | None = None,
-              generator: bool = False) -> Path:
+              generator: bool = False, truncate_dim: int | None = None) -> Path:
     """Write transformers folders for a run's (or checkpoint's) discriminator and generator,
     or one ``ElectraForSequenceClassification`` folder for a fine-tuned model; with
     ``sentence_transformers`` (a pooling: mean or cls), one folder
     ``sentence_transformers.SentenceTransformer`` loads: the encoder, that pooling, L2
-    normalisation (what ``electra.encode`` computes)."""
+    normalisation (what ``electra.encode`` computes); ``truncate_dim``: its embeddings cut
+    to their first D dimensions (sentence-transformers' ``truncate_dim``)."""
     need_transformers()
     src, out = Path(source), Path(out)
     _check_flags(sentence_transformers, layer, generator)
+    if truncate_dim is not None and truncate_dim <= 0:
+        raise UserError(f"--truncate-dim {truncate_dim}: give a positive number of dimensions")
     with claim_out(out, "export", "export", overwrite=overwrite,
                    inputs=[("the source", src)]) as claim:
         opened = open_model(src, flag="export")
-        own = (head_of(opened.meta).sentence_embedding(opened.meta)
-               if "classifier" in opened.parts else None)  # an embedding model's
-        given = sentence_transformers
-        if own is not None and given not in (None, own[0]):
-            raise UserError(f"--sentence-transformers {given}: {src} was fine-tuned to embed "
-                            f"with {own[0]} pooling, and {given} pooling would give other "
-                            f"vectors than those it learned; leave "
-                            f"--sentence-transformers out (its own pooling is used) or give "
-                            f"{own[0]}")
+        own = _own_pooling(src, opened, sentence_transformers)
         if sentence_transformers is not None or own is not None:
             pooling, normalize = (sentence_transformers or own[0],  # type: ignore[index]
                                   own[1] if own else True)
             return _export_sentence_transformers(src, out, opened, pooling, claim, normalize,
-                                                 layer, generator)
+                                                 layer, generator, truncate_dim)
+        if truncate_dim is not None:
+            raise UserError(f"--truncate-dim {truncate_dim}: cuts the embeddings of a "
+                            f"sentence-transformers export; add --sentence-transformers mean "
+                            f"(or cls), or export an embedding model")
         if "classifier" in opened.parts:
             model, meta = opened["classifier"], opened.meta
             head = head_of(meta)
@@ -176,6 +175,19 @@ def export_hf(source: str | Path, out: str | Path, overwrite: bool = False,
     return out
 
 
+def _own_pooling(src: Path, opened: Any, given: str | None) -> tuple[str, bool] | None:
+    """An embedding model's own (pooling, normalised), refusing another pooling given;
+    None for any other model."""
+    own = (head_of(opened.meta).sentence_embedding(opened.meta)
+           if "classifier" in opened.parts else None)
+    if own is not None and given not in (None, own[0]):
+        raise UserError(f"--sentence-transformers {given}: {src} was fine-tuned to embed "
+                        f"with {own[0]} pooling, and {given} pooling would give other "
+                        f"vectors than those it learned; leave --sentence-transformers "
+                        f"out (its own pooling is used) or give {own[0]}")
+    return own
+
+
 def _check_flags(sentence_transformers: str | None, layer: int | None,
                  generator: bool) -> None:
     """Refuse a pooling export does not write, and an encoder's choice without the
@@ -191,7 +203,8 @@ def _check_flags(sentence_transformers: str | None, layer: int | None,
 
 def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: str,
                                   claim: Any, normalize: bool = True,
-                                  layer: int | None = None, generator: bool = False) -> Path:
+                                  layer: int | None = None, generator: bool = False,
+                                  truncate_dim: int | None = None) -> Path:
     """OUT as sentence-transformers saves a model: the encoder (transformers' folder of the
     discriminator, or of a fine-tuned model's encoder), the pooling, a normaliser (where
     the embeddings are normalised); built and saved by sentence-transformers itself."""
@@ -218,6 +231,8 @@ def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: st
     if layer is not None:  # the evaluation's cut: the export embeds as it does
         truncate(module, layer, str(src))
     why = export_of(module.config).why_not(module.config, "discriminator")
+    if truncate_dim is not None and truncate_dim > (size := module.config.hidden_size):
+        why = f"--truncate-dim {truncate_dim}: its embeddings have {size} dimensions"
     if why:
         raise UserError(f"export {src}: {why}")
     with staged(out) as tmp:
@@ -237,11 +252,13 @@ def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: st
                            if part == "classifier" else {})  # a fine-tuned model's own
                 SentenceTransformer(modules=[first, pool, *([models.Normalize()] if normalize
                                                               else [])],
-                                    device="cpu", prompts=prompts).save(str(tmp))
+                                    device="cpu", prompts=prompts,
+                                    truncate_dim=truncate_dim).save(str(tmp))
         finally:
             shutil.rmtree(encoder_dir, ignore_errors=True)
     print(f"wrote {out} (sentence-transformers: the encoder, {pooling} pooling"
-          + (", normalised" if normalize else "") + f", texts cut at {length} tokens)")
+          + (", normalised" if normalize else "") + f", texts cut at {length} tokens"
+          + (f", embeddings cut to {truncate_dim} dimensions" if truncate_dim else "") + ")")
     return out
 
 
@@ -261,6 +278,7 @@ class SentenceTransformersFolder:
     lowercase: bool = False
     prompts: tuple[tuple[str, str], ...] = ()
     default_prompt: str | None = None
+    truncate_dim: int | None = None  # the dimensions it embeds with (a Matryoshka model's)
 
 
 def sentence_transformers_folder(folder: Path) -> SentenceTransformersFolder | None:
@@ -302,7 +320,8 @@ def sentence_transformers_folder(folder: Path) -> SentenceTransformersFolder | N
         int(length) if isinstance(length, int | float) and 0 < length < 1e6 else None,
         bert.get("do_lower_case") is True,
         tuple((str(k), str(v)) for k, v in prompts.items() if isinstance(v, str)),
-        default if isinstance(default, str) and default in prompts else None)
+        default if isinstance(default, str) and default in prompts else None,
+        cut if isinstance(cut := own.get("truncate_dim"), int) and cut > 0 else None)
 
 
 @contextlib.contextmanager

@@ -147,6 +147,11 @@ class EmbeddingSettings(FamilySettings):
     """Learn the temperature with the model (CLIP's log-scale), from temperature."""
     normalize: bool = True
     """L2-normalised embeddings, compared by cosine; off: by dot product."""
+    matryoshka_dims: str | int = ""  # (one dimension reads as a number)
+    """Smaller dimensions, comma-separated (e.g. 128,64), at which the loss is also taken
+    (Matryoshka: InfoNCE of each embedding's first d dimensions, renormalised, weight 1 each,
+    beside the whole's), so that a prefix of the embedding works alone; score and export
+    one with --truncate-dim D."""
     cached: bool = False
     """The cached loss (GradCache): every micro-batch's and every rank's documents the
     negatives of every query, at the memory of one micro-batch (batch_size / grad_accum
@@ -157,6 +162,20 @@ class EmbeddingSettings(FamilySettings):
     document_prompt: str = ""
     """Text put before every document, then a space (e.g. passage:; the export's prompt
     "document")."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.dims()
+
+    def dims(self) -> tuple[int, ...]:
+        """``matryoshka_dims`` as numbers (largest first); refused in one line unless each
+        is a positive whole number."""
+        items = [x.strip() for x in str(self.matryoshka_dims).split(",") if x.strip()]
+        if not all(x.isdigit() and int(x) > 0 for x in items):
+            raise UserError(f"matryoshka_dims={self.matryoshka_dims!r}: give positive whole "
+                            f"numbers separated by commas, each below the model's width, "
+                            f"e.g. matryoshka_dims=128,64")
+        return tuple(sorted({int(x) for x in items}, reverse=True))
 
     def prompts(self) -> dict[str, str]:
         """The prompts given, by sentence-transformers' names (query, document), each ending
@@ -220,12 +239,18 @@ class Embedding(Head):
               kernels: Kernels | None = None, settings: dict[str, Any] | None = None
               ) -> nn.Module:
         s = EmbeddingSettings.of(settings or {})
+        wide = [d for d in s.dims() if d >= cfg.hidden_size]
+        if wide:
+            raise UserError(f"matryoshka_dims={s.matryoshka_dims}: {wide[0]} is not below the "
+                            f"model's {cfg.hidden_size} dimensions (the whole embedding's "
+                            f"loss is always taken); give smaller ones")
         return EmbeddingModel(cfg, kernels, s.pooling, s.normalize)
 
     def criterion(self, settings: dict[str, Any]) -> nn.Module:
-        """InfoNCE at the settings' temperature (learned where ``learn_temperature``)."""
+        """InfoNCE at the settings' temperature (learned where ``learn_temperature``), at
+        each Matryoshka dimension too."""
         s = EmbeddingSettings.of(settings)
-        return InfoNCE(s.temperature, s.learn_temperature)
+        return InfoNCE(s.temperature, s.learn_temperature, s.dims(), s.normalize)
 
     def encode(self, tok: Tokenizer, examples: list[Any], data: TaskData,
                cfg: FinetuneConfig) -> dict[str, torch.Tensor]:

@@ -26,15 +26,27 @@ class InfoNCE(nn.Module):
     """``forward`` on (B, K, H) embeddings of B rows (a query, then its K - 1 documents)
     returns the (B, W * B * (K - 1)) scaled similarities of every query to every rank's
     documents (this rank's positives first, so a query's target is its row); :meth:`loss`
-    the summed cross-entropy of those logits."""
+    the summed cross-entropy of those logits. With Matryoshka ``dims`` (sentence-
+    transformers' MatryoshkaLoss, weight 1 each), (1 + len(dims), B, ...) logits: the whole
+    embeddings', then those of each one's first d dimensions (renormalised where
+    ``normalize``: cosines again)."""
 
-    def __init__(self, temperature: float = 0.05, learn_temperature: bool = False) -> None:
+    def __init__(self, temperature: float = 0.05, learn_temperature: bool = False,
+                 dims: tuple[int, ...] = (), normalize: bool = True) -> None:
         super().__init__()
         # log(1 / temperature), CLIP's parametrisation: learned, or fixed (no gradient)
         self.log_scale = nn.Parameter(torch.tensor(math.log(1.0 / temperature)),
                                       requires_grad=learn_temperature)
+        self.dims, self.normalize = tuple(dims), normalize
 
     def forward(self, e: torch.Tensor) -> torch.Tensor:
+        if not self.dims:
+            return self._logits(e)
+        cut = [e[..., :d] for d in self.dims]
+        return torch.stack([self._logits(e), *(self._logits(
+            F.normalize(c, dim=-1) if self.normalize else c) for c in cut)])
+
+    def _logits(self, e: torch.Tensor) -> torch.Tensor:
         B = e.shape[0]
         docs = e[:, 1:].transpose(0, 1).reshape(-1, e.shape[-1])  # positives, negatives
         scale = self.log_scale.clamp(max=MAX_SCALE).exp()
@@ -43,9 +55,12 @@ class InfoNCE(nn.Module):
     @staticmethod
     def loss(logits: torch.Tensor) -> torch.Tensor:
         """Summed InfoNCE: each query's row of similarities towards its own positive (the
-        row's index: positives come first, in the rows' order)."""
-        target = torch.arange(len(logits), device=logits.device)
-        return F.cross_entropy(logits.float(), target, reduction="sum")
+        row's index: positives come first, in the rows' order); Matryoshka's (D, B, N)
+        logits: summed over the D dimensions too."""
+        rows = logits.reshape(-1, logits.shape[-1])
+        target = torch.arange(logits.shape[-2], device=logits.device).repeat(
+            len(rows) // logits.shape[-2])
+        return F.cross_entropy(rows.float(), target, reduction="sum")
 
     def temperature(self) -> float:
         return float(1.0 / self.log_scale.detach().clamp(max=MAX_SCALE).exp())
