@@ -48,7 +48,7 @@ CHAINS = {
     "finetuning": ["tutorials/glue.md", "tutorials/custom.md", "tutorials/squad.md",
                    "tutorials/tagging.md", "tutorials/superglue.md", "tutorials/multitask.md",
                    "tutorials/compare.md", "tutorials/detect.md", "tutorials/embeddings.md",
-                   "tutorials/rerankers.md"],
+                   "tutorials/rerankers.md", "how-to/embeddings-from-a-corpus.md"],
 }
 # Where the chains after the first start: every block of the pretraining tutorial, then the
 # block of the continuing one that writes the CSV task (page, index of the block or None;

@@ -1313,6 +1313,24 @@ CASES += [
                 "--truncate-dim", "0"), "--truncate-dim 0: give a positive number"),
     ("config", ("export", P("run"), "--out", P("stw"), "--sentence-transformers", "mean",
                 "--truncate-dim", "100000"), "--truncate-dim 100000: its embeddings have"),
+    # -- issue 72: `electra pairs`, pairs from raw text --
+    ("config", ("pairs", "--input", P("c.txt"), "--out", P("p.jsonl"), "--min-ratio", "0.6",
+                "--max-ratio", "0.5"), "give 0 < min <= max <= 1"),
+    ("config", ("pairs", "--input", P("c.txt"), "--out", P("p.jsonl"), "--max-ratio", "1.5"),
+     "--max-ratio 1.5"),
+    ("config", ("pairs", "--input", P("c.txt"), "--out", P("p.jsonl"), "--min-words", "1"),
+     "--min-words 1: give 2 or more"),
+    ("config", ("pairs", "--input", P("c.txt"), "--out", P("p.jsonl"), "--chunk-words", "8"),
+     "--chunk-words 8: give at least --min-words 16"),
+    ("config", ("pairs", "--input", P("c.txt"), "--out", P("p.jsonl"), "--delete", "1"),
+     "--delete 1: give a probability in [0, 1)"),
+    ("config", ("pairs", "--input", P("c.txt"), "--out", P("p.jsonl"), "--max-pairs", "0"),
+     "--max-pairs 0: give how many pairs to keep"),
+    ("data", ("pairs", "--input", P("c.txt"), "--out", P("p.jsonl"), "--min-words", "5000",
+              "--chunk-words", "5000"), "no document has --min-words 5000 words"),
+    ("data", ("pairs", "--input", P("nowhere.txt"), "--out", P("p.jsonl")), "nowhere.txt"),
+    ("out", ("pairs", "--input", P("c.txt"), "--out", P("dev.csv")),
+     "exists and was not written by electra pairs"),
 ]
 
 

@@ -20,6 +20,7 @@ raised as :class:`UserError`), and the parts to build models from.
     electra.retrieval(model, data="dev-v1.1.json")       nDCG@10, MRR@10, Recall@100
     electra.rerank(model, data="dev-v1.1.json")          BM25's top 100 reordered, both scored
     electra.mine(data=..., out="groups.jsonl")           hard negatives, by BM25 or a model
+    electra.pairs(input=[...], out="pairs.jsonl")        pairs from raw text (two spans a doc)
 
 Importing the package is cheap (no torch): the names below load on first use, so the CLI
 and data-preparation workers start fast.
@@ -63,6 +64,7 @@ _LAZY = {  # name -> (module, its attribute)
     "retrieval": ("electra.evaluation.retrieval", "retrieval"),
     "rerank": ("electra.evaluation.rerank", "rerank"),
     "mine": ("electra.commands.mine", "mine"),
+    "pairs": ("electra.commands.pairs", "pairs"),
     "Encoder": ("electra.evaluation.encoder", "Encoder"),
 }
 __all__ = sorted(_LAZY)

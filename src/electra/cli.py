@@ -405,6 +405,27 @@ COMMANDS: dict[str, Command] = {
             arg("--seed", type=int, default=0, help="--sample random's seed (default: 0)"),
             arg("--batch-size", type=int, default=32, help="texts a batch (--by MODEL)"),
             _device(), _quiet())),
+    "pairs": Command(
+        "make (query, positive) pairs from raw text: two spans of one document (Contriever)",
+        "electra.commands.pairs:pairs", (
+            arg("--input", nargs="+", required=True, help="text as `electra prepare` reads it "
+                "(files, folders, globs; a blank line between documents)"),
+            arg("--out", required=True, help="the .jsonl file to write (query, positive: what "
+                "`finetune --task embedding` reads)"),
+            arg("--min-ratio", type=float, default=0.1, help="a span's least share of its "
+                "piece (default: 0.1, Contriever's)"),
+            arg("--max-ratio", type=float, default=0.5, help="a span's largest share of its "
+                "piece (default: 0.5)"),
+            arg("--min-words", type=int, default=16, help="a piece with fewer words is left "
+                "out (default: 16)"),
+            arg("--chunk-words", type=int, default=256, help="a longer document is cut into "
+                "pieces of this many words, a pair each (default: 256)"),
+            arg("--delete", type=float, default=0.0, help="each word of a span deleted with "
+                "this probability (default: 0; Contriever's 0.1)"),
+            arg("--max-pairs", type=int, metavar="N", help="a uniform random sample of N "
+                "pieces' pairs (default: every piece's)"),
+            arg("--seed", type=int, default=0, help="the crops' seed (default: 0)"),
+            _quiet())),
     "predict": Command(
         "apply a fine-tuned model to an unlabelled file (one JSON line per input)",
         "electra.commands.predict:main", (
