@@ -24,8 +24,9 @@ CARRY=${CARRY:-bench/results/compare-6e14}
 save() {  # OUT's small files -> CARRY (no checkpoints; no weights but the frozen generator's)
     mkdir -p "$CARRY"
     [ -f "$OUT/tok/tokenizer.json" ] && mkdir -p "$CARRY/tok" && cp -p "$OUT"/tok/* "$CARRY/tok/"
-    if [ -f "$OUT/generator-mlm/generator/model.safetensors" ]; then  # fast_electra's (4.7 MB)
-        (cd "$OUT" && find generator-mlm -maxdepth 2 -type f ! -path "*/tb/*" ! -path "*/checkpoints/*") |
+    if [ -f "$OUT/generator-mlm/generator/model.safetensors" ]; then  # fast_electra's (6.7 MB)
+        (cd "$OUT" && find generator-mlm -maxdepth 2 -type f ! -path "*/tb/*" ! -path "*/checkpoints/*" \
+            ! -path "*/discriminator/*") |
             while read -r f; do mkdir -p "$CARRY/$(dirname "$f")" && cp -p "$OUT/$f" "$CARRY/$f"; done
     fi
     mkdir -p "$CARRY/metrics"  # each pretraining's metrics, where no run folder expects them
