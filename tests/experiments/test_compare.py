@@ -397,12 +397,28 @@ def test_a_comparison_continues_from_its_small_files_alone(own_compare, capsys, 
         assert (small / weights).read_bytes() == (out / weights).read_bytes()
 
 
-def test_each_objective_is_fine_tuned_before_the_next_is_pretrained(own_compare, capsys):
+def test_each_objective_is_fine_tuned_before_the_next_is_pretrained(own_compare, capsys,
+                                                                   monkeypatch):
+    """The order of the work, and results.md after each model: the rows so far."""
+    from electra.experiments import compare as compare_module
+
     out, args = own_compare
-    for gone in ("finetune", "models", "pretrain", "results.json"):
+    for gone in ("finetune", "models", "pretrain", "results.json", "results.md"):
         shutil.rmtree(out / gone) if (out / gone).is_dir() else (out / gone).unlink()
+    tables, real = [], compare_module._finetune_model
+
+    def seen(plan, name, where, *rest):
+        md = where / "results.md"
+        tables.append(md.read_text() if md.is_file() else "")
+        return real(plan, name, where, *rest)
+
+    monkeypatch.setattr(compare_module, "_finetune_model", seen)
     capsys.readouterr()
     assert main(args) == 0
+    assert tables[0] == "" and tables[1].count("\n| electra | 50% |") == 1
+    assert "4 of 5 models still to fine-tune" in tables[1]
+    assert "| random-init |" not in tables[2] and "| random-init |" in tables[3]
+    assert "still to fine-tune" not in (out / "results.md").read_text()
     said = [line.split(" to ")[0].split(" on ")[0]
             for line in capsys.readouterr().out.splitlines() if line.startswith("compare: ")
             and ("pretraining" in line or "fine-tuning" in line)]

@@ -12,7 +12,8 @@ init, is fine-tuned on each task with each seed (the paper's recipe, ``electra f
     DIR/models/OBJECTIVE-PCT/       its discriminator at PCT% of the budget
     DIR/finetune/MODEL/TASK-KEY/    each fine-tune (`electra finetune`'s folder; KEY: a hash
                                     of the task's settings and the seeds)
-    DIR/results.json, results.md    per seed, medians, the table with the average
+    DIR/results.json, results.md    per seed, medians, the table with the average (results.md
+                                    after each model too: the rows so far)
     DIR/compare.png                 score against pretraining FLOPs
 
 Each objective is pretrained and its models fine-tuned before the next (random init after
@@ -135,6 +136,7 @@ def run_compare(plan: Plan, data: str, claim: Claim, rt: Any, progress: bool = T
                 mine.append(RANDOM_INIT)  # the control as soon as it has a shape
             for name in mine:
                 scores[name] = _finetune_model(plan, name, out, rt, progress, loaded)
+                rt.on_main(lambda: _partial(plan, scores, out), "writing results.md")
         if RANDOM_INIT not in scores:
             _shape(plan, out)  # says why
     if not rt.is_main:
@@ -148,6 +150,15 @@ def run_compare(plan: Plan, data: str, claim: Claim, rt: Any, progress: bool = T
     print(f"compare: wrote {out}/results.json, results.md and compare.png")
     rt.barrier()
     return results
+
+def _partial(plan: Plan, scores: dict[str, dict[str, Any]], out: Path) -> None:
+    """results.md as the rows come: the models fine-tuned so far, and how many remain."""
+    results = summarize(plan, scores)
+    left = len(plan.models()) - len(results["models"])
+    (out / "results.md").write_text(table(plan, results) + (
+        f"\n\nSo far: {left} of {len(plan.models())} models still to fine-tune (`electra "
+        f"compare` again with the same settings goes on)." if left else "") + "\n")
+
 
 def _claim(claim: Claim, plan: Plan, budget_text: str) -> None:
     """Start DIR, or continue it when it holds this same comparison (the same pretraining;

@@ -27,9 +27,12 @@ def averaged(plan: Plan) -> list[Task]:
 
 def summarize(plan: Plan, scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """results.json: per model, its pretraining FLOPs and, per task and for the average,
-    every seed's score, the median, min and max."""
+    every seed's score, the median, min and max (the models fine-tuned on every task so
+    far: all of them at the end)."""
     models, over = [], averaged(plan)
     for name, objective, fraction, flops in plan.models():
+        if any(t.name not in scores.get(name, {}) for t in plan.tasks):
+            continue  # not yet fine-tuned on every task
         per_task = {}
         for task in plan.tasks:
             result = scores[name][task.name]
