@@ -307,3 +307,12 @@ def encode(tok: Tokenizer, examples: list[Example], max_length: int,
             assert labels is not None
             out["labels"] = torch.tensor([labels[str(e.label)] for e in examples])
     return out
+
+
+def finite_number(value: Any) -> float | None:
+    """``value`` as a finite float (a score column's cell), or None where it is not one."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None

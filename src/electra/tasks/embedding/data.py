@@ -9,12 +9,11 @@ same number of texts. Each text is encoded alone, ``[CLS] text [SEP]``: (rows, t
 
 from __future__ import annotations
 
-import math
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -23,6 +22,7 @@ from electra.data.examples import (
     Example,
     check_unread,
     encode,
+    finite_number,
     header_of,
     named_records,
 )
@@ -100,7 +100,7 @@ def read_pairs(path: str | Path, text_columns: str | None = None,
         if bad:
             raise UserError(f"{path}: row {n} has no text in {', '.join(map(repr, bad))}")
         if score is not None and min_score is not None:
-            value = _number(row.get(score))
+            value = finite_number(row.get(score))
             if value is None:
                 raise UserError(f"{path}: row {n}: {score} {row.get(score)!r} is not a "
                                 f"number (--min-score reads it)")
@@ -131,14 +131,6 @@ def _how(column: str, cols: list[str]) -> str:
                 f"{','.join(cols)}")
     return (f"name the columns to read: --text-columns QUERY,POSITIVE[,NEGATIVE] (now "
             f"{','.join(cols)})")
-
-
-def _number(value: Any) -> float | None:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 def encode_texts(tok: Tokenizer, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:

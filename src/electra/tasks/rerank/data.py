@@ -17,7 +17,6 @@ Two layouts, each a file's rows alike:
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from electra.data.examples import check_unread, header_of, named_records
+from electra.data.examples import check_unread, finite_number, header_of, named_records
 from electra.data.tokenizer import special_names
 from electra.errors import UserError
 
@@ -48,14 +47,6 @@ class Group:
     targets: list[float]
     teacher: list[float] | None = None
     listed: bool = field(default=True)  # a positive then negatives (False: a scored pair)
-
-
-def _number(value: Any) -> float | None:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 def _negatives(header: list[str]) -> list[str]:
@@ -135,7 +126,7 @@ def _group(path: Path, n: int, row: Any, cols: list[str], score: str | None,
         where = cols[bad[0]] if bad[0] < 2 else f"negative {bad[0] - 1}"
         raise UserError(f"{path}: row {n} has no text in {where!r}")
     if score is not None:
-        value = _number(row.get(score))
+        value = finite_number(row.get(score))
         if value is None:
             raise UserError(f"{path}: row {n}: {score} {row.get(score)!r} is not a number")
         return Group(texts[0], [texts[1]], [value], listed=False)
@@ -147,7 +138,7 @@ def _group(path: Path, n: int, row: Any, cols: list[str], score: str | None,
     if teacher is not None:
         given = row.get(teacher)
         if (not isinstance(given, list) or len(given) != len(texts) - 1
-                or any(_number(s) is None for s in given)):
+                or any(finite_number(s) is None for s in given)):
             raise UserError(f"{path}: row {n}: {teacher!r} must list a number for the "
                             f"positive and each negative ({len(texts) - 1})")
         scores = [float(s) for s in given]
