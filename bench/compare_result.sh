@@ -48,6 +48,7 @@ if [ -d "$CARRY" ]; then  # what earlier sessions finished (never over what OUT 
     cp -rn "$CARRY/." "$OUT/"
 fi
 trap save EXIT
+trap 'exit 143' TERM  # (bash waits out a child otherwise; the EXIT trap then saves)
 SHARED=${SHARED:-../shared/data}
 BUDGET=${BUDGET:-6e14}
 GEN_BUDGET_STEPS=${GEN_BUDGET_STEPS:-1070}  # 1e14 FLOPs of the 64-wide MLM at batch 128
