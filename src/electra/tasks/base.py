@@ -128,6 +128,11 @@ class Learner(abc.ABC):
         embedding head's pooling and temperature); None where unknown."""
         raise NotImplementedError
 
+    def check_model(self, cfg: ModelConfig, settings: dict[str, Any]) -> None:
+        """Refuse, before any work, settings this model cannot take (the embedding head's
+        Matryoshka dimensions as wide as it); nothing by default."""
+        return None
+
     def criterion(self, settings: dict[str, Any]) -> nn.Module | None:
         """A loss object with weights of its own (the embedding family's InfoNCE and its
         learned temperature): trained and checkpointed with the model, not part of it (nor

@@ -370,19 +370,22 @@ def setup(source: ModelSource, tok: Tokenizer, tasks: dict[str, TaskData],
 
 def check_trainable(config: ModelConfig, tasks: dict[str, TaskData],
                     cfgs: dict[str, FinetuneConfig], cfg: FinetuneConfig) -> None:
-    """Every head built on the meta device (no memory, no time), so what its settings
-    refuse for this model (Matryoshka dimensions as wide as it) is refused before --out is
-    touched; ``freeze=encoder`` trains the heads alone: each must have a weight of its own."""
+    """What a head's settings refuse for this model (Matryoshka dimensions as wide as it:
+    ``Head.check_model``), before --out is touched; ``freeze=encoder`` trains the heads alone:
+    each must have a weight of its own (built on the meta device: no memory, no time)."""
+    for t, d in tasks.items():
+        d.head.check_model(config, cfgs[t].to_dict())
+    if cfg.freeze != "encoder":
+        return
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # init's notes on meta tensors (they hold nothing)
-        built = {t: d.head.build(config, d.labels, d.regression, settings=cfgs[t].to_dict())
-                 for t, d in tasks.items()}
         bare = [t for t, d in tasks.items() if not any(
-            p.requires_grad for n, p in built[t].named_parameters()
-            if not n.startswith("encoder.")) and not any(
+            p.requires_grad for n, p in d.head.build(config, d.labels, d.regression,
+                                                     settings=cfgs[t].to_dict())
+            .named_parameters() if not n.startswith("encoder.")) and not any(
             p.requires_grad for p in (d.head.criterion(cfgs[t].to_dict()) or nn.Module())
             .parameters())]
-    if bare and cfg.freeze == "encoder":
+    if bare:
         raise UserError(f"freeze=encoder leaves no weight to train for {', '.join(bare)}: "
                         f"its head has none of its own to learn (an embedding model's "
                         f"temperature only with learn_temperature=true); set freeze=none")

@@ -147,7 +147,7 @@ class EmbeddingSettings(FamilySettings):
     """Learn the temperature with the model (CLIP's log-scale), from temperature."""
     normalize: bool = True
     """L2-normalised embeddings, compared by cosine; off: by dot product."""
-    matryoshka_dims: str | int = ""  # (one dimension reads as a number)
+    matryoshka_dims: str = ""
     """Smaller dimensions, comma-separated (e.g. 128,64), at which the loss is also taken
     (Matryoshka: InfoNCE of each embedding's first d dimensions, renormalised, weight 1 each,
     beside the whole's), so that a prefix of the embedding works alone; score and export
@@ -164,6 +164,9 @@ class EmbeddingSettings(FamilySettings):
     "document")."""
 
     def __post_init__(self) -> None:
+        dims: object = self.matryoshka_dims
+        if isinstance(dims, int) and not isinstance(dims, bool):  # one, read as a number
+            object.__setattr__(self, "matryoshka_dims", str(dims))
         super().__post_init__()
         self.dims()
 
@@ -239,12 +242,17 @@ class Embedding(Head):
               kernels: Kernels | None = None, settings: dict[str, Any] | None = None
               ) -> nn.Module:
         s = EmbeddingSettings.of(settings or {})
+        self.check_model(cfg, settings or {})
+        return EmbeddingModel(cfg, kernels, s.pooling, s.normalize)
+
+    def check_model(self, cfg: ModelConfig, settings: dict[str, Any]) -> None:
+        """Matryoshka dimensions below the model's width."""
+        s = EmbeddingSettings.of(settings)
         wide = [d for d in s.dims() if d >= cfg.hidden_size]
         if wide:
             raise UserError(f"matryoshka_dims={s.matryoshka_dims}: {wide[0]} is not below the "
                             f"model's {cfg.hidden_size} dimensions (the whole embedding's "
                             f"loss is always taken); give smaller ones")
-        return EmbeddingModel(cfg, kernels, s.pooling, s.normalize)
 
     def criterion(self, settings: dict[str, Any]) -> nn.Module:
         """InfoNCE at the settings' temperature (learned where ``learn_temperature``), at
