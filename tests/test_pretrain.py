@@ -702,6 +702,8 @@ def test_the_first_line_names_what_the_step_runs_on(packed_letters, tmp_path, ca
 
     assert step_levers(TrainConfig(), False) == " (padded rows, every position computed)"
     assert step_levers(TrainConfig(compile=True), False) == (
+        " (padded rows, every position computed, compiled step)")
+    assert step_levers(TrainConfig(compile=True), False, processes=True) == (
         " (padded rows, every position computed, compiled blocks)")
     pretrain(PretrainOptions(data=str(packed_letters), out=str(tmp_path / "r"), config=config(
         max_steps=1, unpad=True, grad_accum=2)))

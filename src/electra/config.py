@@ -491,8 +491,11 @@ class LoopConfig:
     """The license the final models' cards (README.md) name: the hub's id (apache-2.0, mit,
     cc-by-4.0...); empty: the starting model's (--init, --model), if its card names one."""
     compile: bool = False
-    """torch.compile each transformer block (the first steps compile it; a GPU's win, off by
-    default)."""
+    """torch.compile the step: in one process the whole forward a micro-step runs (the
+    objective's generator, sampling, discriminator and losses; a fine-tune's model) as one
+    graph, under DDP/FSDP and CUDA graphs each transformer block. The first steps compile it
+    (minutes on a small CPU; cached on disk for the next run); bench/host_cost.py has its
+    figures. Off by default."""
     cast_once: bool = True
     """bf16/fp16 in one eager process: cast the linear layers' weights to the compute dtype
     once a micro-batch and write their gradients in one op (electra.train.cast), bitwise
@@ -718,7 +721,8 @@ class FinetuneConfig(LoopConfig):
     computed; off: the paper's uniformly random batches."""
     unpad: bool = True
     """Compute only the real tokens of a padded batch (packed after the embeddings,
-    variable-length attention, repadded for the head); off: every position of the batch."""
+    variable-length attention, repadded for the head); off: every position of the batch, as
+    a compiled step (compile=true) does by itself."""
     task_sampling_alpha: float = 1.0
     """Multi-task (``--task a,b``): draw each step's task with probability proportional to
     its training examples to this power (1: proportional, 0: uniform)."""

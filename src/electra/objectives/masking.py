@@ -127,6 +127,15 @@ class Batch:
     full: np.ndarray | None = None
     sequence_ids: torch.Tensor | None = None
     host: Any = None
+    pad_free: bool = dataclasses.field(init=False)
+    """No row has padding, known on the host, nor holds several sequences: the encoders may
+    attend without a mask. A plain bool, worked out when the batch is made: a compiled
+    forward reads it as a constant (reading ``full`` there would be a data-dependent branch,
+    a graph break)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pad_free", self.full is not None and bool(self.full.all())
+                           and self.sequence_ids is None)
 
     @staticmethod
     def of(tensors: dict[str, torch.Tensor], full: np.ndarray | None = None) -> Batch:
@@ -134,12 +143,6 @@ class Batch:
         return Batch(tensors["input_ids"], tensors["attention_mask"],
                      tensors.get("token_type_ids"), tensors.get("word_starts"), full,
                      tensors.get("sequence_ids"))
-
-    @property
-    def pad_free(self) -> bool:
-        """No row has padding, known on the host, nor holds several sequences: the encoders
-        may attend without a mask."""
-        return self.full is not None and bool(self.full.all()) and self.sequence_ids is None
 
     def rows(self, rows: slice) -> Batch:
         """Rows ``rows`` of the batch (a micro-batch)."""

@@ -30,7 +30,7 @@ def first_lines(trainer: Trainer, cfg: RunConfig, data: ShardDataset,
                 f"{data.seq_len} tokens, batch {tc.batch_size}"
                 + (f" over {rt.world_size} processes ({tc.parallel})" if rt.enabled else "")
                 + f", {resolve_precision(rt.device, tc.precision)}, {rt.device.type}"
-                + step_levers(tc, any(d.packed for d in datasets.values()))
+                + step_levers(tc, any(d.packed for d in datasets.values()), rt.enabled)
                 + (f", resuming at step {trainer.step}" if trainer.step else "")
                 + (f"; MFU against {peak / rt.world_size / 1e12:,.1f} TFLOP/s a device "
                    f"({source})" if peak else ""))
@@ -62,13 +62,13 @@ def slots_line(cfg: RunConfig, seq_len: int) -> str:
     return f"{slots(cfg.objective, seq_len)} prediction slots a row of {seq_len}"
 
 
-def step_levers(tc: TrainConfig, packed: bool) -> str:
+def step_levers(tc: TrainConfig, packed: bool, processes: bool = False) -> str:
     """What the step runs on, for the first line (docs/how-to/hardware.md has each lever's
-    measurement on a GPU): the rows (packed or padded), unpadded or not, compiled blocks,
-    CUDA graphs, the micro-batches."""
+    measurement on a GPU): the rows (packed or padded), unpadded or not, the compiled step
+    (compiled blocks under ``processes``: DDP/FSDP), CUDA graphs, the micro-batches."""
     levers = [("packed" if packed else "padded") + " rows",
               "unpadded" if tc.unpad else "every position computed",
-              *(["CUDA graphs"] if tc.cuda_graphs else ["compiled blocks"] if tc.compile
-                else []),
+              *(["CUDA graphs"] if tc.cuda_graphs else
+                ["compiled blocks" if processes else "compiled step"] if tc.compile else []),
               *([f"{tc.grad_accum} micro-batches a step"] if tc.grad_accum > 1 else [])]
     return f" ({', '.join(levers)})"

@@ -95,8 +95,8 @@ class Settings:
     cuda_graphs: bool = False
     """Compile the model's repeated blocks in reduce-overhead mode, with static shapes: each
     block's kernels are recorded once as a CUDA graph and replayed (a CUDA device, batches of
-    one shape); ``loop.compile``: torch.compile them (one graph serves every layer, and what
-    lies between, sampling and losses, stays eager)."""
+    one shape); without it ``loop.compile`` compiles the whole step in one process
+    (:func:`compile_scope`)."""
     tracking: Tracking = field(default_factory=Tracking)
     """Where the metrics lines go besides metrics.jsonl (electra.io.trackers)."""
 
@@ -107,7 +107,7 @@ class Settings:
 
     @property
     def compiled(self) -> bool:
-        """Whether the model's repeated blocks are compiled (either way)."""
+        """Whether the step is compiled (:func:`compile_scope` says what of it)."""
         return self.loop.compile or self.cuda_graphs
 
     @staticmethod
@@ -116,6 +116,30 @@ class Settings:
         """The settings of a loop: its config, and ``own``, what the loop works out."""
         return Settings(lr=lr, max_steps=max_steps, warmup_steps=warmup_steps, loop=loop,
                         **own)
+
+
+def compile_scope(settings: Settings, rt: Runtime) -> str:
+    """What ``compile`` compiles: ``step``, the whole forward a micro-step calls (a
+    pretraining objective's generator, sampling, discriminator and losses; a fine-tune's
+    model), one graph for each kind of batch (rows with or without padding), in one process;
+    ``blocks``, each transformer block (one graph serves every layer), under CUDA graphs
+    (static shapes, each block's kernels replayed) and under DDP/FSDP."""
+    return "blocks" if settings.cuda_graphs or rt.enabled else "step"
+
+
+def compiled(model: nn.Module, step_model: nn.Module, settings: Settings,
+             rt: Runtime) -> nn.Module:
+    """The module the step calls, compiled as :func:`compile_scope` says. A whole step is
+    compiled with automatic dynamic shapes: the first batch's shapes are fixed, a second
+    shape recompiles once with its dimensions symbolic (fine-tuning's lengths, the
+    unpadded token counts), and no more after that (bench/host_cost.py)."""
+    if compile_scope(settings, rt) == "step":
+        return torch.compile(step_model)  # type: ignore[return-value]
+    how = {"mode": "reduce-overhead", "dynamic": False} if settings.cuda_graphs else {}
+    for m in model.modules():  # each block, compiled once for all of them
+        if getattr(m, "compile_unit", False):
+            m.compile(**how)
+    return step_model
 
 
 def pool(rt: Runtime, sums: dict[str, torch.Tensor], steps: int) -> dict[str, float]:
@@ -274,10 +298,7 @@ class Trainer:
         self.step_model = parallel.wrap(self.model, rt, settings.parallel,
                                         settings.find_unused, self.precision)
         if settings.compiled:  # the command checked that torch can
-            how = {"mode": "reduce-overhead", "dynamic": False} if settings.cuda_graphs else {}
-            for m in self.model.modules():  # each block, compiled once for all of them
-                if getattr(m, "compile_unit", False):
-                    m.compile(**how)
+            self.step_model = compiled(self.model, self.step_model, settings, rt)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.cast_once = cast_once(self.model, rt, settings, self.precision)
         loop = settings.loop
