@@ -84,9 +84,10 @@ def test_a_fine_tuning_forward_traces_whole_at_every_length(unpad):
 @pytest.mark.slow
 def test_a_compiled_run_tracks_eager_and_resumes_bitwise(letters_data, tmp_path):
     """train.compile=true (inductor): without dropout its losses are eager's within 1e-4
-    over 8 steps (fp32; the kernels sum in other orders); with dropout a run stopped and
-    resumed equals the uninterrupted one, metrics and weights, bit for bit (its random
-    numbers come from torch's generator, which the checkpoint holds)."""
+    over 50 steps (fp32; the kernels sum in other orders; 2.3e-7 at most, Intel Xeon AMX);
+    with dropout a run stopped and resumed equals the uninterrupted one, metrics and
+    weights, bit for bit (its random numbers come from torch's generator, which the
+    checkpoint holds)."""
     from test_pretrain import assert_same_runs, run, without_timing
 
     def cfg(compile: bool, dropout: float = 0.0, **train) -> RunConfig:
@@ -95,11 +96,11 @@ def test_a_compiled_run_tracks_eager_and_resumes_bitwise(letters_data, tmp_path)
         return RunConfig(model=small_model(hidden_dropout=dropout, attention_dropout=dropout),
                          train=TrainConfig(**{**t, **train}))
 
-    run(letters_data, tmp_path / "eager", cfg(False))
-    run(letters_data, tmp_path / "compiled", cfg(True))
+    run(letters_data, tmp_path / "eager", cfg(False, max_steps=50, save_every=50))
+    run(letters_data, tmp_path / "compiled", cfg(True, max_steps=50, save_every=50))
     eager, comp = (without_timing(list(iter_metrics(tmp_path / r)))
                    for r in ("eager", "compiled"))
-    assert [r["step"] for r in comp] == [r["step"] for r in eager]
+    assert [r["step"] for r in comp] == [r["step"] for r in eager] == list(range(1, 51))
     for a, b in zip(eager, comp, strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-4), (a, b)
     run(letters_data, tmp_path / "a", cfg(True, 0.1))
