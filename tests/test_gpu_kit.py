@@ -91,10 +91,15 @@ def test_the_one_command_runs_every_stage_and_keeps_each_line(data, tmp_path):
     assert set(by["compare"]["models"]) >= {"electra-100", "mlm-100", "random-init"}
     # The same weights and batches: the padded output layer trains to the same losses.
     assert abs(by["vocab"]["multiple_1_last_loss"] - by["vocab"]["multiple_64_last_loss"]) < 1e-3
-    # The command's padded layout has static shapes: compiled and graphs agree, no skips.
-    assert abs(by["graphs"]["compiled_last_loss"] - by["graphs"]["graphs_last_loss"]) < 1e-3
+    # The command's padded layout has static shapes: no skips. A compiled step (the whole
+    # step in one process) draws its dropout masks inside the graph, from other numbers than
+    # eager's and the compiled blocks' (which drop out between blocks, eagerly): the same
+    # training within 1% (tests/train/test_compiled_step.py holds it to eager's without
+    # dropout, 1e-4).
+    assert by["graphs"]["compiled_last_loss"] == pytest.approx(
+        by["graphs"]["graphs_last_loss"], rel=1e-2)
     assert by["compile"]["eager_last_loss"] == pytest.approx(by["compile"]["compiled_last_loss"],
-                                                             abs=1e-3)
+                                                             rel=1e-2)
 
 
 @pytest.mark.slow

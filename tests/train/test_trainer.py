@@ -128,14 +128,28 @@ def test_the_sync_free_step_skips_a_nonfinite_step_on_the_device_and_stops_at_th
         t.metrics()
 
 
-def test_compile_compiles_each_compile_unit_of_the_model():
+def test_compile_compiles_the_whole_step_in_one_process_and_each_unit_under_processes(
+        monkeypatch):
+    """``compile`` in one process: the module the step calls is compiled whole, its blocks
+    are left alone; under DDP/FSDP (and CUDA graphs) each compile unit is compiled."""
+    from electra.train import trainer as scaffold
+
     class Unit(nn.Linear):
         compile_unit = True
 
-    model = nn.Sequential(Unit(4, 4), nn.Linear(4, 1), Unit(1, 1))
-    t = trainer(model, compile=True)
-    compiled = [m._compiled_call_impl is not None for m in t.model]
-    assert compiled == [True, False, True]
+    t = trainer(nn.Sequential(Unit(4, 4), nn.Linear(4, 1), Unit(1, 1)), compile=True)
+    assert isinstance(t.step_model, torch._dynamo.eval_frame.OptimizedModule)
+    assert t.step_model._orig_mod is t.model
+    assert [m._compiled_call_impl is not None for m in t.model] == [False, False, False]
+    settings = Settings(lr=0.1, max_steps=1, warmup_steps=0, loop=LoopConfig(compile=True))
+    assert scaffold.compile_scope(settings, Runtime()) == "step"
+    assert scaffold.compile_scope(settings, Runtime(world_size=2)) == "blocks"
+    assert scaffold.compile_scope(dataclasses.replace(settings, cuda_graphs=True),
+                                  Runtime()) == "blocks"
+    monkeypatch.setattr(scaffold, "compile_scope", lambda settings, rt: "blocks")
+    t = trainer(nn.Sequential(Unit(4, 4), nn.Linear(4, 1), Unit(1, 1)), compile=True)
+    assert t.step_model is t.model
+    assert [m._compiled_call_impl is not None for m in t.model] == [True, False, True]
 
 
 def test_cuda_graphs_compile_each_unit_static_in_reduce_overhead_and_mark_every_step(

@@ -127,15 +127,17 @@ class Batch:
     full: np.ndarray | None = None
     sequence_ids: torch.Tensor | None = None
     host: Any = None
-    pad_free: bool = dataclasses.field(init=False)
+    pad_free: bool | None = None
     """No row has padding, known on the host, nor holds several sequences: the encoders may
-    attend without a mask. A plain bool, worked out when the batch is made: a compiled
-    forward reads it as a constant (reading ``full`` there would be a data-dependent branch,
-    a graph break)."""
+    attend without a mask. A plain bool, worked out from ``full`` when the batch is made
+    (None: work it out): a compiled forward reads it as a constant (reading ``full`` there
+    would be a data-dependent branch, a graph break). A field that ``dataclasses.replace``
+    carries over, as FSDP's input casting replaces every field."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "pad_free", self.full is not None and bool(self.full.all())
-                           and self.sequence_ids is None)
+        if self.pad_free is None:
+            object.__setattr__(self, "pad_free", self.full is not None and bool(
+                self.full.all()) and self.sequence_ids is None)
 
     @staticmethod
     def of(tensors: dict[str, torch.Tensor], full: np.ndarray | None = None) -> Batch:
