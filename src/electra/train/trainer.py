@@ -131,8 +131,9 @@ def compiled(model: nn.Module, step_model: nn.Module, settings: Settings,
              rt: Runtime) -> nn.Module:
     """The module the step calls, compiled as :func:`compile_scope` says. A whole step is
     compiled with automatic dynamic shapes: the first batch's shapes are fixed, a second
-    shape recompiles once with its dimensions symbolic (fine-tuning's lengths, the
-    unpadded token counts), and no more after that (bench/host_cost.py)."""
+    shape recompiles with its dimensions symbolic (fine-tuning's lengths: in two graphs,
+    lengths that are multiples of 4 and the others, as the lane dropout cuts its masks),
+    and no more after that (tests/train/test_compiled_step.py)."""
     if compile_scope(settings, rt) == "step":
         return torch.compile(step_model)  # type: ignore[return-value]
     how = {"mode": "reduce-overhead", "dynamic": False} if settings.cuda_graphs else {}
