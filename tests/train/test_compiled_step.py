@@ -107,3 +107,22 @@ def test_a_compiled_run_tracks_eager_and_resumes_bitwise(letters_data, tmp_path)
     run(letters_data, tmp_path / "b", cfg(True, 0.1), stop_after=4)
     run(letters_data, tmp_path / "b", cfg(True, 0.1), resume=True)
     assert_same_runs(tmp_path / "a", tmp_path / "b")
+
+
+def test_a_batch_knows_whether_it_is_pad_free_as_a_plain_bool():
+    """``Batch.pad_free`` (what a compiled forward reads as a constant): worked out from the
+    host's ``full`` rows when the batch is made, for its micro-batches again, and kept by
+    ``dataclasses.replace`` (FSDP's input casting replaces every field)."""
+    import numpy as np
+
+    from electra.objectives.masking import Batch
+
+    ids, mask, types = make_batch([6, 6, 3], 6)
+    batch = Batch(ids, mask, types, full=np.array([True, True, False]))
+    assert batch.pad_free is False
+    assert batch.rows(slice(0, 2)).pad_free is True and batch.rows(slice(1, 3)).pad_free is False
+    assert dataclasses.replace(batch.rows(slice(0, 2)), input_ids=ids[:2] + 1).pad_free is True
+    assert Batch(ids, mask).pad_free is False  # unknown on the host: attend with the mask
+    packed = Batch(ids[:2], mask[:2], full=np.array([True, True]),
+                   sequence_ids=torch.ones(2, 6, dtype=torch.long))
+    assert packed.pad_free is False  # several sequences a row: attend within each
