@@ -62,7 +62,7 @@ def pretrain_step(tmp: Path, compiled: bool, precision: str,
         from step_ablation import default_data
 
         default_data(str(tmp))
-    if not real and not (tmp / "data").is_dir():
+    elif not (tmp / "data").is_dir():
         text, _ = write_corpus(tmp / "corpus")
         train_tokenizer([str(text)], 2000, tmp / "tok")
         prepare(PrepareOptions(inputs=[str(text)], tokenizer=str(tmp / "tok"),
@@ -124,27 +124,16 @@ def finetune_step(compiled: bool, precision: str, real: int = 0) -> Callable[[],
 def profile(step: Callable[[], None], steps: int = 2) -> tuple[float, float]:
     """(top-level aten ops a step, the share of the profiled steps' time spent inside them:
     the rest is Python, autograd's engine and a compiled graph's own kernels)."""
-    from op_count import top_level_ops
+    from op_count import top_level_events
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
         for _ in range(steps):
             step()
         wall = time.perf_counter() - start
-    events = prof.events()
-    counts = top_level_ops(events)
-    names = set(counts)
-    inside = sum(e.cpu_time_total for e in events if e.name in names and not any(
-        p.name.startswith("aten::") for p in parents(e))) / 1e6
-    return sum(counts.values()) / steps, inside / wall
-
-
-def parents(e):  # the profiler's event (a private type)
-    """``e``'s callers, innermost first."""
-    p = e.cpu_parent
-    while p is not None:
-        yield p
-        p = p.cpu_parent
+    ops = list(top_level_events(prof.events()))
+    inside = sum(e.cpu_time_total for e in ops) / 1e6
+    return len(ops) / steps, inside / wall
 
 
 def measure(parts: list[str], modes: list[str], rounds: int, steps: int,
@@ -199,7 +188,6 @@ def main() -> None:
                     help="ELECTRA-Small itself at this batch (pretraining rows of 128, "
                     "fine-tuning rows of 8-64): where compiling pays at real widths")
     args = ap.parse_args()
-    torch.set_num_threads(torch.get_num_threads())
     rows = measure(args.parts.split(","), args.modes.split(","), args.rounds, args.steps,
                    args.precision, args.small_batch)
     print("| part | mode | ms a step min / med / max | aten ops a step | in aten ops | "
@@ -214,16 +202,11 @@ def main() -> None:
         if r["mode"] != "eager" and r["part"] in base:
             print(f"{r['part']}: {r['mode']} / eager = {r['ms_median'] / base[r['part']]:.2f}")
     if args.json:
+        from refusal_time import cpu_name
+
         with open(args.json, "a") as f:
             for r in rows:
                 f.write(json.dumps({**r, "cpu": cpu_name()}) + "\n")
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":

@@ -23,9 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
 
 
-def top_level_ops(events) -> collections.Counter:
-    """aten ops whose parents (up the call tree) include no aten op."""
-    counts: collections.Counter = collections.Counter()
+def top_level_events(events):  # the profiler's events (a private type)
+    """The aten ops among ``events`` whose parents (up the call tree) include no aten op."""
     for e in events:
         if not e.name.startswith("aten::"):
             continue
@@ -36,8 +35,12 @@ def top_level_ops(events) -> collections.Counter:
                 break
             parent = parent.cpu_parent
         if not nested:
-            counts[e.name] += 1
-    return counts
+            yield e
+
+
+def top_level_ops(events) -> collections.Counter:
+    """How many of each top-level aten op (:func:`top_level_events`)."""
+    return collections.Counter(e.name for e in top_level_events(events))
 
 
 def count(data: str, config: str, batch: int, steps: int = 2, warmup: int = 2,

@@ -62,17 +62,14 @@ def test_a_fine_tuning_forward_traces_whole_at_every_length(unpad):
     then symbolic lengths in two (the dropout masks on attention's probabilities are cut
     from 64-bit words one way where the length is a multiple of 4, another where it is not),
     none after that; a batch of one row would be one more (torch specialises sizes 0 and 1).
-    Unpadding (fine-tuning's default)
-    is left out of a compiled step: it keeps the rows, where finding the real tokens on the
-    device would break the graph."""
-    import dataclasses as dc
-
+    Unpadding (fine-tuning's default) is left out of a compiled step: it keeps the rows,
+    where finding the real tokens on the device would break the graph."""
     from electra.model.kernels import FAST_CPU
     from electra.tasks.sequence.head import SequenceClassifier
 
     torch.manual_seed(0)
     model = SequenceClassifier(small_model(vocab_size=101), 2,
-                               dc.replace(FAST_CPU, unpad=unpad)).train()
+                               dataclasses.replace(FAST_CPU, unpad=unpad)).train()
     step, counters = traced(model)
     for lengths, T in [([5, 7], 8), ([9, 13, 3], 13), ([4, 4], 4), ([20, 11], 20), ([6, 2], 6)]:
         ids, mask, types = make_batch(lengths, T)
