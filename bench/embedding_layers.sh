@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Which states of a pretrained run embed best, zero-shot (issue 72): each block's (--layer N),
+# the mean of several (the embeddings and block 1, first-last, all),
 # the generator's, and the same shape from random init, on STS-B dev (Spearman) and on the
 # held-out half of SQuAD dev split by article (nDCG@10 over its 1,019 paragraphs, BM25's
 # beside it).
@@ -45,6 +46,9 @@ score() {  # NAME MODEL FLAGS...: one line of results.jsonl for each evaluation
     echo "{\"encoder\": \"$name\", \"sts\": $sts, \"retrieval\": $ret}" >> "$OUT/results.jsonl"
 }
 for n in $(seq 1 "$blocks"); do score "layer $n" "$RUN" --layer "$n"; done
+score "mean of 0,1" "$RUN" --layer 0,1  # the embeddings and block 1
+score "mean of 0,$blocks" "$RUN" --layer "0,$blocks"  # first-last
+score "mean of all" "$RUN" --layer "$(seq -s, 0 "$blocks")"
 score generator "$RUN" --generator
 score random-init "$OUT/random"
 python - "$OUT/results.jsonl" <<'EOF'

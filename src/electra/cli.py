@@ -360,8 +360,9 @@ COMMANDS: dict[str, Command] = {
                 "are cut at the model's own length (a sentence-transformers folder's "
                 "max_seq_length, a fine-tuned model's max_length, else its positions) and a "
                 "sentence-transformers folder's prompts are used (retrieval: query, document)"),
-            arg("--layer", type=int, metavar="N", help="sts, retrieval: embed with block N's "
-                "states (1 the first, -1 the last: the default; -2 the one below it)"),
+            arg("--layer", metavar="N[,M...]", help="sts, retrieval: embed with block N's "
+                "states (1 the first, -1 the last: the default; -2 the one below it), or the "
+                "mean of several blocks' (e.g. 0,1 or -4,-3,-2,-1; 0 the embeddings)"),
             arg("--generator", action="store_true", help="sts, retrieval: embed with a run's "
                 "generator instead of its discriminator"),
             arg("--truncate-dim", type=int, metavar="D", help="sts, retrieval: each "
@@ -450,9 +451,10 @@ COMMANDS: dict[str, Command] = {
                 "sentence_transformers.SentenceTransformer loads, the encoder with POOLING "
                 "(mean or cls) and normalisation, as electra.encode embeds (needs "
                 "sentence-transformers)"),
-            arg("--layer", type=int, metavar="N", help="with --sentence-transformers: the "
+            arg("--layer", metavar="N[,M...]", help="with --sentence-transformers: the "
                 "encoder cut after block N (1 the first, -1 the last), so it embeds with that "
-                "block's states"),
+                "block's states; several (e.g. 0,1 or 2,3,4): the mean of their states "
+                "(sentence-transformers' WeightedLayerPooling, equal weights)"),
             arg("--generator", action="store_true", help="with --sentence-transformers: a "
                 "run's generator as the encoder"),
             arg("--truncate-dim", type=int, metavar="D", help="with --sentence-transformers "

@@ -100,6 +100,8 @@ def test_a_layers_states_and_the_generator_embed_as_transformers_and_their_expor
               "--layer", "5"], "--layer 5: "),
             (["export", run, "--out", tmp_path / "y", "--layer", "2"],
              "--layer: chooses the encoder of a sentence-transformers export"),
+            (["evaluate", "--model", run, "--task", "sts", "--dev", tmp_path / "x.csv",
+              "--layer", "1,1"], "--layer 1,1: names a state twice; give each once"),
             (["evaluate", "--model", run, "--task", "custom", "--dev", tmp_path / "x.csv",
               "--generator"], "--generator: --task custom does not read it")):
         (tmp_path / "x.csv").write_text("sentence1,sentence2,label\na b,a c,1\nb c,c d,2\n")
@@ -107,6 +109,62 @@ def test_a_layers_states_and_the_generator_embed_as_transformers_and_their_expor
         assert words in capsys.readouterr().err
     with pytest.raises(UserError, match=r"--layer 0: .* has 4 blocks; give 1 to 4"):
         electra.encode(run, TEXTS, layer=0)
+
+
+@pytest.mark.parametrize("body", ["bert", "modernbert", "deberta"])
+def test_the_mean_of_several_layers_embeds_as_transformers_and_the_export(body, tmp_path):
+    """--layer 0,2 (or [2, 0]) pools the mean of
+    transformers' hidden_states[0] and [2] of the encoder cut after block 2 (ModernBERT's top
+    state after its final norm, as transformers gives it), within 1e-5 (fp32), for every
+    body; the sentence-transformers export (WeightedLayerPooling) embeds alike, and electra
+    reads the exported folder back to the same vectors; repeated or unreadable layers are
+    one line."""
+    st = pytest.importorskip("sentence_transformers")
+    from electra.cli import main
+    from electra.data.tokenizer import load_tokenizer
+
+    extra = {"bert": {}, "modernbert": dict(embedding_size=128, local_attention=8,
+                                            global_every=2),
+             "deberta": dict(embedding_size=128, generator_size=1.0, generator_layers=1,
+                             position_buckets=16)}[body]
+    run, _ = make_run(tmp_path, "tiny", body=body, num_layers=3, **extra)
+    assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 0
+    tok = load_tokenizer(run / "discriminator")
+    encs = [tok.encode(t) for t in TEXTS]
+    T = max(len(e.ids) for e in encs)
+    ids, mask = torch.zeros(len(encs), T, dtype=torch.long), torch.zeros(len(encs), T)
+    for r, e in enumerate(encs):
+        ids[r, :len(e.ids)], mask[r, :len(e.ids)] = torch.tensor(e.ids), 1
+    cfg = transformers.AutoConfig.from_pretrained(tmp_path / "hf/discriminator")
+    cfg.num_hidden_layers = 2  # the cut the mean of states 0 and 2 reads
+    if body == "modernbert":
+        cfg.layer_types = cfg.layer_types[:2]
+    hf = transformers.AutoModel.from_pretrained(tmp_path / "hf/discriminator", config=cfg)
+    with torch.no_grad():
+        states = hf.eval()(input_ids=ids, attention_mask=mask.long(),
+                           output_hidden_states=True).hidden_states
+    h, m = (states[0] + states[2]) / 2, mask[..., None]
+    want = torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=-1).numpy()
+    for spec in ("0,2", [2, 0], "0,-2"):  # (-2: block 2 of 3)
+        np.testing.assert_allclose(electra.encode(run, TEXTS, layer=spec), want, atol=1e-5)
+    assert main(["export", str(run), "--out", str(tmp_path / "st"),
+                 "--sentence-transformers", "mean", "--layer", "0,2"]) == 0
+    theirs = st.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS)
+    np.testing.assert_allclose(theirs, want, atol=1e-5)
+    np.testing.assert_allclose(electra.encode(tmp_path / "st", TEXTS), want, atol=1e-5)
+    if body == "bert":  # a folder whose layers are weighted unequally: not ours to read
+        from sentence_transformers.sentence_transformer import modules as models
+        model = st.SentenceTransformer(str(tmp_path / "st"), device="cpu")
+        with torch.no_grad():
+            model[1].layer_weights.copy_(torch.tensor([1.0, 0.0, 2.0]))
+        model.save(str(tmp_path / "weighted"))
+        assert isinstance(model[1], models.WeightedLayerPooling)
+        with pytest.raises(UserError, match=r"weighs the layers \[1.0, 0.0, 2.0\]"):
+            electra.encode(tmp_path / "weighted", TEXTS)
+    for spec, words in (("2,2", "names a state twice"), ("a,b", "--layer a,b: give a block"),
+                        ("0,4", "has 3 blocks"), ("0", "--layer 0: ")):
+        with pytest.raises(UserError, match=words):
+            electra.encode(run, TEXTS, layer=spec)
 
 
 def test_sts_is_the_spearman_of_the_cosines(tmp_path):

@@ -65,7 +65,7 @@ from electra.model.bodies import model_preset
 from electra.runtime import Runtime, check_compile, placed, resolve_device, start
 from electra.saved import folders
 from electra.saved.hf import POOLINGS
-from electra.saved.models import encoder_part, fine_tuned, open_model
+from electra.saved.models import LayerSpec, encoder_part, fine_tuned, open_model
 from electra.tasks.base import TaskData, head_of
 from electra.tasks.registry import (
     check_families,
@@ -221,7 +221,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
              split: str = "dev", text_columns: str | None = None, precision: str | None = None,
              pooling: str | None = None, device: str = "auto", progress: bool = True,
              first_stage: str | None = None, top_k: int | None = None,
-             layer: int | None = None, generator: bool = False,
+             layer: LayerSpec | None = None, generator: bool = False,
              truncate_dim: int | None = None, **reading: Any) -> dict[str, Any]:
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s); a
     collapsed model (nearly one class) is flagged as fine-tuning flags it. The text columns

@@ -45,9 +45,9 @@ class Evaluator(abc.ABC):
         return None
 
     def encoding(self) -> dict[str, Any]:
-        """Which states embed a text, as given (``layer``: a block's; ``generator``: the
-        generator's encoder; ``truncate_dim``: the first D dimensions):
-        :class:`electra.evaluation.encoder.Encoder`'s keywords."""
+        """Which states embed a text, as given (``layer``: a block's, or the mean of
+        several; ``generator``: the generator's encoder; ``truncate_dim``: the first D
+        dimensions): :class:`electra.evaluation.encoder.Encoder`'s keywords."""
         return {k: v for k, v in self.given.items() if k in ("layer", "generator",
                                                              "truncate_dim")
                 and v is not None and v is not False}

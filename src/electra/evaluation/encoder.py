@@ -26,6 +26,7 @@ from electra.io.progress import reporting
 from electra.runtime import placed
 from electra.saved.hf import POOLINGS, sentence_transformers_folder
 from electra.saved.models import (
+    LayerSpec,
     encoder_part,
     fine_tuned,
     open_model,
@@ -49,7 +50,8 @@ class Encoder:
 
     def __init__(self, model: str | Path, pooling: str | None = None,
                  normalize: bool | None = None, max_length: int | None = None,
-                 precision: str = "fp32", device: str = "auto", layer: int | None = None,
+                 precision: str = "fp32", device: str = "auto",
+                 layer: LayerSpec | None = None,
                  generator: bool = False, truncate_dim: int | None = None) -> None:
         if pooling is not None and pooling not in POOLINGS:
             raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
@@ -64,8 +66,12 @@ class Encoder:
                                 f"generator; give a pretraining run (or its checkpoint)")
             part = "generator"
         opened = open_model(model, part)
-        if layer is not None:
-            truncate(opened[part], layer, str(model))
+        layers = () if layer is None else truncate(opened[part], layer, str(model))
+        if layer is None and st is not None and st.layers:  # its WeightedLayerPooling's
+            layers = st.layers  # states, of its encoder as it is (not cut)
+            if layers[-1] > (n := len(opened[part].encoder.layers)):  # type: ignore[union-attr, arg-type]
+                raise UserError(f"{model}: its WeightedLayerPooling reads state "
+                                f"{layers[-1]}, and its encoder has {n} blocks")
         tuned = fine_tuned(model)
         own = head_of(opened.meta).sentence_embedding(opened.meta) if tuned else (
             (st.pooling, st.normalize) if st else None)
@@ -73,7 +79,7 @@ class Encoder:
         normalize = (own[1] if own else True) if normalize is None else normalize
         self.module = placed(opened[part], device).eval()  # (auto: CUDA when present)
         self.encoder = self.module.encoder  # type: ignore[union-attr]
-        self.model = Pooled(self.encoder, pooling, normalize)
+        self.model = Pooled(self.encoder, pooling, normalize, layers)
         self.tok = load_tokenizer(opened.tokenizer)
         limit = self.module.config.max_position_embeddings  # type: ignore[union-attr]
         trained = (st.max_length if st else trained_length(opened.meta) if tuned else None)
@@ -127,10 +133,12 @@ class Encoder:
 
 def encode(model: str | Path, texts: list[str], pooling: str | None = None,
            normalize: bool | None = None, batch_size: int = 32, device: str = "auto",
-           layer: int | None = None, generator: bool = False,
+           layer: LayerSpec | None = None, generator: bool = False,
            truncate_dim: int | None = None) -> np.ndarray:
     """The embeddings of ``texts`` (the Python API's ``electra.encode``): ``layer`` N pools
-    the states of block N (negative: from the top); ``generator``: a run's generator's
+    the states of block N (negative: from the top), ``[2, 4]`` or ``"2,4"`` the mean of
+    several (transformers' ``hidden_states`` of the encoder cut after the highest: 0 the
+    embeddings); ``generator``: a run's generator's
     encoder instead of its discriminator's; ``truncate_dim`` D: each embedding's first D
     dimensions (renormalised), a Matryoshka model's smaller embedding."""
     return Encoder(model, pooling, normalize, device=device, layer=layer,

@@ -57,7 +57,7 @@ from electra.saved.hf_format import (
     need_transformers,
     read_hf_folder,
 )
-from electra.saved.models import open_model, trained_length, truncate
+from electra.saved.models import LayerSpec, open_model, trained_length, truncate
 from electra.tasks.base import head_of
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def _card(folder: Path, part: str, meta: dict[str, Any] | None = None) -> dict[s
 
 
 def export_hf(source: str | Path, out: str | Path, overwrite: bool = False,
-              sentence_transformers: str | None = None, layer: int | None = None,
+              sentence_transformers: str | None = None, layer: LayerSpec | None = None,
               generator: bool = False, truncate_dim: int | None = None) -> Path:
     """Write transformers folders for a run's (or checkpoint's) discriminator and generator,
     or one ``ElectraForSequenceClassification`` folder for a fine-tuned model; with
@@ -188,7 +188,7 @@ def _own_pooling(src: Path, opened: Any, given: str | None) -> tuple[str, bool] 
     return own
 
 
-def _check_flags(sentence_transformers: str | None, layer: int | None,
+def _check_flags(sentence_transformers: str | None, layer: LayerSpec | None,
                  generator: bool) -> None:
     """Refuse a pooling export does not write, and an encoder's choice without the
     sentence-transformers export it shapes."""
@@ -203,7 +203,7 @@ def _check_flags(sentence_transformers: str | None, layer: int | None,
 
 def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: str,
                                   claim: Any, normalize: bool = True,
-                                  layer: int | None = None, generator: bool = False,
+                                  layer: LayerSpec | None = None, generator: bool = False,
                                   truncate_dim: int | None = None) -> Path:
     """OUT as sentence-transformers saves a model: the encoder (transformers' folder of the
     discriminator, or of a fine-tuned model's encoder), the pooling, a normaliser (where
@@ -228,8 +228,7 @@ def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: st
         disc = Discriminator(module.config)
         disc.encoder.load_state_dict(module.encoder.state_dict())
         module = disc
-    if layer is not None:  # the evaluation's cut: the export embeds as it does
-        truncate(module, layer, str(src))
+    layers = () if layer is None else truncate(module, layer, str(src))  # (as evaluated)
     why = export_of(module.config).why_not(module.config, "discriminator")
     if truncate_dim is not None and truncate_dim > (size := module.config.hidden_size):
         why = f"--truncate-dim {truncate_dim}: its embeddings have {size} dimensions"
@@ -247,19 +246,36 @@ def _export_sentence_transformers(src: Path, out: Path, opened: Any, pooling: st
                 first = models.Transformer(str(encoder_dir), max_seq_length=length)
                 width = (getattr(first, "get_embedding_dimension", None)  # 6.x's name
                          or first.get_word_embedding_dimension)()
-                pool = models.Pooling(width, pooling_mode=pooling)
                 prompts = (head_of(opened.meta).prompts(opened.meta)
                            if part == "classifier" else {})  # a fine-tuned model's own
-                SentenceTransformer(modules=[first, pool, *([models.Normalize()] if normalize
-                                                              else [])],
+                SentenceTransformer(modules=_modules(models, first, width, layers, pooling,
+                                                     normalize),
                                     device="cpu", prompts=prompts,
                                     truncate_dim=truncate_dim).save(str(tmp))
         finally:
             shutil.rmtree(encoder_dir, ignore_errors=True)
-    print(f"wrote {out} (sentence-transformers: the encoder, {pooling} pooling"
+    print(f"wrote {out} (sentence-transformers: the encoder"
+          + (f", the mean of states {','.join(map(str, layers))}" if layers else "")
+          + f", {pooling} pooling"
           + (", normalised" if normalize else "") + f", texts cut at {length} tokens"
           + (f", embeddings cut to {truncate_dim} dimensions" if truncate_dim else "") + ")")
     return out
+
+
+def _modules(models: Any, first: Any, width: int, layers: tuple[int, ...], pooling: str,
+             normalize: bool) -> list[Any]:
+    """sentence-transformers' modules after the transformer ``first``: the mean of the
+    states ``layers`` where several are chosen (``WeightedLayerPooling``, weight 1 on each,
+    0 between them; ``first`` set to give every state, ``output_hidden_states``), the
+    pooling, the normaliser."""
+    mean = []
+    if layers:
+        first.auto_model.config.output_hidden_states = True
+        weights = torch.tensor([float(i in layers) for i in range(layers[0], layers[-1] + 1)])
+        mean = [models.WeightedLayerPooling(width, layers[-1], layers[0],
+                                            torch.nn.Parameter(weights))]
+    return [first, *mean, models.Pooling(width, pooling_mode=pooling),
+            *([models.Normalize()] if normalize else [])]
 
 
 POOLINGS = ("mean", "cls")  # what electra embeds with (and exports)
@@ -279,13 +295,14 @@ class SentenceTransformersFolder:
     prompts: tuple[tuple[str, str], ...] = ()
     default_prompt: str | None = None
     truncate_dim: int | None = None  # the dimensions it embeds with (a Matryoshka model's)
+    layers: tuple[int, ...] = ()  # the states averaged (a WeightedLayerPooling's); () the last
 
 
 def sentence_transformers_folder(folder: Path) -> SentenceTransformersFolder | None:
     """A folder sentence-transformers saved (``modules.json``), read as
     :class:`SentenceTransformersFolder`; None for any other folder. A pooling electra does
-    not embed with (max, weighted mean, a prompt left out of the mean, ...) is a
-    UserError."""
+    not embed with (max, weighted mean, a prompt left out of the mean, layers weighted
+    unequally, ...) is a UserError."""
     modules = maybe_json(folder / "modules.json")
     if not isinstance(modules, list):
         return None
@@ -321,7 +338,31 @@ def sentence_transformers_folder(folder: Path) -> SentenceTransformersFolder | N
         bert.get("do_lower_case") is True,
         tuple((str(k), str(v)) for k, v in prompts.items() if isinstance(v, str)),
         default if isinstance(default, str) and default in prompts else None,
-        cut if isinstance(cut := own.get("truncate_dim"), int) and cut > 0 else None)
+        cut if isinstance(cut := own.get("truncate_dim"), int) and cut > 0 else None,
+        _weighted_layers(folder, kinds.get("WeightedLayerPooling")))
+
+
+def _weighted_layers(folder: Path, module: dict[str, Any] | None) -> tuple[int, ...]:
+    """The states a ``WeightedLayerPooling`` module averages (those of a non-zero weight,
+    ``hidden_states`` indexes); a UserError where their weights differ (electra embeds with
+    their plain mean); () where there is none."""
+    if module is None:
+        return ()
+    where = folder / str(module.get("path", ""))
+    cfg = maybe_json(where / "config.json") or {}
+    try:
+        from safetensors.torch import load_file
+        weights = load_file(str(where / "model.safetensors"))["layer_weights"].tolist()
+    except (OSError, KeyError, ValueError) as e:
+        raise UserError(f"{folder}: its WeightedLayerPooling's weights cannot be read "
+                        f"({where}/model.safetensors: {e})") from None
+    start = int(cfg.get("layer_start", 4))
+    used = [(start + i, w) for i, w in enumerate(weights) if w != 0]
+    if not used or len({w for _, w in used}) > 1:
+        raise UserError(f"{folder}: its WeightedLayerPooling weighs the layers "
+                        f"{[round(w, 4) for w in weights]}; electra embeds with the plain "
+                        f"mean of the layers it uses (equal weights)")
+    return tuple(i for i, _ in used)
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ the folder and the flag it came from.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,14 +124,48 @@ def fine_tuned(path: str | Path) -> bool:
     return encoder_part(path) == "classifier"
 
 
-def truncate(module: Any, layer: int, where: str) -> None:
-    """``module``'s encoder cut after its block ``layer`` (1 the first; -1 the last, -2 the
-    one below it): what the states of that block give, as a model of that many blocks
-    (``config.num_layers``) computes them, and its export does."""
+LayerSpec = int | str | Sequence[int]
+"""A choice of states: block N (an int; 1 the first, -1 the last), or the mean of several
+(``"2,4"`` or ``[2, 4]``; 0 the embeddings, the first block's input)."""
+
+
+def truncate(module: Any, layer: LayerSpec, where: str) -> tuple[int, ...]:
+    """``module``'s encoder cut after the highest block ``layer`` names (1 the first; -1 the
+    last, -2 the one below it): what its states give, as a model of that many blocks
+    (``config.num_layers``) computes them, and its export does. Returns the states to
+    average, as transformers' ``hidden_states`` of the cut model index them (0 the first
+    block's input, i block i's output; the top one the encoder's output, after a final norm
+    where the body has one): ``()`` for one block (the cut encoder's output alone)."""
     n = len(module.encoder.layers)
-    keep = layer if layer > 0 else n + 1 + layer
-    if layer == 0 or not 1 <= keep <= n:
-        raise UserError(f"--layer {layer}: {where}'s encoder has {n} blocks; give 1 to {n} "
-                        f"(or -1 the last to -{n})")
-    module.encoder.layers = module.encoder.layers[:keep]
-    module.config = dataclasses.replace(module.config, num_layers=keep)
+    given = _layers(layer)
+    several = len(given) > 1
+    low = 0 if several else 1
+    keep = sorted({i if i >= 0 else n + 1 + i for i in given})
+    if (not several and given[0] == 0) or not all(low <= i <= n for i in keep):
+        shown = ",".join(map(str, given))
+        raise UserError(f"--layer {shown}: {where}'s encoder has {n} blocks; give 1 to {n} "
+                        f"(or -1 the last to -{n})" + ("; 0 (the embeddings) in a list of "
+                                                       "several" if several else ""))
+    if len(keep) < len(given):
+        raise UserError(f"--layer {','.join(map(str, given))}: names a state twice; give "
+                        f"each once")
+    module.encoder.layers = module.encoder.layers[:keep[-1]]
+    module.config = dataclasses.replace(module.config, num_layers=keep[-1])
+    return tuple(keep) if several else ()
+
+
+def _layers(layer: LayerSpec) -> list[int]:
+    """``--layer``'s value as ints: N, "N,M,...", or a sequence of ints."""
+    if isinstance(layer, int):
+        return [layer]
+    if isinstance(layer, str):
+        try:
+            out = [int(x) for x in layer.split(",")]
+        except ValueError:
+            raise UserError(f"--layer {layer}: give a block (e.g. 4 or -1) or several "
+                            f"separated by commas (e.g. 2,3,4: their mean)") from None
+        return out
+    out = [int(x) for x in layer]
+    if not out:
+        raise UserError("--layer: give a block (e.g. 4 or -1) or several (their mean)")
+    return out

@@ -70,14 +70,41 @@ class Pooled(nn.Module):
     """Any encoder and a pooling: ``forward`` -> (N, H) embeddings (``electra.encode``'s
     model, batched by :func:`electra.tasks.base.logits`)."""
 
-    def __init__(self, encoder: nn.Module, pooling: str, normalize: bool) -> None:
+    def __init__(self, encoder: nn.Module, pooling: str, normalize: bool,
+                 layers: tuple[int, ...] = ()) -> None:
         super().__init__()
         self.encoder, self.cls, self.normalize = encoder, pooling == "cls", normalize
+        self.layers = layers  # () the encoder's output; else the mean of these states
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        return pool(self.encoder(input_ids, attention_mask, token_type_ids),
-                    attention_mask, self.cls, self.normalize)
+        h = (layer_mean(self.encoder, self.layers, input_ids, attention_mask, token_type_ids)
+             if self.layers else self.encoder(input_ids, attention_mask, token_type_ids))
+        return pool(h, attention_mask, self.cls, self.normalize)
+
+
+def layer_mean(encoder: nn.Module, layers: tuple[int, ...], input_ids: torch.Tensor,
+               attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None
+               ) -> torch.Tensor:
+    """(N, T, H): the mean of the encoder's states ``layers``, indexed as transformers'
+    ``hidden_states`` (0 the first block's input, i block i's output; the top block's
+    state is the encoder's output, after its final norm where the body has one, as
+    transformers gives it), for any body: each block's input and output read by hooks."""
+    blocks: nn.ModuleList = encoder.layers  # type: ignore[assignment]
+    kernels: Kernels = encoder.kernels  # type: ignore[assignment]
+    layout = kernels.layout(attention_mask, (input_ids.shape[0], input_ids.shape[1]), None)
+    states: list[torch.Tensor] = []
+    hooks = [blocks[0].register_forward_pre_hook(lambda _m, args: states.append(args[0]))]
+    hooks += [b.register_forward_hook(lambda _m, _a, out: states.append(out))
+              for b in blocks[:-1]]
+    try:
+        top = encoder(input_ids, attention_mask, token_type_ids, layout=layout)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    states.append(top)  # (B, T, H); a block's state under unpadding is (tokens, H)
+    return torch.stack([s if s.dim() == 3 else layout.repad(s)
+                        for s in (states[i] for i in layers)]).mean(0)
 
 
 class EmbeddingModel(EncoderWithHead):
