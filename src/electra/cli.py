@@ -373,6 +373,10 @@ COMMANDS: dict[str, Command] = {
                 "(as --task retrieval reads it)"),
             arg("--top-k", type=int, metavar="K", help="rerank with --data: how many of the "
                 "first stage's documents a query to rerank (default: 100)"),
+            arg("--fusion", metavar="W[,W...]", help="rerank with --data: also score each "
+                "query's list by (1 - W) x the first stage's score + W x the reranker's, each "
+                "min-max normalised over the query's top k (a convex combination; 1: the "
+                "reranker alone), for each W in [0, 1] given; choose W on a dev split"),
             _precision(), _device(), _quiet())),
     "mine": Command(
         "mine hard negatives for (query, positive) pairs from a corpus, by BM25 or a model",

@@ -96,6 +96,17 @@ def test_ranking_metrics_count_ties_against_the_relevant_document():
         ranking_metrics([np.array([1.0])], [np.array([False])])
 
 
+def test_fused_scores_are_the_convex_combination_of_min_max_normalised_scores():
+    from electra.evaluation.rerank import fused
+
+    first = {"q": {"a": 10.0, "b": 6.0, "c": 2.0}, "r": {"a": 1.0, "b": 1.0}}
+    reranked = {"q": {"a": -1.0, "b": 3.0, "c": 1.0}, "r": {"a": 0.0, "b": 2.0}}
+    got = fused(first, reranked, 0.25)
+    # q: first (1, 0.5, 0), reranker (0, 1, 0.5); r: first all equal -> 0, reranker (0, 1)
+    assert got["q"] == pytest.approx({"a": 0.75, "b": 0.625, "c": 0.125})
+    assert got["r"] == pytest.approx({"a": 0.0, "b": 0.25})
+
+
 def test_groups_and_scored_pairs_are_read_and_refused_in_one_line(tmp_path):
     f = tmp_path / "g.jsonl"
     f.write_text('{"anchor": "q", "positive": "p", "negatives": ["n1", "n2"], '
@@ -185,6 +196,19 @@ def test_a_reranker_learns_exports_as_a_cross_encoder_and_reranks_a_first_stage(
     # the reranked list holds the first stage's documents: the same recall
     assert got["reranked"]["recall@100"] == got["first_stage"]["recall@100"]
     assert electra.rerank(model, data / "beir", top_k=5) == got  # the Python API's
+    # fused scores: weight 0 ranks as the first stage, 1 as the reranker
+    assert main(["evaluate", "--model", str(model), "--task", "rerank", "--data",
+                 str(data / "beir"), "--split", "test", "--top-k", "5", "--fusion",
+                 "0,1,0.5", "--quiet"]) == 0
+    fused = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rerank"]["fused"]
+    assert [f.pop("weight") for f in fused] == [0.0, 1.0, 0.5]
+    assert fused[0] == {k: v for k, v in got["first_stage"].items() if k != "by"}
+    assert fused[1] == got["reranked"] and fused[2]["recall@100"] == got["reranked"][
+        "recall@100"]
+    for bad in ("1.5", "x", "0.2,-1"):
+        err = cli_error(capsys, "evaluate", "--model", model, "--task", "rerank", "--data",
+                        data / "beir", "--fusion", bad)
+        assert f"--fusion {bad}: give the reranker's weight W in [0, 1]" in err
     # an embedding model's first stage (any model: here the reranker's own encoder)
     assert main(["evaluate", "--model", str(model), "--task", "rerank", "--data",
                  str(data / "beir"), "--split", "test", "--top-k", "3", "--first-stage",

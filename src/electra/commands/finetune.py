@@ -221,6 +221,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
              split: str = "dev", text_columns: str | None = None, precision: str | None = None,
              pooling: str | None = None, device: str = "auto", progress: bool = True,
              first_stage: str | None = None, top_k: int | None = None,
+             fusion: str | None = None,
              layer: LayerSpec | None = None, generator: bool = False,
              truncate_dim: int | None = None, **reading: Any) -> dict[str, Any]:
     """`electra evaluate`: reload a fine-tuned model and score a task's dev split(s); a
@@ -237,7 +238,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
             raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
         ev = evaluator(task, data=data, dev=dev, split=split, text_columns=text_columns,
                        label_column=reading.get("label_column"), first_stage=first_stage,
-                       top_k=top_k, layer=layer, generator=generator or None,
+                       top_k=top_k, fusion=fusion, layer=layer, generator=generator or None,
                        truncate_dim=truncate_dim)
         res = ev.printed(ev(model, pooling, precision=precision or "fp32", device=device,
                             progress=progress))
@@ -245,6 +246,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
         return res
     for flag, value, who in (("--first-stage", first_stage, "rerank with --data"),
                              ("--top-k", top_k, "rerank with --data"),
+                             ("--fusion", fusion, "rerank with --data"),
                              ("--layer", layer, "sts, retrieval"),
                              ("--generator", generator or None, "sts, retrieval"),
                              ("--truncate-dim", truncate_dim, "sts, retrieval")):

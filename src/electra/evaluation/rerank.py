@@ -3,7 +3,8 @@
 reorders them by its score of each (query, document) pair. Both stages are scored as
 `evaluate --task retrieval` scores a run (:func:`electra.evaluation.retrieval.score_run`:
 nDCG@10, MRR@10, Recall@100), side by side; the reranked list holds the first stage's
-``top_k`` documents, so its Recall@100 is the first stage's Recall@top_k."""
+``top_k`` documents, so its Recall@100 is the first stage's Recall@top_k. ``fusion``: the
+two stages' scores combined (:func:`fused`), scored at each weight asked for."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class Rerank(Retrieval):
             "over a first stage's top k (--first-stage bm25 or an embedding model)")
     spec_keys: ClassVar[frozenset[str]] = frozenset({"data", "split", "first_stage",
                                                      "top_k"})
-    options: ClassVar[frozenset[str]] = frozenset({"first_stage", "top_k"})
+    options: ClassVar[frozenset[str]] = frozenset({"first_stage", "top_k", "fusion"})
     any_model = False  # a reranker from `finetune --task rerank`
 
     def check(self) -> None:
@@ -65,6 +66,24 @@ class Rerank(Retrieval):
         if k <= 0:
             raise UserError(f"--top-k {k}: give how many of the first stage's documents to "
                             f"rerank, k >= 1 (e.g. 100)")
+        _ = self.fusion  # (a bad weight refused before any file is read)
+
+    @property
+    def fusion(self) -> list[float]:
+        """The reranker's weights of the fused scores asked for (``--fusion``)."""
+        given = self.given.get("fusion")
+        if given is None:
+            return []
+        items = given.split(",") if isinstance(given, str) else list(given)
+        try:
+            weights = [float(w) for w in items]
+        except (TypeError, ValueError):
+            weights = []
+        if not weights or not all(0.0 <= w <= 1.0 for w in weights):
+            raise UserError(f"--fusion {given}: give the reranker's weight W in [0, 1] (or "
+                            f"several, e.g. 0.2,0.5,0.8): each query's list is scored by "
+                            f"(1 - W) x the first stage + W x the reranker")
+        return weights
 
     @property
     def top_k(self) -> int:
@@ -113,16 +132,38 @@ class Rerank(Retrieval):
         run: dict[str, dict[str, float]] = {}
         for (q, d), s in zip(pairs, scores.tolist(), strict=True):
             run.setdefault(q, {})[d] = s
-        return {"first_stage": {"by": self.by, **score_run(found.qrels, first)},
-                "reranked": score_run(found.qrels, run), "top_k": self.top_k,
-                "queries": len(found.queries), "documents": len(found.corpus),
-                "pairs": len(pairs)}
+        out = {"first_stage": {"by": self.by, **score_run(found.qrels, first)},
+               "reranked": score_run(found.qrels, run), "top_k": self.top_k,
+               "queries": len(found.queries), "documents": len(found.corpus),
+               "pairs": len(pairs)}
+        if self.fusion:
+            out["fused"] = [{"weight": w, **score_run(found.qrels, fused(first, run, w))}
+                            for w in self.fusion]
+        return out
 
     def printed(self, result: dict[str, Any]) -> dict[str, Any]:
         return {"rerank": result}
 
     def primary(self, result: dict[str, Any]) -> float:
         return float(result["reranked"][self.primary_metric])
+
+
+def fused(first: dict[str, dict[str, float]], reranked: dict[str, dict[str, float]],
+          weight: float) -> dict[str, dict[str, float]]:
+    """Each query's documents scored by ``(1 - weight) x`` the first stage's score ``+
+    weight x`` the reranker's, each min-max normalised over the query's documents (a
+    convex combination, as hybrid retrieval fuses two rankers' scores; a query whose
+    scores are all equal normalises to 0)."""
+
+    def scaled(scores: dict[str, float]) -> dict[str, float]:
+        lo, hi = min(scores.values()), max(scores.values())
+        return {d: (s - lo) / (hi - lo) if hi > lo else 0.0 for d, s in scores.items()}
+
+    out: dict[str, dict[str, float]] = {}
+    for q, scores in reranked.items():
+        a, b = scaled(first[q]), scaled(scores)
+        out[q] = {d: (1.0 - weight) * a[d] + weight * b[d] for d in scores}
+    return out
 
 
 def _reranker(model: str | Path) -> tuple[Any, dict[str, Any]]:
@@ -140,9 +181,11 @@ def _reranker(model: str | Path) -> tuple[Any, dict[str, Any]]:
 
 def rerank(model: str | Path, data: str | Path, split: str = "test", first_stage: str = "bm25",
            top_k: int = 100, batch_size: int = 32, precision: str = "fp32",
-           device: str = "auto", progress: bool = False) -> dict[str, Any]:
+           device: str = "auto", progress: bool = False,
+           fusion: list[float] | None = None) -> dict[str, Any]:
     """:class:`Rerank` of the reranker ``model`` on ``data`` over ``first_stage``'s top
-    ``top_k`` (the Python API's ``electra.rerank``)."""
-    ev = Rerank(data, split=split, first_stage=first_stage, top_k=top_k)
+    ``top_k`` (the Python API's ``electra.rerank``); ``fusion``: the reranker's weights
+    of the two stages' fused scores to report too."""
+    ev = Rerank(data, split=split, first_stage=first_stage, top_k=top_k, fusion=fusion)
     ev.check()
     return ev(model, None, batch_size, precision, device, progress)
