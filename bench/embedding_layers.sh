@@ -6,6 +6,7 @@
 # beside it).
 #
 #   bash bench/embedding_layers.sh RUN [OUT]     (default OUT: runs/embedding-layers)
+#   GENERATOR=RUN2 ...: the generator of RUN2 where RUN has none (a frozen one)
 #
 # RUN: a pretraining run (its discriminator/ and generator/), e.g. a compare run's
 # pretrain/OBJECTIVE. Results: OUT/results.jsonl, a line an encoder and evaluation.
@@ -49,7 +50,11 @@ for n in $(seq 1 "$blocks"); do score "layer $n" "$RUN" --layer "$n"; done
 score "mean of 0,1" "$RUN" --layer 0,1  # the embeddings and block 1
 score "mean of 0,$blocks" "$RUN" --layer "0,$blocks"  # first-last
 score "mean of all" "$RUN" --layer "$(seq -s, 0 "$blocks")"
-score generator "$RUN" --generator
+if [ -d "$RUN/generator" ]; then
+    score generator "$RUN" --generator
+elif [ -n "${GENERATOR:-}" ]; then  # a run with a frozen generator (fast_electra): give its run
+    score generator "$GENERATOR" --generator
+fi
 score random-init "$OUT/random"
 python - "$OUT/results.jsonl" <<'EOF'
 import json, sys
