@@ -81,3 +81,26 @@ def test_auto_precision_is_bf16_only_where_the_cpu_multiplies_it(monkeypatch, am
         y = torch.nn.functional.linear(x, torch.randn(3, 8))
     assert y.dtype == (torch.bfloat16 if want == "bf16" else torch.float32)
     assert grad_scaler(cpu, "auto") is None
+
+
+def test_commands_whose_shapes_vary_bound_onednns_kernel_cache(monkeypatch, tmp_path):
+    """Fine-tuning, evaluation, prediction and embedding hold oneDNN's built kernels to 64
+    (each new batch shape builds bf16 kernels, and 1,024 of them held made bf16 peak above
+    fp32); a value the user set is kept; pretraining leaves it as it is."""
+    from electra.commands import finetune, predict
+    from electra.runtime import KERNEL_CACHE, bound_kernel_cache
+
+    key = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+    monkeypatch.delenv(key, raising=False)
+    bound_kernel_cache()
+    assert os.environ[key] == str(KERNEL_CACHE) == "64"
+    monkeypatch.setenv(key, "8")
+    bound_kernel_cache()
+    assert os.environ[key] == "8"
+    for call in (lambda: finetune.main("sst2", str(tmp_path / "o"), random_init="nope"),
+                 lambda: finetune.evaluate(str(tmp_path), "sst2"),
+                 lambda: predict.predict(tmp_path, tmp_path / "x")):
+        monkeypatch.delenv(key, raising=False)
+        with pytest.raises(UserError):
+            call()
+        assert os.environ[key] == "64"

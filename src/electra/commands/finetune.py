@@ -62,7 +62,14 @@ from electra.io.outputs import Claim, claim_out
 from electra.io.progress import reporting
 from electra.io.trackers import check_reachable, parse_log_to
 from electra.model.bodies import model_preset
-from electra.runtime import Runtime, check_compile, placed, resolve_device, start
+from electra.runtime import (
+    Runtime,
+    bound_kernel_cache,
+    check_compile,
+    placed,
+    resolve_device,
+    start,
+)
 from electra.saved import folders
 from electra.saved.hf import POOLINGS
 from electra.saved.models import LayerSpec, encoder_part, fine_tuned, open_model
@@ -161,6 +168,7 @@ def main(task: str, out: str, model: str | None = None, random_init: str | None 
     fine-tune per seed in this command's runtime. ``reading``: what the task families read
     beside their files (``text_columns``, ``label_column``, ``regression``, ``tag_column``:
     ``electra.tasks.registry.load_task``)."""
+    bound_kernel_cache()
     data, train, dev = (local_paths(v, flag) for v, flag in (
         (data, "--data"), (train, "--train"), (dev, "--dev")))  # URLs: mirrored here
     seed_list = parse_seeds(seeds)
@@ -232,6 +240,7 @@ def evaluate(model: str, task: str, data: str | None = None, dev: str | None = N
     embeddings (``pooling``; fp32 unless ``precision``) instead. ``device``: where the model
     runs (auto: CUDA when present)."""
     resolve_device(device)  # before any file is read
+    bound_kernel_cache()
     scored_alone = dev is not None and data is None and head_for_task(task).name == task
     if task in EVALUATORS and not scored_alone:  # (rerank --dev: the reranker alone)
         if pooling is not None and pooling not in POOLINGS:  # before any file is read

@@ -26,7 +26,7 @@ import torch
 from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.io.outputs import check_file_out, write_file
-from electra.runtime import placed, resolve_device
+from electra.runtime import bound_kernel_cache, placed, resolve_device
 from electra.saved import folders
 from electra.tasks.base import head_of
 from electra.tasks.registry import finetune_config
@@ -61,6 +61,7 @@ def predict(model: str | Path, input: str | Path, batch_size: int = 64,
     if batch_size < 1:
         raise UserError(f"--batch-size {batch_size}: give a positive number")
     resolve_device(device)  # before any file is read
+    bound_kernel_cache()
     net, meta = folders.load_classifier(model)
     net = placed(net, device).eval()
     cfg = finetune_config(meta["finetune"], f"{model}/config.json")

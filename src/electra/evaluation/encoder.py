@@ -23,7 +23,7 @@ from electra.data.tokenizer import load_tokenizer
 from electra.errors import UserError
 from electra.io import hub
 from electra.io.progress import reporting
-from electra.runtime import placed
+from electra.runtime import bound_kernel_cache, placed
 from electra.saved.hf import POOLINGS, sentence_transformers_folder
 from electra.saved.models import (
     LayerSpec,
@@ -55,6 +55,7 @@ class Encoder:
                  generator: bool = False, truncate_dim: int | None = None) -> None:
         if pooling is not None and pooling not in POOLINGS:
             raise UserError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
+        bound_kernel_cache()  # (texts of every length)
         model = hub.resolve(model, "--model")  # a hub id's folder, read before opening it
         st = sentence_transformers_folder(Path(model))
         if st is not None:  # its transformers folder and its own settings
