@@ -18,6 +18,18 @@ transformers = pytest.importorskip("transformers")
 TEXTS = ["the file is opened in binary mode", "a b c", "aaa bbb ccc ddd eee", "x"]
 
 
+def _batch(run) -> tuple[torch.Tensor, torch.Tensor]:
+    """TEXTS as the run's tokenizer encodes them, padded: ids and a float mask."""
+    from electra.data.tokenizer import load_tokenizer
+
+    encs = [load_tokenizer(run / "discriminator").encode(t) for t in TEXTS]
+    T = max(len(e.ids) for e in encs)
+    ids, mask = torch.zeros(len(encs), T, dtype=torch.long), torch.zeros(len(encs), T)
+    for r, e in enumerate(encs):
+        ids[r, :len(e.ids)], mask[r, :len(e.ids)] = torch.tensor(e.ids), 1
+    return ids, mask
+
+
 def test_embeddings_equal_transformers_pooled_alike(tmp_path):
     from electra.data.tokenizer import load_tokenizer
 
@@ -59,16 +71,10 @@ def test_a_layers_states_and_the_generator_embed_as_transformers_and_their_expor
     sentence-transformers export with --layer or --generator embeds as we do; bad layers and
     misplaced flags are one line."""
     from electra.cli import main
-    from electra.data.tokenizer import load_tokenizer
 
     run, _ = make_run(tmp_path, "tiny")
     electra.export(run, tmp_path / "hf")
-    tok = load_tokenizer(run / "discriminator")
-    encs = [tok.encode(t) for t in TEXTS]
-    T = max(len(e.ids) for e in encs)
-    ids, mask = torch.zeros(len(encs), T, dtype=torch.long), torch.zeros(len(encs), T)
-    for r, e in enumerate(encs):
-        ids[r, :len(e.ids)], mask[r, :len(e.ids)] = torch.tensor(e.ids), 1
+    ids, mask = _batch(run)
 
     def pooled(h: torch.Tensor) -> np.ndarray:
         m = mask[..., None]
@@ -121,7 +127,6 @@ def test_the_mean_of_several_layers_embeds_as_transformers_and_the_export(body, 
     one line."""
     st = pytest.importorskip("sentence_transformers")
     from electra.cli import main
-    from electra.data.tokenizer import load_tokenizer
 
     extra = {"bert": {}, "modernbert": dict(embedding_size=128, local_attention=8,
                                             global_every=2),
@@ -129,12 +134,7 @@ def test_the_mean_of_several_layers_embeds_as_transformers_and_the_export(body, 
                              position_buckets=16)}[body]
     run, _ = make_run(tmp_path, "tiny", body=body, num_layers=3, **extra)
     assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 0
-    tok = load_tokenizer(run / "discriminator")
-    encs = [tok.encode(t) for t in TEXTS]
-    T = max(len(e.ids) for e in encs)
-    ids, mask = torch.zeros(len(encs), T, dtype=torch.long), torch.zeros(len(encs), T)
-    for r, e in enumerate(encs):
-        ids[r, :len(e.ids)], mask[r, :len(e.ids)] = torch.tensor(e.ids), 1
+    ids, mask = _batch(run)
     cfg = transformers.AutoConfig.from_pretrained(tmp_path / "hf/discriminator")
     cfg.num_hidden_layers = 2  # the cut the mean of states 0 and 2 reads
     if body == "modernbert":
