@@ -16,13 +16,7 @@ OUT=${2:-runs/embedding-layers}
 SHARED=${SHARED:-../shared/data}
 mkdir -p "$OUT"
 if [ ! -f "$OUT/test.json" ]; then  # the second half of SQuAD dev's articles (as rerank_squad.sh)
-    python - "$SHARED/squad/dev-v1.1.json" "$OUT" <<'EOF'
-import json, sys
-doc = json.load(open(sys.argv[1], encoding="utf-8"))
-half = len(doc["data"]) // 2
-with open(f"{sys.argv[2]}/test.json", "w", encoding="utf-8") as f:
-    json.dump({"version": doc["version"], "data": doc["data"][half:]}, f)
-EOF
+    python "$(dirname "$0")/squad_halves.py" "$SHARED/squad/dev-v1.1.json" "$OUT"
 fi
 blocks=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['model']['num_layers'])" \
     "$RUN/discriminator/config.json")

@@ -26,14 +26,7 @@ WEIGHTS=${WEIGHTS:-0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9}
 mkdir -p "$OUT"
 
 if [ ! -f "$OUT/test.json" ]; then
-    python - "$SHARED/squad/dev-v1.1.json" "$OUT" <<'EOF2'
-import json, sys
-doc = json.load(open(sys.argv[1], encoding="utf-8"))
-half = len(doc["data"]) // 2
-for name, part in (("train", doc["data"][:half]), ("test", doc["data"][half:])):
-    with open(f"{sys.argv[2]}/{name}.json", "w", encoding="utf-8") as f:
-        json.dump({"version": doc["version"], "data": part}, f)
-EOF2
+    python "$(dirname "$0")/squad_halves.py" "$SHARED/squad/dev-v1.1.json" "$OUT"
 fi
 if [ ! -f "$OUT/vocab/vocab.txt" ]; then
     mkdir -p "$OUT/vocab" && cp "$SHARED/vocab/bert-base-uncased-vocab.txt" "$OUT/vocab/vocab.txt"

@@ -21,14 +21,7 @@ LENGTH=${LENGTH:-192}
 mkdir -p "$OUT"
 
 if [ ! -f "$OUT/test.json" ]; then
-    python - "$SHARED/squad/dev-v1.1.json" "$OUT" <<'EOF'
-import json, sys
-doc = json.load(open(sys.argv[1], encoding="utf-8"))
-half = len(doc["data"]) // 2
-for name, part in (("train", doc["data"][:half]), ("test", doc["data"][half:])):
-    with open(f"{sys.argv[2]}/{name}.json", "w", encoding="utf-8") as f:
-        json.dump({"version": doc["version"], "data": part}, f)
-EOF
+    python "$(dirname "$0")/squad_halves.py" "$SHARED/squad/dev-v1.1.json" "$OUT"
 fi
 if [ -z "$START" ]; then  # random-init tiny with BERT's vocabulary, saved once
     START=$OUT/random
