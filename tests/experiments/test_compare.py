@@ -254,6 +254,28 @@ def test_rerun_skips_finished_parts_and_reproduces_interrupted_ones(own_compare,
     assert json.loads((out / "results.json").read_text()) == before
 
 
+def test_an_undefined_seed_score_counts_zero_and_is_named(own_compare, capsys):
+    """A seed whose score is undefined (STS-B's Spearman of a constant prediction is NaN)
+    counts 0 in its task and the average, named in results.json and under the table: one
+    such seed once made a whole row's average NaN."""
+    out, args = own_compare
+    kept = next((out / "finetune/mlm-100").glob("sent-*/results.json"))
+    ft = json.loads(kept.read_text())
+    ft["seeds"]["2"]["dev"]["accuracy"] = float("nan")
+    kept.write_text(json.dumps(ft))
+    (out / "results.json").unlink()
+    assert main(args) == 0
+    capsys.readouterr()
+    mlm = next(m for m in json.loads((out / "results.json").read_text())["models"]
+               if m["model"] == "mlm-100")
+    first = round(100 * ft["seeds"]["1"]["dev"]["accuracy"], 4)
+    assert mlm["tasks"]["sent"]["seeds"] == [first, 0.0]
+    assert mlm["tasks"]["sent"]["undefined_seeds"] == [2]
+    assert mlm["average"]["seeds"] == [first, 0.0] and mlm["average"]["min"] == 0.0
+    assert "undefined (a correlation of constant predictions) counts 0" in (
+        out / "results.md").read_text()
+
+
 def test_other_seeds_reuse_the_pretraining_and_another_budget_is_refused(own_compare, capsys):
     out, args = own_compare
     seeds = args.index("--seeds") + 1

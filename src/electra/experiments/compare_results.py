@@ -14,9 +14,15 @@ from electra.experiments.plot import pyplot
 
 
 def task_score(result: dict[str, Any], task: Task) -> list[float]:
-    """The task's paper metric (x100) for each seed, from a fine-tune's results.json."""
-    return [100 * seed_result["dev"][task.metric]
+    """The task's paper metric (x100) for each seed, from a fine-tune's results.json; an
+    undefined score (a correlation of constant predictions: NaN) counts 0, what such a
+    prediction is worth, so one seed cannot turn the average into NaN."""
+    return [0.0 if math.isnan(v := seed_result["dev"][task.metric]) else 100 * v
             for seed_result in result["seeds"].values()]
+
+def _undefined_seeds(result: dict[str, Any], task: Task) -> list[int]:
+    return [int(s) for s, seed_result in result["seeds"].items()
+            if math.isnan(seed_result["dev"][task.metric])]
 
 def averaged(plan: Plan) -> list[Task]:
     """The tasks the average is over: the full fine-tunes (``--probe beside`` keeps its
@@ -39,6 +45,8 @@ def summarize(plan: Plan, scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
             per_task[task.name] = _spread(task_score(result, task))
             per_task[task.name]["warned_seeds"] = [
                 int(s) for s, d in result.get("details", {}).items() if d.get("warnings")]
+            if undefined := _undefined_seeds(result, task):
+                per_task[task.name]["undefined_seeds"] = undefined
         seeds = [statistics.mean(per_task[t.name]["seeds"][i] for t in over)
                  for i in range(len(plan.seeds))] if over else []
         models.append({"model": name, "objective": objective, "fraction": fraction,
@@ -78,6 +86,8 @@ def table(plan: Plan, results: dict[str, Any]) -> str:
                      f"{m['pretrain_flops']:.3g} | {m['steps']} | {' | '.join(cells)} |")
     seeds = ",".join(map(str, plan.seeds))
     warned = any(m["tasks"][n]["warned_seeds"] for m in results["models"] for n in names)
+    undefined = any(m["tasks"][n].get("undefined_seeds") for m in results["models"]
+                    for n in names)
     zero = [t.name for t in plan.tasks if t.zero_shot]
     return ("\n".join(lines) + f"\n\nMedian over seeds {seeds} of each task's dev score x100 "
             f"(min-max in brackets)" + (f"; the average is each seed's mean over "
@@ -88,7 +98,9 @@ def table(plan: Plan, results: dict[str, Any]) -> str:
             + "".join(f" BM25 on {t} (bm25s, no model): {100 * v:.1f}." for t, v in
                       results.get("baselines", {}).get("bm25", {}).items())
             + ("\n! a seed predicted one class everywhere or its training loss never fell: "
-               "see finetune/MODEL/TASK/results.md" if warned else ""))
+               "see finetune/MODEL/TASK/results.md" if warned else "")
+            + ("\nA seed whose score is undefined (a correlation of constant predictions) "
+               "counts 0 (results.json: undefined_seeds)." if undefined else ""))
 
 def _cell(s: dict[str, Any]) -> str:
     many = len(s["seeds"]) > 1
