@@ -38,26 +38,67 @@ def test_cpu_training_attention_equals_sdpa_and_its_dropout_is_unbiased():
 
 
 def test_block_uses_sdpa_outside_cpu_training_with_attention_dropout(monkeypatch):
-    """The fast CPU kernels write attention out only in training with attention dropout;
-    the reference kernels never do (SDPA with its own dropout)."""
+    """The fast CPU kernels write attention out in training with attention dropout, and
+    without it where a backward follows on short rows (up to 128 keys in fp32: SDPA's CPU
+    backward is the slower there); evaluation and a forward without gradient run SDPA; the
+    reference kernels never write it out (SDPA with its own dropout)."""
     from electra.model import kernels
 
     calls = []
     monkeypatch.setattr(kernels, "written_attention", lambda *a: calls.append(1) or a[2])
+    layers = tiny_config().num_layers
     d = Discriminator(tiny_config(attention_dropout=0.1))
     ids, mask, _ = make_batch([12, 9], 12)
     d.eval()(ids, mask)
     assert calls == []  # evaluation: SDPA, no dropout
     d.train()(ids, mask)
-    assert len(calls) == tiny_config().num_layers
+    assert len(calls) == layers
     calls.clear()
-    Discriminator(tiny_config(attention_dropout=0.0)).train()(ids, mask)
-    assert calls == []
+    undropped = Discriminator(tiny_config(attention_dropout=0.0, max_position_embeddings=160))
+    undropped.train()(ids, mask)
+    assert len(calls) == layers  # short rows in training: written out
+    calls.clear()
+    with torch.no_grad():
+        undropped(ids, mask)
+    long_ids, long_mask, _ = make_batch([150, 140], 150)
+    undropped(long_ids, long_mask)
+    assert calls == []  # no backward to follow; rows past 128 keys in fp32: SDPA
     Discriminator(tiny_config(attention_dropout=0.1), kernels=kernels.REFERENCE).train()(
         ids, mask)
     assert calls == []
     assert kernels.kernels_for("cpu") is kernels.FAST_CPU
     assert kernels.kernels_for("meta") is kernels.REFERENCE  # any other device: torch's
+    assert [kernels.writes_short(t, n) for t, n in [(torch.float32, 128), (torch.float32, 129),
+            (torch.bfloat16, 256), (torch.bfloat16, 257)]] == [True, False, True, False]
+
+
+def test_written_attention_without_dropout_has_sdpa_gradients():
+    """Short rows in training attend written out: the same outputs and gradients as SDPA's
+    (fp32, 1e-5), with a padding mask and with an additive bias (DeBERTa's)."""
+    import torch.nn.functional as F
+
+    from electra.model.kernels import FAST_CPU
+
+    torch.manual_seed(0)
+    mask = torch.ones(2, 1, 1, 10, dtype=torch.bool)
+    mask[1, ..., 6:] = False
+    bias = torch.randn(2, 3, 10, 10)
+    for run in ("mask", "bias"):
+        leaf = [torch.randn(2, 3, 10, 8, requires_grad=True) for _ in range(3)]
+        ref = [t.detach().clone().requires_grad_() for t in leaf]
+        assert FAST_CPU.writes(*leaf, 0.0, torch.nn.Identity())  # a module in training
+        if run == "mask":
+            out = FAST_CPU.attention(*leaf, mask, 0.0, torch.nn.Identity())
+            want = F.scaled_dot_product_attention(*ref, attn_mask=mask)
+        else:
+            out = FAST_CPU.biased_attention(*leaf, bias, 0.3, 0.0, torch.nn.Identity())
+            want = F.scaled_dot_product_attention(*ref, attn_mask=bias, scale=0.3)
+        g = torch.randn_like(want)
+        out.backward(g)
+        want.backward(g)
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+        for a, b in zip(leaf, ref, strict=True):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow

@@ -6,12 +6,13 @@ words, four 16-bit lanes each (each element dropped with probability round(p * 6
 elements, which makes masks ~7x cheaper than torch's Bernoulli ones, and those cost ~1/10 of
 a CPU training step. Attention with dropout is written out, softmax(q k^T / sqrt(hs) + mask)
 v with lane dropout on the probabilities: SDPA falls back to its math kernel there anyway,
-and that kernel's Bernoulli masks cost ~8% of a CPU step (bench/RESULTS.md). ``REFERENCE`` is
-torch's own: ``F.dropout`` and SDPA with its dropout (fused kernels on a GPU).
+and that kernel's Bernoulli masks cost ~8% of a CPU step (bench/RESULTS.md); without dropout
+too in training on short rows (:func:`writes_short`), where SDPA's CPU backward is slower.
+``REFERENCE`` is torch's own: ``F.dropout`` and SDPA with its dropout (fused kernels on a GPU).
 
 :func:`kernels_for` picks the entry for a device (the runtime asks once; the model is built
-with it); this module is the only one that looks at a device's type. Without dropout, and in
-evaluation, both entries run SDPA and agree.
+with it); this module is the only one that looks at a device's type. In evaluation both
+entries run SDPA and agree; in training without dropout they agree within rounding.
 
 Each forward also gets a :class:`Layout` from :meth:`Kernels.layout`: a batch without padding
 attends without a mask (:class:`Padded` ``(None)``, FlashAttention's case on a GPU); a padded
@@ -426,7 +427,8 @@ class HostLayout:
 @dataclass(frozen=True)
 class Kernels:
     """How the model drops out and attends. ``written_attention``: attention with dropout in
-    training runs :func:`written_attention` with the block's own dropout (else SDPA).
+    training, and short rows' without (:meth:`writes`), runs :func:`written_attention` with
+    the block's own dropout (else SDPA).
     ``unpad``: a padded batch computes only its real tokens (:class:`Unpadded`); ``varlen``:
     their attention may run FlashAttention's variable-length kernel; ``vocab_multiple``: the
     width the generator's output layer is padded to in training (1: none)."""
@@ -476,35 +478,72 @@ class Kernels:
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   attn_mask: torch.Tensor | None, p: float,
-                  dropout: torch.nn.Module) -> torch.Tensor:
-        """Attention (B, nh, T, hs) with dropout ``p`` on the probabilities (0: none)."""
-        if p > 0 and self.written_attention:
-            return written_attention(q, k, v, attn_mask, dropout)
+                  dropout: torch.nn.Module | None) -> torch.Tensor:
+        """Attention (B, nh, T, hs) with dropout ``p`` on the probabilities (0: none;
+        ``dropout`` may then be None)."""
+        if self.writes(q, k, v, p, dropout):
+            return written_attention(q, k, v, attn_mask, _module(dropout))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
+
+    def writes(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: float,
+               dropout: torch.nn.Module | None) -> bool:
+        """Whether :meth:`attention` runs :func:`written_attention`: with dropout on the
+        probabilities; without, in training (``dropout``'s mode; a body without dropout
+        passes None) where a backward follows and the rows are short
+        (:func:`writes_short`), in eager mode (a compiled step keeps SDPA's kernel)."""
+        if not self.written_attention:
+            return False
+        return p > 0 or (getattr(dropout, "training", True) and torch.is_grad_enabled()
+                         and writes_short(q.dtype, k.shape[-2])
+                         and (q.requires_grad or k.requires_grad or v.requires_grad)
+                         and not torch.compiler.is_compiling())
 
     def biased_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          bias: torch.Tensor, scale: float, p: float,
-                         dropout: torch.nn.Module) -> torch.Tensor:
+                         dropout: torch.nn.Module | None) -> torch.Tensor:
         """Attention (B, nh, T, hs) of ``q k^T * scale + bias`` (an additive float bias,
         the padding folded in), dropout ``p`` on the probabilities as :meth:`attention`."""
-        if p > 0 and self.written_attention:
-            return written_attention(q, k, v, None, dropout, bias, scale)
+        if self.writes(q, k, v, p, dropout):
+            return written_attention(q, k, v, None, _module(dropout), bias, scale)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p,
                                               scale=scale)
 
 
+def _module(dropout: torch.nn.Module | None) -> torch.nn.Module:
+    return torch.nn.Identity() if dropout is None else dropout
+
+
+WRITTEN_KEYS = {torch.bfloat16: 256, torch.float16: 256, torch.float32: 128}
+
+
+def writes_short(dtype: torch.dtype, keys: int) -> bool:
+    """Whether attention over ``keys`` keys a row is written out in training without dropout
+    (``FAST_CPU``): up to :data:`WRITTEN_KEYS` keys, where SDPA's CPU kernel's backward is the
+    slower (forward and backward of 4 heads of 64 over 16,384 tokens, 2-core Intel Xeon AMX,
+    medians: bf16 at 64, 128, 256, 512 keys written 31.6, 47.8, 69.9, 122.9 ms against SDPA's
+    104.0, 114.0, 84.4, 109.7; fp32 32.4, 51.0, 88.8, 180.1 against 40.1, 63.3, 89.3, 154.9;
+    ``bench/attention_paths.py``). A forward alone (evaluation) runs SDPA, faster there."""
+    return keys <= WRITTEN_KEYS.get(dtype, 0)
+
+
 KEPT_BYTES = 9  # per probability: the fp32 softmax, its keep mask, the dropped product's input
+KEPT_BYTES_UNDROPPED = 6  # without dropout: the fp32 softmax and the product's 16-bit input
 
 
 def kept_attention_bytes(kernels: Kernels, rows: int, seq_len: int, layers: int, heads: int,
                          p: float) -> int:
     """Bytes of attention probabilities a training step of ``rows`` rows keeps for its
     backward in ``layers`` blocks of ``heads`` heads: the written attention (dropout ``p`` > 0
-    on a path that writes it out) keeps every row's whole T x T matrix, about
-    :data:`KEPT_BYTES` bytes a probability; SDPA's fused kernels keep none of that size."""
-    if not (kernels.written_attention and p > 0):
+    on a path that writes it out, or short rows: :func:`writes_short`) keeps every row's whole
+    T x T matrix, about :data:`KEPT_BYTES` bytes a probability (:data:`KEPT_BYTES_UNDROPPED`
+    without dropout); SDPA's fused kernels keep none of that size."""
+    if not kernels.written_attention:
         return 0
-    return layers * rows * heads * seq_len * seq_len * KEPT_BYTES
+    if p > 0:
+        return layers * rows * heads * seq_len * seq_len * KEPT_BYTES
+    if writes_short(torch.bfloat16, seq_len):  # the longer of the dtypes' limits
+        return layers * rows * heads * seq_len * seq_len * KEPT_BYTES_UNDROPPED
+    return 0
 
 
 FAST_CPU = Kernels("fast-cpu", lane_dropout, written_attention=True)

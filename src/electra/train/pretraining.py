@@ -468,12 +468,16 @@ def _check_length(opt: PretrainOptions, cfg: ModelConfig, seq_len: int, micro: i
                                 cfg.attention_dropout)
     have = available_memory(rt.device)
     if need and have is not None and need > 0.9 * have:
+        why = (f"model.attention_dropout={cfg.attention_dropout} writes each layer's "
+               f"{seq_len:,} x {seq_len:,} matrix out" if cfg.attention_dropout else
+               f"rows this short are attended written out, each layer's {seq_len:,} x "
+               f"{seq_len:,} matrix kept")
+        drop = ("set model.attention_dropout=0 (the fused kernel keeps none of it), "
+                if cfg.attention_dropout else "")
         raise UserError(
             f"--data {opt.data}: {micro} rows of {seq_len:,} tokens a micro-batch keep "
-            f"{need / 1e9:,.1f} GB of attention probabilities (model.attention_dropout="
-            f"{cfg.attention_dropout} writes each layer's {seq_len:,} x {seq_len:,} matrix "
-            f"out) but {have / 1e9:,.1f} GB is free; set model.attention_dropout=0 (the fused "
-            f"kernel keeps none of it), a larger train.grad_accum, a smaller "
+            f"{need / 1e9:,.1f} GB of attention probabilities ({why}) but "
+            f"{have / 1e9:,.1f} GB is free; {drop}a larger train.grad_accum, a smaller "
             f"train.batch_size, or prepare shorter rows")
 
 
