@@ -127,19 +127,26 @@ def test_an_optimizer_state_of_three_qkv_parameters_resumes_on_the_fused_one():
     assert fuse_qkv_state(saved, opt, model) is saved  # the fused layout passes as it is
 
 
-@pytest.mark.parametrize("max_norm", [0.5, 1e6])  # clipped, and left as they are
-def test_clip_grad_norm_is_torchs_bitwise(max_norm):
+@pytest.mark.parametrize("max_norm,nan", [(0.5, False), (1e6, False), (1e6, True)])
+def test_clip_grad_norm_is_torchs_bitwise(max_norm, nan):
+    """Clipped, left as they are (a CPU skips the multiply by 1.0), and a NaN gradient (the
+    NaN norm scales every gradient to NaN, as torch's does)."""
     from electra.train.optim import clip_grad_norm
 
     torch.manual_seed(0)
     grads = [torch.randn(s) * 3 for s in ((7, 5), (5,), (64, 3), (1,))]
+    if nan:
+        grads[1][2] = float("nan")
     ours = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
     theirs = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
     for a, b, g in zip(ours, theirs, grads, strict=True):
         a.grad, b.grad = g.clone(), g.clone()
     norm = clip_grad_norm(ours, max_norm)
-    assert torch.equal(norm, torch.nn.utils.clip_grad_norm_(theirs, max_norm))
-    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours, theirs, strict=True))
+    same = torch.testing.assert_close  # rtol = atol = 0: exactly equal, NaN equal to NaN
+    same(norm, torch.nn.utils.clip_grad_norm_(theirs, max_norm), rtol=0, atol=0, equal_nan=True)
+    for a, b in zip(ours, theirs, strict=True):
+        same(a.grad, b.grad, rtol=0, atol=0, equal_nan=True)
+    assert not nan or all(a.grad.isnan().all() for a in ours)
 
 
 def test_muon_takes_the_blocks_matrices_and_steps_as_torchs_two_optimizers():
