@@ -2,15 +2,18 @@
 ``FAST_CPU`` runs for rows up to ``WRITTEN_KEYS``) against SDPA's CPU kernel.
 
     python bench/attention_paths.py [--repeats 5] [--keys 64 128 256 512]
-        [--shapes 32x128 16x256] [--rounds 3] [--threads 2]
+        [--local 512 1024 2048] [--shapes 32x128 16x256 4x1024] [--rounds 3] [--threads 2]
 
 Part 1, the kernels: 4 heads of 64 over 16,384 tokens (rows of each ``--keys`` length), bf16
 and fp32, the forward alone (no gradient: evaluation) and forward + backward, ms min/median/
-max over ``--repeats``. Part 2, a whole step: ModernBERT-small's ELECTRA pretraining step
-(``electra pretrain --preset modernbert-small``: attention dropout 0, bf16 where the CPU has
-it) with the rule as it is against every attention through SDPA (``WRITTEN_KEYS`` emptied),
-each in its own process, interleaved for ``--rounds`` rounds: seconds a step (the least of 3
-after one warm-up) and the paired ratio SDPA / written. The last line is JSON.
+max over ``--repeats``; and a ModernBERT local block's blocked kernel (keys at most 64 away:
+blocks of 128 queries against their 256 keys, ``local_attention``) over 8,192 tokens at each
+``--local`` length, the blocks through SDPA or written out, forward and backward. Part 2, a
+whole step: ModernBERT-small's ELECTRA pretraining step (``electra pretrain --preset
+modernbert-small``: attention dropout 0, bf16 where the CPU has it) with the rule as it is
+against every attention through SDPA (``WRITTEN_KEYS`` emptied), each in its own process,
+interleaved for ``--rounds`` rounds: seconds a step (the least of 3 after one warm-up) and
+the paired ratio SDPA / written. The last line is JSON.
 """
 
 from __future__ import annotations
@@ -60,11 +63,28 @@ def kernel_row(dtype: torch.dtype, T: int, repeats: int) -> dict:
     return row
 
 
-def kernels(keys: list[int], repeats: int) -> list[dict]:
+def local_row(dtype: torch.dtype, T: int, repeats: int) -> dict:
+    from electra.model.kernels import local_attention
+
+    q, k, v = (torch.randn(max(1, 8192 // T), 4, T, 64, dtype=dtype, requires_grad=True)
+               for _ in range(3))
+    g = torch.ones_like(q)
+    row: dict = {"dtype": str(dtype).removeprefix("torch."), "local_length": T}
+    for name, written in (("written", True), ("sdpa", False)):
+        row[f"{name}_backward_too_ms"] = spread(timed(
+            lambda w=written: local_attention(q, k, v, None, 64, 128, written=w).backward(g),
+            repeats))
+    return row
+
+
+def kernels(keys: list[int], local: list[int], repeats: int) -> list[dict]:
     rows = []
     for dtype in (torch.bfloat16, torch.float32):
         for T in keys:
             rows.append(kernel_row(dtype, T, repeats))
+            print(rows[-1], flush=True)
+        for T in local:
+            rows.append(local_row(dtype, T, repeats))
             print(rows[-1], flush=True)
     return rows
 
@@ -106,7 +126,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--keys", type=int, nargs="+", default=[64, 128, 256, 512])
-    ap.add_argument("--shapes", nargs="+", default=["32x128", "16x256"])
+    ap.add_argument("--local", type=int, nargs="*", default=[512, 1024, 2048])
+    ap.add_argument("--shapes", nargs="*", default=["32x128", "16x256", "4x1024"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--worker", choices=["written", "sdpa"])
@@ -121,7 +142,7 @@ def main() -> None:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
                 .splitlines() if line.startswith("model name")), "unknown CPU")
     print(f"{cpu}; torch {torch.__version__}; {a.threads} threads", flush=True)
-    report = {"cpu": cpu, "kernels": kernels(a.keys, a.repeats),
+    report = {"cpu": cpu, "kernels": kernels(a.keys, a.local, a.repeats),
               "steps": steps(a.shapes, a.rounds, a.threads) if a.shapes else []}
     print(json.dumps(report))
 

@@ -150,13 +150,14 @@ def test_the_blocked_local_kernel_equals_the_dense_band_with_its_gradients():
     real = keys[:, None, :, None].expand(2, 4, 150, 8)
     dense = F.scaled_dot_product_attention(q, k, v, attn_mask=band(keys[:, None, None], 150, 6,
                                                                    q.device))
-    blocked = local_attention(q, k, v, keys, 6, 12)
-    torch.testing.assert_close(blocked[real], dense[real], rtol=0, atol=1e-6)
     grad = torch.randn_like(dense) * real
-    want = torch.autograd.grad(dense, (q, k, v), grad)
-    got = torch.autograd.grad(blocked, (q, k, v), grad)
-    for a, b in zip(got, want, strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    want = torch.autograd.grad(dense, (q, k, v), grad, retain_graph=True)
+    for written in (False, True):  # the blocks through SDPA, and written out (CPU training)
+        blocked = local_attention(q, k, v, keys, 6, 12, written=written)
+        torch.testing.assert_close(blocked[real], dense[real], rtol=0, atol=1e-6)
+        got = torch.autograd.grad(blocked, (q, k, v), grad)
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
     cfg = config()  # windows of 8 tokens: rows of 40 and more take the blocked kernel
     assert_same(randomized(encoder_for(cfg, kernels=PADDED)), cfg, [64, 50, 33], 64)

@@ -137,13 +137,14 @@ class Layout:
 
 def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     keys: torch.Tensor | None, window: int, chunk: int,
-                    groups: torch.Tensor | None = None) -> torch.Tensor:
+                    groups: torch.Tensor | None = None, written: bool = False) -> torch.Tensor:
     """Attention of each query (B, nh, T, hs) over the keys at most ``window`` positions away
     (and real: ``keys`` (B, T) bool, None: all; and of its own sequence in a packed row:
     ``groups`` (B, T) its sequence ids, 0 at padding), computed on blocks of ``chunk``
     queries against their ``chunk + 2·window`` keys instead of the whole T x T matrix: what
     a ModernBERT local block attends, at (chunk + 2·window) / T of the dense cost. Each query
-    also sees itself (a padding row is never empty). No dropout on the probabilities."""
+    also sees itself (a padding row is never empty). No dropout on the probabilities.
+    ``written``: the blocks attend written out (:func:`written_attention`), else SDPA."""
     B, nh, T, hs = q.shape
     w, c = window, chunk
     n = -(-T // c)
@@ -165,8 +166,9 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         own = F.pad(groups, (0, extra)).view(-1, n, c)  # (B, n, c)
         mask = mask & (g[..., None, :] == own[..., None]) & (g[..., None, :] > 0)
     mask = mask | (b == a + w)
-    out = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask[:, None] if mask.dim() == 4
-                                         else mask)
+    mask = mask[:, None] if mask.dim() == 4 else mask
+    out = (written_attention(qc, kc, vc, mask, torch.nn.Identity()) if written
+           else F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask))
     return out.reshape(B, nh, n * c, hs)[:, :, :T]
 
 
@@ -234,7 +236,8 @@ class Padded(Layout):
         T = q.shape[2]
         if window is not None and p == 0 and 8 * window <= T:  # blocks: where that pays
             keys = None if self.mask is None or self.groups is not None else self.mask[:, 0, 0]
-            a = local_attention(q, k, v, keys, window, 2 * window, self.groups)
+            a = local_attention(q, k, v, keys, window, 2 * window, self.groups,
+                                kernels.writes(q, k, v, p, dropout, keys=4 * window))
         else:
             a = kernels.attention(q, k, v, band(self.mask, T, window, q.device), p, dropout)
         return a.transpose(1, 2).reshape(*qkv.shape[:-1], qkv.shape[-1] // 3)
@@ -486,15 +489,16 @@ class Kernels:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
 
     def writes(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: float,
-               dropout: torch.nn.Module | None) -> bool:
+               dropout: torch.nn.Module | None, keys: int | None = None) -> bool:
         """Whether :meth:`attention` runs :func:`written_attention`: with dropout on the
         probabilities; without, in training (``dropout``'s mode; a body without dropout
-        passes None) where a backward follows and the rows are short
-        (:func:`writes_short`), in eager mode (a compiled step keeps SDPA's kernel)."""
+        passes None) where a backward follows and the rows are short (:func:`writes_short`
+        of ``keys``, default ``k``'s length; a local block's blocks: their keys), in eager
+        mode (a compiled step keeps SDPA's kernel)."""
         if not self.written_attention:
             return False
         return p > 0 or (getattr(dropout, "training", True) and torch.is_grad_enabled()
-                         and writes_short(q.dtype, k.shape[-2])
+                         and writes_short(q.dtype, k.shape[-2] if keys is None else keys)
                          and (q.requires_grad or k.requires_grad or v.requires_grad)
                          and not torch.compiler.is_compiling())
 
@@ -520,8 +524,8 @@ def writes_short(dtype: torch.dtype, keys: int) -> bool:
     """Whether attention over ``keys`` keys a row is written out in training without dropout
     (``FAST_CPU``): up to :data:`WRITTEN_KEYS` keys, where SDPA's CPU kernel's backward is the
     slower (forward and backward of 4 heads of 64 over 16,384 tokens, 2-core Intel Xeon AMX,
-    medians: bf16 at 64, 128, 256, 512 keys written 31.6, 47.8, 69.9, 122.9 ms against SDPA's
-    104.0, 114.0, 84.4, 109.7; fp32 32.4, 51.0, 88.8, 180.1 against 40.1, 63.3, 89.3, 154.9;
+    medians: bf16 at 64, 128, 256, 512 keys written 34.0, 49.1, 67.9, 124.0 ms against SDPA's
+    108.3, 114.0, 85.5, 111.5; fp32 33.4, 51.5, 89.5, 182.1 against 40.3, 63.7, 88.6, 156.6;
     ``bench/attention_paths.py``). A forward alone (evaluation) runs SDPA, faster there."""
     return keys <= WRITTEN_KEYS.get(dtype, 0)
 
