@@ -129,8 +129,8 @@ def test_an_optimizer_state_of_three_qkv_parameters_resumes_on_the_fused_one():
 
 @pytest.mark.parametrize("max_norm,nan", [(0.5, False), (1e6, False), (1e6, True)])
 def test_clip_grad_norm_is_torchs_bitwise(max_norm, nan):
-    """Clipped, left as they are (a CPU skips the multiply by 1.0), and a NaN gradient (the
-    NaN norm scales every gradient to NaN, as torch's does)."""
+    """Clipped, left as they are, and a NaN gradient (the NaN norm scales every gradient to
+    NaN, as torch's does)."""
     from electra.train.optim import clip_grad_norm
 
     torch.manual_seed(0)

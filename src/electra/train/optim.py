@@ -166,17 +166,13 @@ def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     ops: one multi-tensor norm, one multi-tensor scale. torch's own moves each tensor's norm to
     the first one's device, one op per parameter (402 of ELECTRA-Small's 4,485 ops a step:
     bench/op_count.py). A trainer's gradients share one device and dtype (fp32 masters);
-sharded (DTensor, FSDP's: all or none) ones go to torch's. On a CPU, where reading the norm
-costs no sync, gradients within ``max_norm`` are left as they are instead of multiplied by
-1.0 (the same bits; a pass over every gradient saved)."""
+sharded (DTensor, FSDP's: all or none) ones go to torch's."""
     grads = [p.grad for p in params if p.grad is not None]
     if not grads or hasattr(grads[0], "full_tensor"):
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
     with torch.no_grad():
         total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
-        coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-        if total.device.type != "cpu" or not float(coef) >= 1.0:  # NaN: multiplied, as torch
-            torch._foreach_mul_(grads, coef)
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
     return total
 
 
