@@ -33,8 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
 
 
-def spread(values: list[float]) -> list[float]:
-    return [round(min(values), 1), round(statistics.median(values), 1), round(max(values), 1)]
+def spread(values: list[float], digits: int = 1) -> list[float]:
+    return [round(min(values), digits), round(statistics.median(values), digits),
+            round(max(values), digits)]
 
 
 def timed(f, repeats: int) -> list[float]:
@@ -113,10 +114,8 @@ def steps(shapes: list[str], rounds: int, threads: int) -> list[dict]:
                                      capture_output=True, text=True).stdout
                 got[mode].append(json.loads(out.strip().splitlines()[-1])["s"])
         ratio = [s / w for w, s in zip(got["written"], got["sdpa"], strict=True)]
-        row = {"shape": shape, **{f"{m}_s": [round(min(v), 3), round(statistics.median(v), 3),
-                                             round(max(v), 3)] for m, v in got.items()},
-               "sdpa_over_written": [round(min(ratio), 2), round(statistics.median(ratio), 2),
-                                     round(max(ratio), 2)]}
+        row = {"shape": shape, **{f"{m}_s": spread(v, 3) for m, v in got.items()},
+               "sdpa_over_written": spread(ratio, 2)}
         print(row, flush=True)
         rows.append(row)
     return rows
