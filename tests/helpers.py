@@ -211,3 +211,44 @@ def default_sigint() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def traced(fn):
+    """``fn`` compiled by dynamo alone (backend ``eager``: traced, not code-generated, so
+    the test takes seconds), whole-graph (a break raises), and dynamo's counters reset."""
+    import torch._dynamo.utils as du
+
+    torch._dynamo.reset()
+    du.counters.clear()
+    return torch.compile(fn, backend="eager", fullgraph=True), du.counters
+
+
+def traced_steps(data_path, model_cfg, objective, steps: int = 6, generator=None,
+                 precision: str = "fp32"):
+    """``steps`` pretraining steps with the step's forward traced whole (:func:`traced`):
+    (the graphs dynamo made, the kinds of batch seen: with and without padding)."""
+    from electra.config import TrainConfig
+    from electra.data.loader import BatchLoader, ShardDataset
+    from electra.run_config import RunConfig
+    from electra.runtime import Runtime
+    from electra.train.pretraining import make_trainer, train_step
+
+    data = ShardDataset(str(data_path))
+    cfg = RunConfig(model=model_cfg, objective=objective, train=TrainConfig(
+        batch_size=4, precision=precision, max_steps=steps + 2, warmup_steps=1))
+    torch.manual_seed(0)
+    rt = Runtime()
+    model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special,
+                                    rt.model_kernels(False))
+    if generator is not None:
+        model.attach_generator(generator)
+    trainer = make_trainer(model, cfg, rt)
+    trainer.step_model, counters = traced(trainer.step_model)
+    loader = BatchLoader(data, 4, seed=0)
+    kinds = set()
+    for _ in range(steps):
+        batch = next(loader)
+        kinds.add(bool(batch["attention_mask"].all()))
+        train_step(trainer, batch, cfg, data.special, 4)
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    return counters["stats"]["unique_graphs"], kinds

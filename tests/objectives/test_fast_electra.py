@@ -10,7 +10,7 @@ import json
 
 import pytest
 import torch
-from helpers import cli_error, small_model, write_corpus
+from helpers import cli_error, small_model, traced_steps, write_corpus
 from safetensors.torch import load_file
 
 from electra.cli import main
@@ -83,6 +83,19 @@ def test_the_frozen_generator_is_unchanged_uncounted_and_resumes_bitwise(
         cfg.objective, temperature=1.0, temperature_end=None, temperature_steps=0))
     run(letters_data, tmp_path / "flat", flat)
     assert lines(tmp_path / "flat")[0]["loss"] != a[0]["loss"]
+
+
+def test_the_step_with_a_frozen_generator_traces_whole(letters_data, generator_run):
+    """train.compile: the frozen generator's forward, its sampling at a falling temperature
+    and the discriminator in one graph, with a bounded number of them (9 steps, 8
+    temperatures: one recompile to a symbolic temperature, then none)."""
+    from electra.saved.start import load_generator
+
+    cfg = config(str(generator_run))
+    objective = dataclasses.replace(cfg.objective, temperature_steps=8)
+    graphs, kinds = traced_steps(letters_data, cfg.model, objective, steps=9,
+                                 generator=load_generator(str(generator_run)).module)
+    assert graphs <= 2 * len(kinds) + 1, kinds
 
 
 def test_the_flop_count_takes_the_frozen_generators_forward_alone(generator_run):

@@ -9,51 +9,45 @@ import dataclasses
 
 import pytest
 import torch
-from helpers import make_batch, small_model
+from helpers import make_batch, small_model, traced, traced_steps
 
 from electra.config import TrainConfig
-from electra.data.loader import BatchLoader, ShardDataset
-from electra.objectives.pretraining import ElectraPretrainingModel
+from electra.data.loader import ShardDataset
+from electra.model.bodies import BODIES
+from electra.objectives.config import ObjectiveConfig
 from electra.run_config import RunConfig
-from electra.runtime import Runtime
 from electra.train.metrics import iter_metrics
-from electra.train.pretraining import make_trainer, train_step
-
-
-def traced(fn):
-    """``fn`` compiled by dynamo alone (backend ``eager``: traced, not code-generated, so
-    the test takes seconds), whole-graph (a break raises), and dynamo's counters reset."""
-    import torch._dynamo.utils as du
-
-    torch._dynamo.reset()
-    du.counters.clear()
-    return torch.compile(fn, backend="eager", fullgraph=True), du.counters
 
 
 def test_the_pretraining_forward_traces_whole_over_padded_and_full_batches(letters_data):
     """Every objective's step forward is one graph (fullgraph: a break would raise), rows
     with and without padding each their own (the mask is dropped where no row has padding),
     and no more graphs as the batches go on."""
-    data = ShardDataset(str(letters_data))
-    for objective in ("electra", "mlm", "all_tokens_mlm"):
-        cfg = RunConfig(model=small_model(vocab_size=data.vocab_size),
-                        train=TrainConfig(batch_size=4, precision="fp32"))
-        cfg = dataclasses.replace(cfg, objective=dataclasses.replace(cfg.objective,
-                                                                     kind=objective))
-        torch.manual_seed(0)
-        rt = Runtime()
-        model = ElectraPretrainingModel(cfg.model, cfg.objective, data.special,
-                                        rt.model_kernels(False))
-        trainer = make_trainer(model, cfg, rt)
-        trainer.step_model, counters = traced(trainer.step_model)
-        loader = BatchLoader(data, 4, seed=0)
-        kinds = set()
-        for _ in range(6):
-            batch = next(loader)
-            kinds.add(bool(batch["attention_mask"].all()))
-            train_step(trainer, batch, cfg, data.special, 4)
-        assert not counters["graph_break"], (objective, dict(counters["graph_break"]))
-        assert counters["stats"]["unique_graphs"] <= len(kinds), (objective, kinds)
+    vocab = ShardDataset(str(letters_data)).vocab_size
+    for kind in ("electra", "mlm", "all_tokens_mlm", "random", "electra15", "replace_mlm"):
+        graphs, kinds = traced_steps(letters_data, small_model(vocab_size=vocab),
+                                     ObjectiveConfig(kind=kind))
+        assert graphs <= len(kinds), (kind, kinds)
+
+
+@pytest.mark.parametrize("body", ["bert", "modernbert", "deberta"])
+def test_every_body_traces_whole_with_gdes_and_both_schedules(letters_data, body):
+    """Each body's ELECTRA step in bf16 with GDES and the two schedules a run changes every
+    step, the masking rate (30 -> 15%, a tensor: no recompile) and the sampling temperature
+    (3 -> 1, a Python float: one recompile to a symbolic float for each kind of batch, then
+    none; 9 steps over 8 temperatures): whole, in at most twice the graphs of a fixed one."""
+    vocab = ShardDataset(str(letters_data)).vocab_size
+    shape = {"modernbert": dict(local_attention=8, global_every=2, generator_size=1.0),
+             "deberta": dict(generator_size=1.0, generator_layers=1, position_buckets=8,
+                             max_relative_positions=32)}.get(body, {})
+    model_cfg = small_model(vocab_size=vocab, body=body,
+                            **{**BODIES[body].defaults, "hidden_dropout": 0.1,
+                               "attention_dropout": 0.1, **shape})
+    objective = ObjectiveConfig(sharing="gdes", mask_prob=0.3, mask_prob_end=0.15,
+                                temperature=3.0, temperature_end=1.0, temperature_steps=8)
+    graphs, kinds = traced_steps(letters_data, model_cfg, objective, steps=9,
+                                 precision="bf16")
+    assert graphs <= 2 * len(kinds), (body, kinds)
 
 
 @pytest.mark.parametrize("unpad", [True, False])
