@@ -33,9 +33,10 @@ def test_the_pretraining_forward_traces_whole_over_padded_and_full_batches(lette
 @pytest.mark.parametrize("body", ["bert", "modernbert", "deberta"])
 def test_every_body_traces_whole_with_gdes_and_both_schedules(letters_data, body):
     """Each body's ELECTRA step in bf16 with GDES and the two schedules a run changes every
-    step, the masking rate (30 -> 15%, a tensor: no recompile) and the sampling temperature
-    (3 -> 1, a Python float: one recompile to a symbolic float for each kind of batch, then
-    none; 9 steps over 8 temperatures): whole, in at most twice the graphs of a fixed one."""
+    step, the masking rate (30 -> 15%: drawn before the forward, no recompile) and the
+    sampling temperature (3 -> 1, a Python float: one recompile to a symbolic float for each
+    kind of batch, then none; 9 steps over 8 temperatures): whole, in at most twice the
+    graphs of a fixed one."""
     vocab = ShardDataset(str(letters_data)).vocab_size
     shape = {"modernbert": dict(local_attention=8, global_every=2, generator_size=1.0),
              "deberta": dict(generator_size=1.0, generator_layers=1, position_buckets=8,
